@@ -1,0 +1,39 @@
+# The two commands a newcomer needs:  make run   and   make test
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test install lint format bench manage clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Run the whole product: embedded Postgres + Redis (unless DATABASE_URL/REDIS_URL
+## are set), web, worker, beat and the payment sandbox. Ctrl-C stops it all.
+run: $(STAMP)
+	$(PY) -m support.launcher
+
+## Run the whole test suite (embedded servers unless DATABASE_URL/REDIS_URL are set).
+test: $(STAMP)
+	$(PY) -m support.embedded -- $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+## Any manage.py command against the embedded servers: make manage ARGS="createsuperuser"
+manage: $(STAMP)
+	$(PY) -m support.embedded -- $(PY) manage.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) var

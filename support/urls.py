@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+
+from support import views
+
+admin.site.site_header = "Support operations"
+admin.site.site_title = "Support operations"
+
+urlpatterns = [
+    path("healthz", views.health, name="health"),
+    path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+]

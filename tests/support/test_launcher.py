@@ -1,0 +1,82 @@
+"""`make run` end to end: embedded servers, every process up, Ctrl-C leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback only
+        return json.loads(response.read())
+
+
+@pytest.mark.timeout(240)
+def test_make_run_serves_admin_and_health_and_ctrl_c_leaves_no_process(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update({"EMBEDDED_DIR": str(tmp_path / "var"), "PORT": str(port), "WORKER_CONCURRENCY": "1"})
+    log = (tmp_path / "run.log").open("w")
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "support.launcher"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        health: dict = {}
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                health = get_json(f"{base}/healthz")
+                if health["worker"]["ok"]:
+                    break
+            except OSError:
+                pass
+            assert launcher.poll() is None, (tmp_path / "run.log").read_text()
+            time.sleep(1)
+        assert health.get("database", {}).get("ok") and health["redis"]["ok"] and health["worker"]["ok"], health
+        with urllib.request.urlopen(f"{base}/admin/login/", timeout=5) as response:  # noqa: S310
+            assert response.status == 200
+            assert b"Support operations" in response.read()
+
+        tree = psutil.Process(launcher.pid).children(recursive=True)
+        embedded_pids = [
+            int((tmp_path / "var" / "pgdata" / "postmaster.pid").read_text().split()[0]),
+            int((tmp_path / "var" / "redis" / "redis.pid").read_text()),
+        ]
+        assert len(tree) >= 3  # web, worker (+ its pool), beat
+    finally:
+        launcher.send_signal(signal.SIGINT)
+        code = launcher.wait(60)
+        log.close()
+
+    assert code == 0, (tmp_path / "run.log").read_text()
+    pids = [p.pid for p in tree] + embedded_pids
+    deadline = time.monotonic() + 10
+    while [pid for pid in pids if alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [pid for pid in pids if alive(pid)] == [], "processes left after Ctrl-C"
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

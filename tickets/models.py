@@ -1,0 +1,243 @@
+"""The ledger: customers, orders, tickets, messages and the ticket timeline.
+
+Every durable record of the product hangs off a ticket in this database. Rows
+are written only through ``tickets.services``.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class Customer(models.Model):
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="customer")
+    name = models.CharField(max_length=200)
+    email = models.EmailField(unique=True)
+    # Every refund for a flagged customer needs a staff approval (approvals app).
+    requires_refund_approval = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} <{self.email}>"
+
+
+class OrderStatus(models.TextChoices):
+    PENDING = "pending", "Pending payment"
+    PAID = "paid", "Paid"
+    SHIPPED = "shipped", "Shipped"
+    DELIVERED = "delivered", "Delivered"
+    CANCELLED = "cancelled", "Cancelled"
+    REFUNDED = "refunded", "Refunded"
+
+
+# Orders in these states can be refunded (up to what remains refundable).
+REFUNDABLE_ORDER_STATUSES = frozenset({OrderStatus.PAID, OrderStatus.SHIPPED, OrderStatus.DELIVERED})
+
+
+class Order(models.Model):
+    customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="orders")
+    number = models.CharField(max_length=32, unique=True)
+    status = models.CharField(max_length=16, choices=OrderStatus.choices, default=OrderStatus.PAID)
+    currency = models.CharField(max_length=3, default="usd")
+    # Amounts are in the currency's minor unit (cents), as the payment provider counts them.
+    total_cents = models.PositiveIntegerField()
+    payment_reference = models.CharField(max_length=100, blank=True, help_text="The provider's payment id")
+    placed_at = models.DateTimeField(default=timezone.now)
+    shipped_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-placed_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(total_cents__gt=0), name="order_total_positive"),
+            models.CheckConstraint(condition=Q(currency__regex=r"^[a-z]{3}$"), name="order_currency_iso_lower"),
+        ]
+
+    def __str__(self) -> str:
+        return self.number
+
+    @property
+    def total(self) -> Decimal:
+        return Decimal(self.total_cents) / 100
+
+
+class OrderLine(models.Model):
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="lines")
+    sku = models.CharField(max_length=64)
+    description = models.CharField(max_length=200)
+    quantity = models.PositiveIntegerField()
+    unit_price_cents = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(quantity__gt=0), name="order_line_quantity_positive")]
+
+    def __str__(self) -> str:
+        return f"{self.quantity} x {self.description}"
+
+
+class TicketStatus(models.TextChoices):
+    OPEN = "open", "Open"
+    WAITING_ON_CUSTOMER = "waiting_on_customer", "Waiting on customer"
+    PENDING_APPROVAL = "pending_approval", "Pending approval"
+    WITH_HUMAN = "with_human", "With a person"
+    RESOLVED = "resolved", "Resolved"
+    CLOSED = "closed", "Closed"
+
+
+# The one place that says which status changes are allowed.
+TICKET_TRANSITIONS: dict[str, frozenset[str]] = {
+    TicketStatus.OPEN: frozenset(
+        {TicketStatus.WAITING_ON_CUSTOMER, TicketStatus.PENDING_APPROVAL, TicketStatus.WITH_HUMAN,
+         TicketStatus.RESOLVED, TicketStatus.CLOSED}
+    ),
+    TicketStatus.WAITING_ON_CUSTOMER: frozenset(
+        {TicketStatus.OPEN, TicketStatus.WITH_HUMAN, TicketStatus.RESOLVED, TicketStatus.CLOSED}
+    ),
+    TicketStatus.PENDING_APPROVAL: frozenset({TicketStatus.OPEN, TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}),
+    TicketStatus.WITH_HUMAN: frozenset({TicketStatus.OPEN, TicketStatus.RESOLVED, TicketStatus.CLOSED}),
+    TicketStatus.RESOLVED: frozenset({TicketStatus.OPEN, TicketStatus.CLOSED}),
+    TicketStatus.CLOSED: frozenset(),
+}  # fmt: skip
+
+
+class TicketPriority(models.TextChoices):
+    LOW = "low", "Low"
+    NORMAL = "normal", "Normal"
+    HIGH = "high", "High"
+    URGENT = "urgent", "Urgent"
+
+
+class Ticket(models.Model):
+    customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="tickets")
+    subject = models.CharField(max_length=200)
+    status = models.CharField(max_length=24, choices=TicketStatus.choices, default=TicketStatus.OPEN)
+    priority = models.CharField(max_length=8, choices=TicketPriority.choices, default=TicketPriority.NORMAL)
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="assigned_tickets"
+    )
+    # A retried "open ticket" request carries the same reference and gets the same ticket.
+    client_ref = models.CharField(max_length=100, null=True, blank=True)
+    # The last sequence number handed to a TicketEvent; bumped under the row lock.
+    last_event_seq = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["status", "updated_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["customer", "client_ref"],
+                condition=Q(client_ref__isnull=False),
+                name="ticket_client_ref_unique_per_customer",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.subject}"
+
+
+class AuthorKind(models.TextChoices):
+    CUSTOMER = "customer", "Customer"
+    AGENT = "agent", "Agent"
+    STAFF = "staff", "Staff"
+    SYSTEM = "system", "System"
+
+
+class Message(models.Model):
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="messages")
+    author_kind = models.CharField(max_length=8, choices=AuthorKind.choices)
+    author_user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    body = models.TextField()
+    is_public = models.BooleanField(default=True, help_text="Visible to the customer; internal notes are not")
+    # Supplied by the browser (or derived from a tool call's idempotency key) so
+    # a retried send returns the original message instead of posting twice.
+    client_msg_id = models.CharField(max_length=100, null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    # Set when the agent has taken a customer message into a turn.
+    agent_handled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["ticket", "client_msg_id"],
+                condition=Q(client_msg_id__isnull=False),
+                name="message_client_id_unique_per_ticket",
+            ),
+            models.CheckConstraint(condition=~Q(body=""), name="message_body_not_empty"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["ticket", "created_at"],
+                condition=Q(author_kind="customer", agent_handled_at__isnull=True),
+                name="message_unhandled_customer",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.author_kind} on #{self.ticket_id}: {self.body[:40]}"
+
+
+class ActorKind(models.TextChoices):
+    CUSTOMER = "customer", "Customer"
+    AGENT = "agent", "Agent run"
+    STAFF = "staff", "Staff user"
+    SYSTEM = "system", "System"
+
+
+class TicketEvent(models.Model):
+    """The append-only timeline. One row per change, numbered per ticket without gaps."""
+
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    actor_kind = models.CharField(max_length=8, choices=ActorKind.choices)
+    actor_user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    # A free reference for non-user actors, e.g. "run:17".
+    actor_ref = models.CharField(max_length=64, blank=True)
+    kind = models.CharField(max_length=48)
+    payload = models.JSONField(default=dict, blank=True)
+    # Events the customer may see (public messages, friendly status changes).
+    is_public = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["ticket", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["ticket", "seq"], name="ticket_event_seq_unique"),
+            models.CheckConstraint(condition=Q(seq__gt=0), name="ticket_event_seq_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.ticket_id}.{self.seq} {self.kind}"
+
+
+class HelpArticle(models.Model):
+    slug = models.SlugField(unique=True)
+    title = models.CharField(max_length=200)
+    body = models.TextField()
+    search_vector = models.GeneratedField(
+        expression=SearchVector("title", weight="A", config="english")
+        + SearchVector("body", weight="B", config="english"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["title"]
+        indexes = [GinIndex(fields=["search_vector"], name="help_article_search")]
+
+    def __str__(self) -> str:
+        return self.title

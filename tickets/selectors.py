@@ -1,0 +1,50 @@
+"""Reads of the ledger that check access. The one door a customer has to a ticket."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
+from django.http import Http404
+
+from tickets.models import Customer, Message, Ticket, TicketEvent
+
+
+def customer_for_user(*, user: AbstractBaseUser | AnonymousUser) -> Customer | None:
+    if not user.is_authenticated:
+        return None
+    return Customer.objects.filter(user=user).first()
+
+
+def tickets_for_customer(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Ticket]:
+    customer = customer_for_user(user=user)
+    if customer is None:
+        return Ticket.objects.none()
+    return Ticket.objects.filter(customer=customer).order_by("-updated_at")
+
+
+def ticket_get_for_customer(*, user: AbstractBaseUser | AnonymousUser, ticket_id: int) -> Ticket:
+    """The ticket, if ``user`` is the customer who owns it; Http404 otherwise.
+
+    Another customer's ticket and a missing ticket look the same, so ticket IDs
+    cannot be probed.
+    """
+    if not user.is_authenticated:
+        raise Http404("No such ticket")
+    customer = customer_for_user(user=user)
+    if customer is None:
+        raise Http404("No such ticket")
+    ticket = Ticket.objects.filter(pk=ticket_id, customer=customer).select_related("customer").first()
+    if ticket is None:
+        raise Http404("No such ticket")
+    return ticket
+
+
+def ticket_timeline(*, ticket: Ticket, after_seq: int = 0, public_only: bool = False) -> QuerySet[TicketEvent]:
+    events = TicketEvent.objects.filter(ticket=ticket, seq__gt=after_seq).order_by("seq")
+    if public_only:
+        events = events.filter(is_public=True)
+    return events
+
+
+def public_messages(*, ticket: Ticket) -> QuerySet[Message]:
+    return Message.objects.filter(ticket=ticket, is_public=True).order_by("created_at", "id")

@@ -1,0 +1,281 @@
+"""Writes to the ledger. Every function is keyword-only and runs in a transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from tickets.models import (
+    TICKET_TRANSITIONS,
+    ActorKind,
+    AuthorKind,
+    Customer,
+    Message,
+    Ticket,
+    TicketEvent,
+    TicketStatus,
+)
+from tickets.signals import ticket_event_appended, ticket_needs_agent
+
+MESSAGE_MAX_CHARS: int = getattr(settings, "MESSAGE_MAX_CHARS", 4000)
+SUBJECT_MAX_CHARS = 200
+
+
+class InvalidTransition(ValidationError):
+    """A ticket status change that TICKET_TRANSITIONS does not allow."""
+
+
+class MessageConflict(ValidationError):
+    """A client message ID reused for a different message body."""
+
+
+def _ticket_id(ticket: Ticket | int) -> int:
+    return ticket if isinstance(ticket, int) else int(ticket.pk)
+
+
+def event_append(
+    *,
+    ticket: Ticket | int,
+    kind: str,
+    actor_kind: str,
+    actor_user: AbstractBaseUser | None = None,
+    actor_ref: str = "",
+    payload: dict[str, Any] | None = None,
+    is_public: bool = False,
+) -> TicketEvent:
+    """Append one event to a ticket's timeline with the next sequence number.
+
+    The counter lives on the ticket row and is bumped by a single UPDATE, which
+    takes the row lock until commit: concurrent writers queue behind it, and a
+    rolled-back transaction gives its number back, so numbers have no gaps.
+    """
+    ticket_id = _ticket_id(ticket)
+    now = timezone.now()
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE tickets_ticket SET last_event_seq = last_event_seq + 1, updated_at = %s "
+                "WHERE id = %s RETURNING last_event_seq",
+                [now, ticket_id],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            raise Ticket.DoesNotExist(f"ticket {ticket_id} does not exist")
+        event = TicketEvent.objects.create(
+            ticket_id=ticket_id,
+            seq=row[0],
+            kind=kind,
+            actor_kind=actor_kind,
+            actor_user=actor_user,
+            actor_ref=actor_ref,
+            payload=payload or {},
+            is_public=is_public,
+            created_at=now,
+        )
+        transaction.on_commit(
+            lambda: ticket_event_appended.send(sender=TicketEvent, ticket_id=ticket_id, event_id=event.pk)
+        )
+    return event
+
+
+def _clean_body(body: str) -> str:
+    text = (body or "").strip()
+    if not text:
+        raise ValidationError("A message cannot be empty.", code="empty")
+    if len(text) > MESSAGE_MAX_CHARS:
+        raise ValidationError(
+            f"A message can be at most {MESSAGE_MAX_CHARS} characters; this one has {len(text)}.",
+            code="too_long",
+        )
+    return text
+
+
+def message_post(
+    *,
+    ticket: Ticket | int,
+    author_kind: str,
+    body: str,
+    author_user: AbstractBaseUser | None = None,
+    is_public: bool = True,
+    client_msg_id: str | None = None,
+    actor_ref: str = "",
+) -> tuple[Message, bool]:
+    """Post a message on a ticket; returns (message, created).
+
+    With a ``client_msg_id`` the call is idempotent: a repeat returns the
+    original message and ``created=False``, and starts nothing new. Reusing the
+    ID for a different body is refused with MessageConflict.
+    """
+    text = _clean_body(body)
+    ticket_id = _ticket_id(ticket)
+    if client_msg_id is not None:
+        client_msg_id = client_msg_id.strip()
+        if not client_msg_id or len(client_msg_id) > 100:
+            raise ValidationError("A client message ID must be 1 to 100 characters.", code="bad_client_msg_id")
+        existing = Message.objects.filter(ticket_id=ticket_id, client_msg_id=client_msg_id).first()
+        if existing is not None:
+            return _same_message(existing, text), False
+    try:
+        with transaction.atomic():
+            message = Message.objects.create(
+                ticket_id=ticket_id,
+                author_kind=author_kind,
+                author_user=author_user,
+                body=text,
+                is_public=is_public,
+                client_msg_id=client_msg_id,
+            )
+            event_append(
+                ticket=ticket_id,
+                kind="message",
+                actor_kind=author_kind,
+                actor_user=author_user,
+                actor_ref=actor_ref,
+                payload={"message_id": message.pk, "author_kind": author_kind, "body": text},
+                is_public=is_public,
+            )
+            if author_kind == AuthorKind.CUSTOMER:
+                _reopen_for_customer(ticket_id, author_user)
+                transaction.on_commit(lambda: ticket_needs_agent.send(sender=Message, ticket_id=ticket_id))
+    except IntegrityError:
+        # A concurrent request with the same client message ID won the insert.
+        if client_msg_id is None:
+            raise
+        existing = Message.objects.filter(ticket_id=ticket_id, client_msg_id=client_msg_id).first()
+        if existing is None:
+            raise
+        return _same_message(existing, text), False
+    return message, True
+
+
+def _same_message(existing: Message, text: str) -> Message:
+    if existing.body != text:
+        raise MessageConflict(
+            "This client message ID was already used for a different message.", code="client_msg_id_conflict"
+        )
+    return existing
+
+
+def _reopen_for_customer(ticket_id: int, user: AbstractBaseUser | None) -> None:
+    ticket = Ticket.objects.select_for_update().get(pk=ticket_id)
+    if ticket.status in {TicketStatus.WAITING_ON_CUSTOMER, TicketStatus.RESOLVED}:
+        ticket_transition(ticket=ticket, to_status=TicketStatus.OPEN, actor_kind=ActorKind.CUSTOMER, actor_user=user)
+    elif ticket.status == TicketStatus.CLOSED:
+        raise ValidationError("This ticket is closed; please open a new one.", code="ticket_closed")
+
+
+def ticket_open(
+    *,
+    customer: Customer,
+    subject: str,
+    body: str,
+    client_ref: str | None = None,
+) -> tuple[Ticket, bool]:
+    """Open a ticket with the customer's first message; returns (ticket, created).
+
+    A repeat with the same ``client_ref`` returns the ticket the first call opened.
+    """
+    subject = (subject or "").strip()
+    if not subject:
+        subject = _clean_body(body)[:80]
+    if len(subject) > SUBJECT_MAX_CHARS:
+        raise ValidationError(f"A subject can be at most {SUBJECT_MAX_CHARS} characters.", code="subject_too_long")
+    if client_ref is not None:
+        existing = Ticket.objects.filter(customer=customer, client_ref=client_ref).first()
+        if existing is not None:
+            return existing, False
+    try:
+        with transaction.atomic():
+            ticket = Ticket.objects.create(customer=customer, subject=subject, client_ref=client_ref)
+            event_append(
+                ticket=ticket,
+                kind="ticket_opened",
+                actor_kind=ActorKind.CUSTOMER,
+                actor_user=customer.user,
+                payload={"subject": subject},
+                is_public=True,
+            )
+            message_post(
+                ticket=ticket,
+                author_kind=AuthorKind.CUSTOMER,
+                author_user=customer.user,
+                body=body,
+                client_msg_id=f"open:{client_ref}" if client_ref else None,
+            )
+    except IntegrityError:
+        if client_ref is None:
+            raise
+        return Ticket.objects.get(customer=customer, client_ref=client_ref), False
+    return ticket, True
+
+
+def ticket_transition(
+    *,
+    ticket: Ticket | int,
+    to_status: str,
+    actor_kind: str,
+    actor_user: AbstractBaseUser | None = None,
+    actor_ref: str = "",
+    reason: str = "",
+) -> Ticket:
+    """Move a ticket to ``to_status`` if TICKET_TRANSITIONS allows it.
+
+    Moving to the status it already has is a no-op. Anything else not listed is
+    refused with InvalidTransition, naming the allowed targets.
+    """
+    with transaction.atomic():
+        locked = Ticket.objects.select_for_update().get(pk=_ticket_id(ticket))
+        from_status = locked.status
+        if from_status == to_status:
+            return locked
+        if to_status not in TicketStatus.values:
+            raise InvalidTransition(f"{to_status!r} is not a ticket status.", code="unknown_status")
+        allowed = TICKET_TRANSITIONS[from_status]
+        if to_status not in allowed:
+            names = ", ".join(sorted(allowed)) or "none (final)"
+            raise InvalidTransition(
+                f"Ticket #{locked.pk} cannot go from {from_status} to {to_status}; allowed: {names}.",
+                code="invalid_transition",
+            )
+        locked.status = to_status
+        now = timezone.now()
+        update_fields = ["status"]
+        if to_status == TicketStatus.RESOLVED:
+            locked.resolved_at = now
+            update_fields.append("resolved_at")
+        locked.save(update_fields=update_fields)
+        event_append(
+            ticket=locked,
+            kind="status_changed",
+            actor_kind=actor_kind,
+            actor_user=actor_user,
+            actor_ref=actor_ref,
+            payload={"from": from_status, "to": to_status, "reason": reason},
+            is_public=True,
+        )
+    if isinstance(ticket, Ticket):
+        ticket.status = locked.status
+        ticket.resolved_at = locked.resolved_at
+    return locked
+
+
+def ticket_assign(
+    *, ticket: Ticket | int, assignee: AbstractBaseUser | None, actor_user: AbstractBaseUser | None
+) -> Ticket:
+    with transaction.atomic():
+        locked = Ticket.objects.select_for_update().get(pk=_ticket_id(ticket))
+        locked.assignee = assignee
+        locked.save(update_fields=["assignee"])
+        event_append(
+            ticket=locked,
+            kind="assigned",
+            actor_kind=ActorKind.STAFF if actor_user else ActorKind.SYSTEM,
+            actor_user=actor_user,
+            payload={"assignee": getattr(assignee, "username", None)},
+        )
+    return locked

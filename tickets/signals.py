@@ -1,0 +1,12 @@
+"""Signals the ledger sends so that other apps can react without ``tickets`` importing them."""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+# Sent after commit when a ticket may have new work for the agent
+# (a customer message arrived, a decision was recorded). Argument: ticket_id.
+ticket_needs_agent = Signal()
+
+# Sent after commit for every appended timeline event. Arguments: ticket_id, event_id.
+ticket_event_appended = Signal()
