@@ -6,3 +6,7 @@ from django.apps import AppConfig
 class AgentsConfig(AppConfig):
     name = "agents"
     verbose_name = "Agent runs"
+
+    def ready(self) -> None:
+        # Connects the doorbell: a customer message rings advance_ticket after commit.
+        from agents import tasks  # noqa: F401

@@ -203,3 +203,15 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
+
+# --- The agent loop ---------------------------------------------------------------------
+AGENT_LEASE_SECONDS = env_int("AGENT_LEASE_SECONDS", 60)
+AGENT_MAX_STEPS = env_int("AGENT_MAX_STEPS", 16)
+AGENT_TOKEN_BUDGET = env_int("AGENT_TOKEN_BUDGET", 200_000)
+AGENT_MODEL_ATTEMPTS = env_int("AGENT_MODEL_ATTEMPTS", 3)
+OFFLINE_MODEL_TOKEN_DELAY_MS = env_int("OFFLINE_MODEL_TOKEN_DELAY_MS", 0)
+AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 15)
+
+CELERY_BEAT_SCHEDULE = {
+    "agents.sweep": {"task": "agents.sweep", "schedule": float(AGENT_SWEEP_SECONDS)},
+}

@@ -1,0 +1,237 @@
+"""The offline deterministic model: the default, so the product runs with no API key.
+
+It is NOT a language model. It reads the conversation with fixed rules, asks
+for real tool calls through the same interface as an OpenAI-compatible model,
+and streams its answer token by token. It handles the demo conversations:
+order status, refund requests, policy questions and asking for a person.
+The same input always gives the same output, which tests and benchmarks rely on.
+
+``bench:N`` as the customer's message makes it call N tools, one per step,
+with no delay: the zero-latency model of the benchmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from agents.llm import Message, ModelResponse, TokenCallback, ToolCallRequest, ToolSpec, Usage
+
+ORDER_NUMBER = re.compile(r"\b([A-Z]-\d{3,6}|T-\d{3,6})\b", re.IGNORECASE)
+AMOUNT = re.compile(r"\$\s?(\d+(?:\.\d{1,2})?)")
+BENCH = re.compile(r"^bench:(\d{1,3})$")
+
+
+@dataclass
+class Done:
+    name: str
+    args: dict[str, Any]
+    result: dict[str, Any]
+
+
+def _words(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def _money(cents: int, currency: str = "usd") -> str:
+    symbol = "$" if currency.lower() == "usd" else f"{currency.upper()} "
+    return f"{symbol}{cents / 100:,.2f}"
+
+
+class OfflineDeterministicModel:
+    """Rule-based stand-in for a chat model. Clearly not an LLM; see the module docstring."""
+
+    name = "offline-deterministic"
+
+    def __init__(self, token_delay_ms: float | None = None) -> None:
+        delay = token_delay_ms if token_delay_ms is not None else getattr(settings, "OFFLINE_MODEL_TOKEN_DELAY_MS", 0)
+        self.token_delay = float(delay) / 1000
+
+    # --- reading the conversation --------------------------------------------------
+
+    @staticmethod
+    def _current_turn(messages: list[Message]) -> tuple[str, list[Done], str, int]:
+        """The customer's request in this turn, tool calls done so far, recovery notes, steps taken."""
+        start = 0
+        for i, message in enumerate(messages):
+            if message["role"] == "assistant" and message.get("content") and not message.get("tool_calls"):
+                start = i + 1
+        request_parts: list[str] = []
+        notes: list[str] = []
+        done: list[Done] = []
+        pending: dict[str, tuple[str, dict[str, Any]]] = {}
+        steps = 0
+        for message in messages[start:]:
+            role = message["role"]
+            if role == "user":
+                request_parts.append(str(message.get("content") or ""))
+            elif role == "system" and "RECOVERY NOTE" in str(message.get("content")):
+                notes.append(str(message["content"]))
+            elif role == "assistant":
+                steps += 1
+                for call in message.get("tool_calls") or []:
+                    fn = call["function"]
+                    try:
+                        args = json.loads(fn.get("arguments") or "{}")
+                    except json.JSONDecodeError:
+                        args = {}
+                    pending[call["id"]] = (fn["name"], args)
+            elif role == "tool":
+                name, args = pending.pop(message.get("tool_call_id", ""), ("unknown", {}))
+                try:
+                    result = json.loads(message.get("content") or "{}")
+                except json.JSONDecodeError:
+                    result = {"text": message.get("content")}
+                done.append(Done(name, args, result if isinstance(result, dict) else {"value": result}))
+        return " ".join(request_parts).strip(), done, "\n".join(notes), steps
+
+    # --- deciding ----------------------------------------------------------------
+
+    def _next_call(
+        self, request: str, done: list[Done], notes: str, tool_names: set[str]
+    ) -> tuple[str, dict[str, Any]] | None:
+        text = request.lower()
+        names_done = [d.name for d in done]
+        order_match = ORDER_NUMBER.search(request)
+        order_number = order_match.group(1).upper() if order_match else None
+
+        bench = BENCH.match(text.strip())
+        if bench:
+            if len(done) < int(bench.group(1)):
+                return ("list_orders", {}) if len(done) % 2 else ("search_help", {"query": "shipping"})
+            return None
+
+        if re.search(r"\b(human|person|someone|representative|real agent|speak to|talk to)\b", text):
+            return None if "hand_off_to_human" in names_done else ("hand_off_to_human", {"reason": request[:400]})
+
+        if "email" in text and "notify_customer_by_email" in tool_names:
+            if "notify_customer_by_email" in names_done:
+                return None
+            if "notify_customer_by_email" in notes:
+                return None  # it may already have gone out: do not send it twice
+            return (
+                "notify_customer_by_email",
+                {"subject": "Your support request", "body": f"We received your request: {request[:500]}"},
+            )
+
+        if "refund" in text and order_number:
+            if "lookup_order" not in names_done:
+                return ("lookup_order", {"order_number": order_number})
+            lookup = next(d for d in done if d.name == "lookup_order")
+            if "error" in lookup.result or "issue_refund" not in tool_names or "issue_refund" in names_done:
+                return None
+            if "issue_refund" in notes and "may have" in notes:
+                return None
+            amount = AMOUNT.search(request)
+            cents = round(float(amount.group(1)) * 100) if amount else int(lookup.result.get("refundable_cents", 0))
+            if cents <= 0 and not amount:
+                return None
+            return (
+                "issue_refund",
+                {"order_number": order_number, "amount_cents": cents, "reason": request[:300]},
+            )
+
+        if order_number:
+            return None if "lookup_order" in names_done else ("lookup_order", {"order_number": order_number})
+        if re.search(r"\b(my orders?|where|track|status|deliver\w*|package|parcel)\b", text):
+            return None if "list_orders" in names_done else ("list_orders", {})
+        return None if "search_help" in names_done else ("search_help", {"query": request[:200] or "help"})
+
+    # --- answering ---------------------------------------------------------------
+
+    @staticmethod
+    def _compose(request: str, done: list[Done], notes: str) -> str:
+        if BENCH.match(request.lower().strip()):
+            return f"Done: {len(done)} tool calls."
+        parts: list[str] = []
+        for item in done:
+            result = item.result
+            error = result.get("error")
+            if item.name == "lookup_order":
+                if error:
+                    parts.append(f"I could not find that order: {error}")
+                    continue
+                line = f"Your order {result['order_number']} is {result['status']}"
+                if result.get("delivered_at"):
+                    line += f" (delivered on {result['delivered_at']})"
+                elif result.get("shipped_at"):
+                    line += f" (shipped on {result['shipped_at']})"
+                parts.append(line + f"; the total was {_money(result['total_cents'], result['currency'])}.")
+            elif item.name == "list_orders":
+                orders = result.get("orders", [])
+                if not orders:
+                    parts.append("I don't see any orders on your account.")
+                else:
+                    listed = ", ".join(f"{o['order_number']} ({o['status']})" for o in orders[:5])
+                    parts.append(f"Here are your recent orders: {listed}.")
+            elif item.name == "search_help":
+                articles = result.get("articles", [])
+                if articles:
+                    first = articles[0]
+                    summary = " ".join(re.split(r"(?<=\.)\s+", first["body"])[:2])
+                    parts.append(f"From our help center, {first['title']}: {summary}")
+                else:
+                    parts.append("I couldn't find a help article about that; could you tell me a little more?")
+            elif item.name == "issue_refund":
+                if result.get("status") == "rejected_by_staff" or result.get("rejected"):
+                    note = result.get("note") or "no reason given"
+                    parts.append(f"A member of our team reviewed the refund and could not approve it ({note}).")
+                elif error:
+                    parts.append(f"I couldn't issue that refund: {error}")
+                else:
+                    amount = _money(int(result.get("amount_cents", 0)), result.get("currency", "usd"))
+                    parts.append(
+                        f"I've refunded {amount} on order {result.get('order_number')}. "
+                        "It should reach your original payment method in 5 to 10 business days."
+                    )
+            elif item.name == "hand_off_to_human":
+                parts.append("I've passed your ticket to a member of our team; they will reply here shortly.")
+            elif item.name == "notify_customer_by_email":
+                parts.append("I've emailed you a summary." if not error else f"I couldn't send the email: {error}")
+        if "notify_customer_by_email" in notes and "email" in request.lower():
+            parts.append(
+                "An email to you may already have gone out before a restart on our side; "
+                "please check your inbox before asking me to send another."
+            )
+        if not parts:
+            return "Thanks for reaching out! How can I help you with your order today?"
+        return " ".join(parts)
+
+    def complete(
+        self,
+        *,
+        messages: list[Message],
+        tools: list[ToolSpec],
+        on_token: TokenCallback | None = None,
+    ) -> ModelResponse:
+        request, done, notes, steps = self._current_turn(messages)
+        tool_names = {spec["function"]["name"] for spec in tools}
+        prompt_tokens = sum(_words(json.dumps(m, default=str)) for m in messages)
+        call = self._next_call(request, done, notes, tool_names)
+        if call is not None:
+            name, args = call
+            arguments = json.dumps(args, sort_keys=True)
+            return ModelResponse(
+                text="",
+                tool_calls=[ToolCallRequest(id=f"call_{steps + 1}_0", name=name, arguments=arguments)],
+                usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=_words(name + arguments)),
+                model=self.name,
+                finish_reason="tool_calls",
+            )
+        text = self._compose(request, done, notes)
+        if on_token is not None:
+            for token in re.findall(r"\S+\s*", text):
+                on_token(token)
+                if self.token_delay:
+                    time.sleep(self.token_delay)
+        return ModelResponse(
+            text=text,
+            usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=_words(text)),
+            model=self.name,
+            finish_reason="stop",
+        )

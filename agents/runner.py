@@ -1,0 +1,441 @@
+"""The agent loop: ``advance(ticket_id)``, run by the ``agents.advance_ticket`` task.
+
+Idempotent; any number of duplicate or concurrent deliveries are harmless:
+
+1. take the ticket's lease or return (someone else has it);
+2. load the ticket's state from Postgres;
+3. resolve unfinished calls by their replay policy (recovery), apply decisions;
+4. loop: ask the model (streaming), store the step, run the tool calls it
+   asked for (intent, effect, outcome), until it replies, a call needs an
+   approval (pause), the ticket goes to a person, or a budget is hit;
+5. release the lease; if new input arrived meanwhile, ring again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from agents import faults
+from agents import services as agent_services
+from agents.lease import Lease, LeaseLost, lease_acquire, worker_identity
+from agents.llm import ChatModel, ModelError, get_model
+from agents.models import (
+    ACTIVE_RUN_STATUSES,
+    FINAL_CALL_STATUSES,
+    AgentRun,
+    CallStatus,
+    ModelStep,
+    ReplayPolicy,
+    RunStatus,
+    StepStatus,
+    ToolCall,
+)
+from agents.tools import REGISTRY, Tool, ToolContext, ToolError, parse_arguments, tool_specs
+from tickets import realtime
+from tickets.models import AuthorKind, Message, Ticket, TicketStatus
+
+logger = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = """You are the customer-support agent of an online shop that sells kitchen goods.
+Be brief, warm and precise. Use the tools to look up orders and help articles instead of guessing.
+Refunds: only for the customer's own orders, never more than what remains refundable; the system
+checks this and may ask a member of staff to approve. If you cannot help, hand off to a human.
+Your final message (with no tool call) is posted to the customer."""
+
+# Ticket statuses in which the agent does not act (a person has it, or it is closed).
+AGENT_STAYS_OUT = (TicketStatus.WITH_HUMAN, TicketStatus.CLOSED)
+
+
+def max_steps() -> int:
+    return int(getattr(settings, "AGENT_MAX_STEPS", 16))
+
+
+def token_budget() -> int:
+    return int(getattr(settings, "AGENT_TOKEN_BUDGET", 200_000))
+
+
+def model_attempts() -> int:
+    return int(getattr(settings, "AGENT_MODEL_ATTEMPTS", 3))
+
+
+@dataclass
+class Outcome:
+    """What one ``advance`` did; returned by the task for logs and tests."""
+
+    state: str
+    runs: int = 0
+    retry_in: float | None = None
+
+
+class RetryLater(Exception):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
+# Hook for approvals: called with (lease, call, tool, ctx, reason) when a call needs an approval.
+approval_requested_hooks: list[Callable[..., None]] = []
+
+
+def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
+    if not Ticket.objects.filter(pk=ticket_id).exists():
+        return Outcome("missing")
+    lease = lease_acquire(ticket_id=ticket_id, owner=worker_identity())
+    if lease is None:
+        return Outcome("busy")
+    lease.start_heartbeat()
+    outcome = Outcome("idle")
+    try:
+        model = model or get_model()
+        for _ in range(20):  # bounded: each pass finishes or pauses a run
+            run = _current_run(lease, model)
+            if run is None:
+                break
+            outcome.runs += 1
+            state = _drive(lease, run, model)
+            outcome.state = state
+            if state != RunStatus.COMPLETED:
+                break
+    except LeaseLost:
+        logger.warning("ticket %s: lease lost (epoch %s); another worker carries on", ticket_id, lease.epoch)
+        return Outcome("lease_lost", outcome.runs)
+    except RetryLater as retry:
+        outcome = Outcome("retry", outcome.runs, retry_in=retry.seconds)
+    except _Stop:
+        outcome.state = RunStatus.HANDED_OFF
+    finally:
+        faults.hit("before_lease_release")
+        lease.stop_heartbeat()
+        if not lease.lost:
+            lease.release()
+    if outcome.retry_in is None and has_pending_work(ticket_id):
+        from agents.tasks import ring
+
+        ring(ticket_id)
+    return outcome
+
+
+def has_pending_work(ticket_id: int) -> bool:
+    """Is there something for the agent to do on this ticket (used after release and by the sweeper)?"""
+    ticket = Ticket.objects.filter(pk=ticket_id).only("status").first()
+    if ticket is None:
+        return False
+    if AgentRun.objects.filter(ticket_id=ticket_id, status=RunStatus.RUNNING).exists():
+        return True
+    if ticket.status in AGENT_STAYS_OUT:
+        return False
+    if AgentRun.objects.filter(ticket_id=ticket_id, status=RunStatus.WAITING_APPROVAL).exists():
+        return ToolCall.objects.filter(
+            ticket_id=ticket_id, status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False
+        ).exists()
+    return Message.objects.filter(
+        ticket_id=ticket_id, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
+    ).exists()
+
+
+def _current_run(lease: Lease, model: ChatModel) -> AgentRun | None:
+    run = AgentRun.objects.filter(ticket_id=lease.ticket_id, status__in=ACTIVE_RUN_STATUSES).first()
+    if run is not None:
+        if run.status == RunStatus.WAITING_APPROVAL:
+            decided = ToolCall.objects.filter(
+                run=run, status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False
+            ).exists()
+            if not decided:
+                return None  # paused: nothing but rows until a decision rings the doorbell
+            agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.RUNNING, outcome="resumed")
+        return run
+    ticket = Ticket.objects.get(pk=lease.ticket_id)
+    if ticket.status in AGENT_STAYS_OUT:
+        return None
+    return agent_services.run_start(lease=lease, ticket=ticket, model_name=model.name)
+
+
+# --- recovery ---------------------------------------------------------------------------
+
+
+def _recover(lease: Lease, run: AgentRun) -> None:
+    """Resolve what a dead worker left behind, by policy; note it for the model."""
+    resumed = bool(run.epochs) and lease.epoch not in run.epochs
+    found: dict[str, list[dict[str, Any]]] = {"interrupted_steps": [], "rerun": [], "reconciled": [], "uncertain": []}
+
+    for step in ModelStep.objects.filter(run=run, status=StepStatus.STARTED):
+        streamed = realtime.stream_text(run.ticket_id, step.pk)
+        wasted = max(1, len(streamed) // 4) if streamed else 0
+        agent_services.step_fail(
+            lease=lease, step=step, error="interrupted; generated again", status=StepStatus.INTERRUPTED, wasted=wasted
+        )
+        realtime.stream_finished(run.ticket_id, step.pk)
+        found["interrupted_steps"].append({"step": step.index, "wasted_tokens": wasted})
+
+    for call in ToolCall.objects.filter(run=run, status=CallStatus.STARTED).order_by("step__index", "index"):
+        tool = REGISTRY.get(call.name)
+        ctx = ToolContext(ticket=Ticket.objects.select_related("customer").get(pk=run.ticket_id), call=call)
+        entry = {"tool": call.name, "arguments": call.arguments, "idempotency_key": call.idempotency_key}
+        if tool is None or call.replay_policy == ReplayPolicy.NEVER:
+            agent_services.call_finish(
+                lease=lease,
+                call=call,
+                status=CallStatus.UNCERTAIN,
+                result={"status": "uncertain", "note": "The worker stopped during this call; it may have happened."},
+                error="interrupted; not repeated automatically (replay policy: never)",
+            )
+            found["uncertain"].append(entry)
+        elif call.replay_policy == ReplayPolicy.KEYED and tool.reconcile is not None:
+            proven = tool.reconcile(ctx, call.arguments)
+            if proven is not None:
+                agent_services.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=proven)
+                found["reconciled"].append(entry)
+            else:
+                _execute(lease, call, tool, ctx)
+                found["rerun"].append(entry)
+        else:
+            # safe: run it again; keyed without a reconcile hook: retry under the same key.
+            _execute(lease, call, tool, ctx)
+            found["rerun"].append(entry)
+
+    if resumed or any(found.values()):
+        note = None
+        if any(found.values()) or resumed:
+            note = _recovery_note(run, found)
+        agent_services.run_note_resume(lease=lease, run=run, note=note)
+
+
+def _recovery_note(run: AgentRun, found: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    calls = list(ToolCall.objects.filter(run=run).order_by("step__index", "index"))
+    completed = [c.name for c in calls if c.status == CallStatus.SUCCEEDED]
+    failed = [c.name for c in calls if c.status == CallStatus.FAILED]
+    uncertain = [c.name for c in calls if c.status == CallStatus.UNCERTAIN]
+    lines = [
+        "RECOVERY NOTE: the previous worker on this ticket stopped before finishing. "
+        "Steps already completed were kept and are not generated again.",
+        f"Calls completed: {', '.join(completed) or 'none'}.",
+        f"Calls failed: {', '.join(failed) or 'none'}.",
+        f"Calls that may have taken effect (uncertain): {', '.join(uncertain) or 'none'}.",
+    ]
+    if uncertain:
+        lines.append(
+            "Before repeating an uncertain action, check the real state (look it up, or ask the customer); "
+            "do not repeat it blindly."
+        )
+    return {"text": "\n".join(lines), **found}
+
+
+# --- the conversation -------------------------------------------------------------------
+
+
+def _conversation(run: AgentRun) -> list[dict[str, Any]]:
+    """Rebuild the model's input from the ledger alone."""
+    ticket = Ticket.objects.select_related("customer").get(pk=run.ticket_id)
+    system = f"{SYSTEM_PROMPT}\nCustomer: {ticket.customer.name}. Ticket #{ticket.pk}: {ticket.subject}."
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    first_input = min(run.input_message_ids) if run.input_message_ids else None
+    history = Message.objects.filter(ticket=ticket, is_public=True).order_by("created_at", "id")
+    if first_input is not None:
+        history = history.filter(id__lt=first_input)
+    for message in history:
+        if message.author_kind == AuthorKind.CUSTOMER:
+            messages.append({"role": "user", "content": message.body})
+        elif message.author_kind in {AuthorKind.AGENT, AuthorKind.STAFF}:
+            prefix = "[staff] " if message.author_kind == AuthorKind.STAFF else ""
+            messages.append({"role": "assistant", "content": prefix + message.body})
+    for message in Message.objects.filter(pk__in=run.input_message_ids).order_by("created_at", "id"):
+        messages.append({"role": "user", "content": message.body})
+    calls = {(c.step_id, c.index): c for c in ToolCall.objects.filter(run=run)}
+    for step in ModelStep.objects.filter(run=run, status=StepStatus.COMPLETED).order_by("index"):
+        if not step.tool_calls:
+            continue
+        messages.append(
+            {
+                "role": "assistant",
+                "content": step.response_text or None,
+                "tool_calls": [
+                    {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                    for c in step.tool_calls
+                ],
+            }
+        )
+        for index, requested in enumerate(step.tool_calls):
+            call = calls.get((step.pk, index))
+            messages.append({"role": "tool", "tool_call_id": requested["id"], "content": json.dumps(_call_view(call))})
+    for note in run.recovery_notes:
+        messages.append({"role": "system", "content": note["text"]})
+    return messages
+
+
+def _call_view(call: ToolCall | None) -> dict[str, Any]:
+    if call is None:
+        return {"error": "not run"}
+    if call.status == CallStatus.SUCCEEDED:
+        return call.result or {}
+    if call.status == CallStatus.UNCERTAIN:
+        return {"status": "uncertain", "error": "may or may not have taken effect; check before repeating"}
+    if call.status == CallStatus.REJECTED:
+        return {"rejected": True, "status": "rejected_by_staff", "note": call.approval_note or ""}
+    return {"error": call.error or "failed", **(call.result or {})}
+
+
+# --- driving a run ----------------------------------------------------------------------
+
+
+def _drive(lease: Lease, run: AgentRun, model: ChatModel) -> str:
+    _recover(lease, run)
+    while True:
+        steps = list(ModelStep.objects.filter(run=run, status=StepStatus.COMPLETED).order_by("index"))
+        last = steps[-1] if steps else None
+        if last is not None and last.tool_calls:
+            state = _run_calls(lease, run, last)
+            if state is not None:
+                return state
+        elif last is not None:
+            if last.response_text.strip():
+                agent_services.reply_post(lease=lease, run=run, step=last)
+            agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.COMPLETED, outcome="replied")
+            return RunStatus.COMPLETED
+
+        if len(steps) >= max_steps():
+            agent_services.hand_off(lease=lease, run=run, reason=f"step limit reached ({max_steps()} steps)")
+            return RunStatus.HANDED_OFF
+        if agent_services.ticket_tokens_used(ticket_id=run.ticket_id) >= token_budget():
+            agent_services.hand_off(lease=lease, run=run, reason=f"token budget reached ({token_budget()} tokens)")
+            return RunStatus.HANDED_OFF
+        _ask_model(lease, run, model, index=len(steps))
+
+
+def _ask_model(lease: Lease, run: AgentRun, model: ChatModel, *, index: int) -> None:
+    messages = _conversation(run)
+    failures = ModelStep.objects.filter(run=run, index=index, status=StepStatus.FAILED).count()
+    step = agent_services.step_start(lease=lease, run=run, index=index, model_name=model.name, messages=messages)
+    offset = 0
+
+    def on_token(text: str) -> None:
+        nonlocal offset
+        realtime.stream_token(run.ticket_id, step.pk, offset, text)
+        offset += len(text)
+        faults.hit("mid_stream")
+
+    try:
+        response = model.complete(messages=messages, tools=tool_specs(), on_token=on_token)
+    except ModelError as exc:
+        streamed = realtime.stream_text(run.ticket_id, step.pk)
+        agent_services.step_fail(lease=lease, step=step, error=str(exc), wasted=len(streamed) // 4)
+        realtime.stream_finished(run.ticket_id, step.pk)
+        if exc.retryable and failures + 1 < model_attempts():
+            raise RetryLater(min(60.0, 2.0 ** (failures + 1))) from exc
+        agent_services.hand_off(lease=lease, run=run, reason=f"the model could not answer: {exc}")
+        raise _Stop() from exc
+    agent_services.step_complete(lease=lease, step=step, response=response)
+    realtime.stream_finished(run.ticket_id, step.pk)
+    faults.hit("after_step_stored")
+
+
+class _Stop(Exception):
+    pass
+
+
+def _run_calls(lease: Lease, run: AgentRun, step: ModelStep) -> str | None:
+    """Run the calls a completed step asked for. Returns a run state to stop at, or None to go on."""
+    ticket = Ticket.objects.select_related("customer").get(pk=run.ticket_id)
+    existing = {c.index: c for c in ToolCall.objects.filter(step=step)}
+    for index, requested in enumerate(step.tool_calls):
+        call = existing.get(index)
+        if call is not None and call.status in FINAL_CALL_STATUSES:
+            continue
+        if call is not None and call.status == CallStatus.AWAITING_APPROVAL:
+            state = _apply_decision(lease, run, call, ticket)
+            if state is not None:
+                return state
+            continue
+        try:
+            tool, args = parse_arguments(requested["name"], requested["arguments"])
+        except ToolError as exc:
+            call = call or agent_services.call_start(
+                lease=lease,
+                run=run,
+                step=step,
+                index=index,
+                model_call_id=requested["id"],
+                name=requested["name"][:100],
+                arguments={"raw": str(requested["arguments"])[:2000]},
+                replay_policy=ReplayPolicy.SAFE,
+                public_label="",
+            )
+            agent_services.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
+            continue
+        if call is None:
+            call = agent_services.call_start(
+                lease=lease,
+                run=run,
+                step=step,
+                index=index,
+                model_call_id=requested["id"],
+                name=tool.name,
+                arguments=args,
+                replay_policy=tool.replay_policy,
+                public_label=tool.public_label,
+            )
+            faults.hit("after_call_started")
+        ctx = ToolContext(ticket=ticket, call=call)
+        if tool.needs_approval is not None and call.approval_decision is None:
+            reason = tool.needs_approval(ctx, args)
+            if reason:
+                _request_approval(lease, run, call, tool, ctx, reason)
+                return RunStatus.WAITING_APPROVAL
+        _execute(lease, call, tool, ctx)
+        call.refresh_from_db()
+        if tool.ends_turn and call.status == CallStatus.SUCCEEDED:
+            agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=tool.name)
+            return RunStatus.HANDED_OFF
+    return None
+
+
+def _execute(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext) -> None:
+    """Run the effect, then commit the outcome. The intent row is already committed."""
+    if call.status != CallStatus.STARTED:
+        call = agent_services.call_retry(lease=lease, call=call)
+    try:
+        # The effect runs in its own transaction: a keyed effect on our own rows
+        # commits with its unique key; an external one is keyed at the provider.
+        with transaction.atomic():
+            result = tool.handler(ctx, call.arguments)
+    except ToolError as exc:
+        agent_services.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
+        return
+    except LeaseLost:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any tool crash becomes a result the model sees
+        logger.exception("tool %s failed on ticket %s", call.name, call.ticket_id)
+        if call.replay_policy == ReplayPolicy.NEVER:
+            agent_services.call_finish(
+                lease=lease, call=call, status=CallStatus.UNCERTAIN, result=None, error=f"{type(exc).__name__}: {exc}"
+            )
+        else:
+            agent_services.call_finish(
+                lease=lease, call=call, status=CallStatus.FAILED, result=None, error=f"{type(exc).__name__}: {exc}"
+            )
+        return
+    if call.replay_policy == ReplayPolicy.KEYED:
+        faults.hit("after_keyed_effect")
+    elif call.replay_policy == ReplayPolicy.NEVER:
+        faults.hit("after_never_effect")
+    agent_services.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=result)
+
+
+def _request_approval(lease: Lease, run: AgentRun, call: ToolCall, tool: Tool, ctx: ToolContext, reason: str) -> None:
+    from agents.approval import pause_for_approval
+
+    pause_for_approval(lease=lease, run=run, call=call, reason=reason)
+    for hook in approval_requested_hooks:
+        hook(lease=lease, call=call, tool=tool, ctx=ctx, reason=reason)
+
+
+def _apply_decision(lease: Lease, run: AgentRun, call: ToolCall, ticket: Ticket) -> str | None:
+    from agents.approval import apply_decision
+
+    return apply_decision(lease=lease, run=run, call=call, ticket=ticket, execute=_execute)

@@ -1,0 +1,286 @@
+"""Writes of the agent's ledger. Every function that writes for a run takes the
+lease and writes inside ``lease.guard()``, so a worker that lost the lease
+cannot write (fencing).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db.models import F, Sum
+from django.utils import timezone
+
+from agents.lease import Lease
+from agents.llm import ModelResponse
+from agents.models import (
+    RUN_TRANSITIONS,
+    AgentRun,
+    CallStatus,
+    ModelStep,
+    RunStatus,
+    StepStatus,
+    ToolCall,
+)
+from tickets import services as ticket_services
+from tickets.models import ActorKind, AuthorKind, Message, Ticket, TicketStatus
+
+
+def idempotency_key(*, ticket_id: int, run_id: int, step_index: int, call_index: int) -> str:
+    """Stable across retries and workers: derived only from where the call sits in the ledger."""
+    return f"t{ticket_id}-r{run_id}-s{step_index}-c{call_index}"
+
+
+def _actor(run: AgentRun) -> str:
+    return f"run:{run.pk}"
+
+
+def run_start(*, lease: Lease, ticket: Ticket, model_name: str) -> AgentRun | None:
+    """Start a run for the customer messages not yet taken in; None if there are none."""
+    with lease.guard():
+        inputs = list(
+            Message.objects.select_for_update()
+            .filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True)
+            .order_by("created_at", "id")
+        )
+        if not inputs:
+            return None
+        now = timezone.now()
+        Message.objects.filter(pk__in=[m.pk for m in inputs]).update(agent_handled_at=now)
+        run = AgentRun.objects.create(
+            ticket=ticket,
+            input_message_ids=[m.pk for m in inputs],
+            model_name=model_name,
+            epochs=[lease.epoch],
+            started_at=now,
+        )
+        ticket_services.event_append(
+            ticket=ticket,
+            kind="agent_run_started",
+            actor_kind=ActorKind.AGENT,
+            actor_ref=_actor(run),
+            payload={"run_id": run.pk, "messages": run.input_message_ids},
+            is_public=True,
+        )
+    return run
+
+
+def run_transition(*, lease: Lease, run: AgentRun, to_status: str, outcome: str = "") -> AgentRun:
+    with lease.guard():
+        locked = AgentRun.objects.select_for_update().get(pk=run.pk)
+        if to_status != locked.status and to_status not in RUN_TRANSITIONS[locked.status]:
+            raise ValueError(f"run {run.pk} cannot go from {locked.status} to {to_status}")
+        locked.status = to_status
+        locked.outcome = outcome or locked.outcome
+        fields = ["status", "outcome"]
+        if to_status in {RunStatus.COMPLETED, RunStatus.HANDED_OFF, RunStatus.FAILED}:
+            locked.ended_at = timezone.now()
+            fields.append("ended_at")
+        locked.save(update_fields=fields)
+        ticket_services.event_append(
+            ticket=run.ticket_id,
+            kind=f"agent_run_{to_status}",
+            actor_kind=ActorKind.AGENT,
+            actor_ref=_actor(run),
+            payload={"run_id": run.pk, "outcome": outcome},
+            is_public=to_status != RunStatus.RUNNING,
+        )
+    run.status, run.outcome, run.ended_at = locked.status, locked.outcome, locked.ended_at
+    return run
+
+
+def run_note_resume(*, lease: Lease, run: AgentRun, note: dict[str, Any] | None) -> None:
+    """Record that this lease epoch took the run over, with the recovery note if any."""
+    with lease.guard():
+        locked = AgentRun.objects.select_for_update().get(pk=run.pk)
+        if lease.epoch not in locked.epochs:
+            locked.epochs = [*locked.epochs, lease.epoch]
+        if note:
+            locked.recovery_notes = [*locked.recovery_notes, note]
+        locked.save(update_fields=["epochs", "recovery_notes"])
+        if note:
+            ticket_services.event_append(
+                ticket=run.ticket_id,
+                kind="agent_run_recovered",
+                actor_kind=ActorKind.SYSTEM,
+                actor_ref=_actor(run),
+                payload={"run_id": run.pk, "epoch": lease.epoch, **note},
+            )
+    run.epochs, run.recovery_notes = locked.epochs, locked.recovery_notes
+
+
+def step_start(*, lease: Lease, run: AgentRun, index: int, model_name: str, messages: list[dict]) -> ModelStep:
+    with lease.guard():
+        attempt = ModelStep.objects.filter(run=run, index=index).count() + 1
+        return ModelStep.objects.create(
+            run=run,
+            ticket_id=run.ticket_id,
+            index=index,
+            attempt=attempt,
+            model_name=model_name,
+            request_messages=messages,
+            epoch=lease.epoch,
+        )
+
+
+def step_complete(*, lease: Lease, step: ModelStep, response: ModelResponse) -> ModelStep:
+    with lease.guard():
+        step.status = StepStatus.COMPLETED
+        step.response_text = response.text
+        step.tool_calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls]
+        step.finish_reason = response.finish_reason
+        step.prompt_tokens = response.usage.prompt_tokens
+        step.completion_tokens = response.usage.completion_tokens
+        step.completed_at = timezone.now()
+        step.save(
+            update_fields=[
+                "status",
+                "response_text",
+                "tool_calls",
+                "finish_reason",
+                "prompt_tokens",
+                "completion_tokens",
+                "completed_at",
+            ]
+        )
+        AgentRun.objects.filter(pk=step.run_id).update(
+            prompt_tokens=F("prompt_tokens") + response.usage.prompt_tokens,
+            completion_tokens=F("completion_tokens") + response.usage.completion_tokens,
+        )
+    return step
+
+
+def step_fail(*, lease: Lease, step: ModelStep, error: str, status: str = StepStatus.FAILED, wasted: int = 0) -> None:
+    with lease.guard():
+        ModelStep.objects.filter(pk=step.pk).update(
+            status=status, error=error[:2000], wasted_tokens=wasted, completed_at=timezone.now()
+        )
+        if wasted:
+            AgentRun.objects.filter(pk=step.run_id).update(wasted_tokens=F("wasted_tokens") + wasted)
+
+
+def call_start(
+    *,
+    lease: Lease,
+    run: AgentRun,
+    step: ModelStep,
+    index: int,
+    model_call_id: str,
+    name: str,
+    arguments: dict[str, Any],
+    replay_policy: str,
+    public_label: str,
+    status: str = CallStatus.STARTED,
+) -> ToolCall:
+    """Commit the intent (status ``started``) before any effect runs."""
+    with lease.guard():
+        call = ToolCall.objects.create(
+            ticket_id=run.ticket_id,
+            run=run,
+            step=step,
+            index=index,
+            model_call_id=model_call_id,
+            name=name,
+            arguments=arguments,
+            idempotency_key=idempotency_key(
+                ticket_id=run.ticket_id, run_id=run.pk, step_index=step.index, call_index=index
+            ),
+            replay_policy=replay_policy,
+            status=status,
+            epoch=lease.epoch,
+        )
+        ticket_services.event_append(
+            ticket=run.ticket_id,
+            kind="tool_call_started",
+            actor_kind=ActorKind.AGENT,
+            actor_ref=_actor(run),
+            payload={"call_id": call.pk, "tool": name, "label": public_label},
+            is_public=bool(public_label),
+        )
+    return call
+
+
+def call_finish(
+    *,
+    lease: Lease,
+    call: ToolCall,
+    status: str,
+    result: dict[str, Any] | None,
+    error: str = "",
+) -> ToolCall:
+    """Commit the outcome of a call. A call already final is left as it is."""
+    with lease.guard():
+        locked = ToolCall.objects.select_for_update().get(pk=call.pk)
+        if locked.status in {CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.UNCERTAIN, CallStatus.REJECTED}:
+            return locked
+        locked.status = status
+        locked.result = json.loads(json.dumps(result, default=str)) if result is not None else None
+        locked.error = error[:2000]
+        locked.finished_at = timezone.now()
+        locked.save(update_fields=["status", "result", "error", "finished_at"])
+        ticket_services.event_append(
+            ticket=call.ticket_id,
+            kind="tool_call_uncertain" if status == CallStatus.UNCERTAIN else "tool_call_finished",
+            actor_kind=ActorKind.AGENT if status != CallStatus.UNCERTAIN else ActorKind.SYSTEM,
+            actor_ref=f"run:{call.run_id}",
+            payload={"call_id": call.pk, "tool": call.name, "status": status, "error": error[:500]},
+        )
+    return locked
+
+
+def call_retry(*, lease: Lease, call: ToolCall) -> ToolCall:
+    with lease.guard():
+        ToolCall.objects.filter(pk=call.pk).update(attempts=F("attempts") + 1, epoch=lease.epoch)
+    call.refresh_from_db()
+    return call
+
+
+def reply_post(*, lease: Lease, run: AgentRun, step: ModelStep) -> Message:
+    """Post the model's final answer; keyed by the step, so a crash and retry posts it once."""
+    with lease.guard():
+        message, _ = ticket_services.message_post(
+            ticket=run.ticket_id,
+            author_kind=AuthorKind.AGENT,
+            body=step.response_text,
+            client_msg_id=f"reply:{run.pk}:{step.index}",
+            actor_ref=_actor(run),
+        )
+        ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
+        if ticket.status == TicketStatus.OPEN:
+            ticket_services.ticket_transition(
+                ticket=ticket,
+                to_status=TicketStatus.WAITING_ON_CUSTOMER,
+                actor_kind=ActorKind.AGENT,
+                actor_ref=_actor(run),
+            )
+    return message
+
+
+def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:
+    """Give the ticket to a person: internal note, status, and the run ends."""
+    with lease.guard():
+        ticket_services.message_post(
+            ticket=run.ticket_id,
+            author_kind=AuthorKind.SYSTEM,
+            body=f"The agent stopped and handed this ticket to a person: {reason}",
+            is_public=False,
+            client_msg_id=f"handoff:{run.pk}",
+            actor_ref=_actor(run),
+        )
+        ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
+        if ticket.status not in {TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}:
+            ticket_services.ticket_transition(
+                ticket=ticket,
+                to_status=TicketStatus.WITH_HUMAN,
+                actor_kind=ActorKind.AGENT,
+                actor_ref=_actor(run),
+                reason=reason,
+            )
+        run_transition(lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=reason)
+
+
+def ticket_tokens_used(*, ticket_id: int) -> int:
+    totals = AgentRun.objects.filter(ticket_id=ticket_id).aggregate(
+        p=Sum("prompt_tokens"), c=Sum("completion_tokens"), w=Sum("wasted_tokens")
+    )
+    return sum(v or 0 for v in totals.values())

@@ -1,0 +1,321 @@
+"""The tool registry: what the agent may do, with schemas and replay policies.
+
+Every tool declares how recovery treats a call found ``started`` with no
+outcome (DESIGN.md, invariant 5):
+
+- ``safe``: a read; run it again.
+- ``keyed``: its effect is deduplicated by the call's idempotency key; reconcile
+  first (the ``reconcile`` hook asks what happened under the key), then finish
+  or retry with the same key.
+- ``never``: no way to deduplicate; mark it uncertain and tell the model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from django.contrib.postgres.search import SearchQuery, SearchRank
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+
+from agents.models import ReplayPolicy, ToolCall
+from tickets import services as ticket_services
+from tickets.models import ActorKind, AuthorKind, HelpArticle, Message, Order, Ticket, TicketStatus
+
+
+class ToolError(Exception):
+    """A refusal or failure the model should see and explain (not a crash)."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool may touch. The caller holds the ticket's lease."""
+
+    ticket: Ticket
+    call: ToolCall
+
+    @property
+    def actor_ref(self) -> str:
+        return f"run:{self.call.run_id}"
+
+
+Handler = Callable[[ToolContext, dict[str, Any]], dict[str, Any]]
+# Returns the call's result if recovery can prove what happened, else None.
+Reconciler = Callable[[ToolContext, dict[str, Any]], dict[str, Any] | None]
+ApprovalPredicate = Callable[[ToolContext, dict[str, Any]], str | None]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    replay_policy: str
+    handler: Handler
+    reconcile: Reconciler | None = None
+    # Returns a reason when this call needs a staff approval before it runs.
+    needs_approval: ApprovalPredicate | None = None
+    # Friendly words for the customer's timeline, e.g. "Looking up your order".
+    public_label: str = ""
+    # The run ends after this tool succeeds (a hand-off).
+    ends_turn: bool = False
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+REGISTRY: dict[str, Tool] = {}
+
+
+def register(tool: Tool) -> Tool:
+    REGISTRY[tool.name] = tool
+    return tool
+
+
+def tool_specs() -> list[dict[str, Any]]:
+    return [tool.spec() for tool in REGISTRY.values()]
+
+
+def parse_arguments(name: str, raw: str | dict[str, Any]) -> tuple[Tool, dict[str, Any]]:
+    """Look up the tool and validate the model's arguments; ToolError on anything wrong."""
+    tool = REGISTRY.get(name)
+    if tool is None:
+        raise ToolError(f"Unknown tool {name!r}. Available tools: {', '.join(sorted(REGISTRY))}.")
+    if isinstance(raw, dict):
+        args = raw
+    else:
+        try:
+            args = json.loads(raw or "{}")
+        except json.JSONDecodeError as exc:
+            raise ToolError(f"Arguments for {name} are not valid JSON: {exc.msg}.") from None
+    if not isinstance(args, dict):
+        raise ToolError(f"Arguments for {name} must be a JSON object.")
+    try:
+        jsonschema.validate(args, tool.parameters)
+    except jsonschema.ValidationError as exc:
+        raise ToolError(f"Invalid arguments for {name}: {exc.message}.") from None
+    return tool, args
+
+
+# --- Orders -------------------------------------------------------------------------
+
+
+def refunded_cents(order: Order) -> int:
+    """What has been refunded on this order so far, from the refunds ledger if present."""
+    try:
+        from agents.refunds import refunded_total_cents
+    except ImportError:
+        return 0
+    return refunded_total_cents(order)
+
+
+def order_summary(order: Order) -> dict[str, Any]:
+    refunded = refunded_cents(order)
+    return {
+        "order_number": order.number,
+        "status": order.status,
+        "placed_at": order.placed_at.date().isoformat(),
+        "shipped_at": order.shipped_at.date().isoformat() if order.shipped_at else None,
+        "delivered_at": order.delivered_at.date().isoformat() if order.delivered_at else None,
+        "currency": order.currency,
+        "total_cents": order.total_cents,
+        "refunded_cents": refunded,
+        "refundable_cents": max(0, order.total_cents - refunded),
+        "lines": [
+            {"description": line.description, "quantity": line.quantity, "unit_price_cents": line.unit_price_cents}
+            for line in order.lines.all()
+        ],
+    }
+
+
+def customer_order(ticket: Ticket, order_number: str) -> Order:
+    """The order, if it belongs to the ticket's customer. Enforced here, not in the prompt."""
+    order = Order.objects.filter(number__iexact=order_number.strip(), customer_id=ticket.customer_id).first()
+    if order is None:
+        raise ToolError(f"No order {order_number} was found for this customer.")
+    return order
+
+
+def lookup_order(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    return order_summary(customer_order(ctx.ticket, args["order_number"]))
+
+
+def list_orders(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    orders = Order.objects.filter(customer_id=ctx.ticket.customer_id).prefetch_related("lines")[:20]
+    return {"orders": [order_summary(order) for order in orders]}
+
+
+def search_help(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    query = SearchQuery(args["query"], search_type="websearch", config="english")
+    hits = (
+        HelpArticle.objects.filter(search_vector=query)
+        .annotate(rank=SearchRank("search_vector", query))
+        .order_by("-rank", "title")[:3]
+    )
+    if not hits:
+        # websearch ANDs the words; fall back to any of them.
+        words = [w for w in args["query"].split() if w.isalnum()]
+        if words:
+            query = SearchQuery(" | ".join(words), search_type="raw", config="english")
+            hits = (
+                HelpArticle.objects.filter(search_vector=query)
+                .annotate(rank=SearchRank("search_vector", query))
+                .order_by("-rank", "title")[:3]
+            )
+    return {"articles": [{"slug": a.slug, "title": a.title, "body": a.body} for a in hits]}
+
+
+# --- Messages -------------------------------------------------------------------------
+
+
+def _post(ctx: ToolContext, text: str, *, public: bool) -> dict[str, Any]:
+    try:
+        message, created = ticket_services.message_post(
+            ticket=ctx.ticket,
+            author_kind=AuthorKind.AGENT,
+            body=text,
+            is_public=public,
+            client_msg_id=ctx.call.idempotency_key,
+            actor_ref=ctx.actor_ref,
+        )
+    except ValidationError as exc:
+        raise ToolError(" ".join(exc.messages)) from None
+    return {"message_id": message.pk, "posted": True, "deduplicated": not created}
+
+
+def _reconcile_post(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
+    message = Message.objects.filter(ticket=ctx.ticket, client_msg_id=ctx.call.idempotency_key).first()
+    if message is None:
+        return None
+    return {"message_id": message.pk, "posted": True, "deduplicated": True}
+
+
+def post_reply(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    return _post(ctx, args["text"], public=True)
+
+
+def add_internal_note(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    return _post(ctx, args["text"], public=False)
+
+
+def notify_customer_by_email(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    customer = ctx.ticket.customer
+    sent = send_mail(args["subject"], args["body"], None, [customer.email], fail_silently=False)
+    return {"sent": bool(sent), "to": customer.email}
+
+
+def hand_off_to_human(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    ticket_services.message_post(
+        ticket=ctx.ticket,
+        author_kind=AuthorKind.AGENT,
+        body=f"Handed off to a person: {args['reason']}",
+        is_public=False,
+        client_msg_id=ctx.call.idempotency_key,
+        actor_ref=ctx.actor_ref,
+    )
+    ticket_services.ticket_transition(
+        ticket=ctx.ticket,
+        to_status=TicketStatus.WITH_HUMAN,
+        actor_kind=ActorKind.AGENT,
+        actor_ref=ctx.actor_ref,
+        reason=args["reason"],
+    )
+    return {"handed_off": True}
+
+
+def _reconcile_hand_off(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
+    ticket = Ticket.objects.get(pk=ctx.ticket.pk)
+    if ticket.status == TicketStatus.WITH_HUMAN:
+        return {"handed_off": True}
+    return None
+
+
+_ORDER_NUMBER = {"type": "string", "minLength": 1, "maxLength": 32, "description": "The order number, e.g. A-1001"}
+_TEXT = {"type": "string", "minLength": 1, "maxLength": 4000}
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+register(
+    Tool(
+        name="lookup_order",
+        description="Look up one of the customer's orders by its number: status, dates, lines, refundable amount.",
+        parameters=_object({"order_number": _ORDER_NUMBER}, ["order_number"]),
+        replay_policy=ReplayPolicy.SAFE,
+        handler=lookup_order,
+        public_label="Looking up your order",
+    )
+)
+register(
+    Tool(
+        name="list_orders",
+        description="List the customer's recent orders.",
+        parameters=_object({}, []),
+        replay_policy=ReplayPolicy.SAFE,
+        handler=list_orders,
+        public_label="Looking up your orders",
+    )
+)
+register(
+    Tool(
+        name="search_help",
+        description="Search the help articles (refund policy, shipping, returns...).",
+        parameters=_object({"query": {"type": "string", "minLength": 1, "maxLength": 200}}, ["query"]),
+        replay_policy=ReplayPolicy.SAFE,
+        handler=search_help,
+        public_label="Checking our help articles",
+    )
+)
+register(
+    Tool(
+        name="post_reply",
+        description="Post a reply the customer sees. Use for an interim update; your final answer is posted for you.",
+        parameters=_object({"text": _TEXT}, ["text"]),
+        replay_policy=ReplayPolicy.KEYED,
+        handler=post_reply,
+        reconcile=_reconcile_post,
+    )
+)
+register(
+    Tool(
+        name="add_internal_note",
+        description="Add a note for the support staff; the customer does not see it.",
+        parameters=_object({"text": _TEXT}, ["text"]),
+        replay_policy=ReplayPolicy.KEYED,
+        handler=add_internal_note,
+        reconcile=_reconcile_post,
+    )
+)
+register(
+    Tool(
+        name="notify_customer_by_email",
+        description="Send the customer an email. Cannot be undone or deduplicated.",
+        parameters=_object(
+            {"subject": {"type": "string", "minLength": 1, "maxLength": 200}, "body": _TEXT}, ["subject", "body"]
+        ),
+        replay_policy=ReplayPolicy.NEVER,
+        handler=notify_customer_by_email,
+        public_label="Sending you an email",
+    )
+)
+register(
+    Tool(
+        name="hand_off_to_human",
+        description="Hand the ticket to a member of the support staff, with the reason.",
+        parameters=_object({"reason": {"type": "string", "minLength": 1, "maxLength": 500}}, ["reason"]),
+        replay_policy=ReplayPolicy.KEYED,
+        handler=hand_off_to_human,
+        reconcile=_reconcile_hand_off,
+        public_label="A person from our team will join",
+        ends_turn=True,
+    )
+)
