@@ -193,11 +193,11 @@ def _recover(lease: Lease, run: AgentRun) -> None:
                 agent_services.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=proven)
                 found["reconciled"].append(entry)
             else:
-                _execute(lease, call, tool, ctx)
+                _execute(lease, call, tool, ctx, again=True)
                 found["rerun"].append(entry)
         else:
             # safe: run it again; keyed without a reconcile hook: retry under the same key.
-            _execute(lease, call, tool, ctx)
+            _execute(lease, call, tool, ctx, again=True)
             found["rerun"].append(entry)
 
     if resumed or any(found.values()):
@@ -346,6 +346,9 @@ def _run_calls(lease: Lease, run: AgentRun, step: ModelStep) -> str | None:
     for index, requested in enumerate(step.tool_calls):
         call = existing.get(index)
         if call is not None and call.status in FINAL_CALL_STATUSES:
+            if _ends_turn(call):
+                agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=call.name)
+                return RunStatus.HANDED_OFF
             continue
         if call is not None and call.status == CallStatus.AWAITING_APPROVAL:
             state = _apply_decision(lease, run, call, ticket)
@@ -389,15 +392,23 @@ def _run_calls(lease: Lease, run: AgentRun, step: ModelStep) -> str | None:
                 return RunStatus.WAITING_APPROVAL
         _execute(lease, call, tool, ctx)
         call.refresh_from_db()
-        if tool.ends_turn and call.status == CallStatus.SUCCEEDED:
+        if _ends_turn(call):
             agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=tool.name)
             return RunStatus.HANDED_OFF
     return None
 
 
-def _execute(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext) -> None:
-    """Run the effect, then commit the outcome. The intent row is already committed."""
-    if call.status != CallStatus.STARTED:
+def _ends_turn(call: ToolCall) -> bool:
+    tool = REGISTRY.get(call.name)
+    return tool is not None and tool.ends_turn and call.status == CallStatus.SUCCEEDED
+
+
+def _execute(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, again: bool = False) -> None:
+    """Run the effect, then commit the outcome. The intent row is already committed.
+
+    ``again``: recovery runs a call whose earlier attempt left no outcome; count it.
+    """
+    if again:
         call = agent_services.call_retry(lease=lease, call=call)
     try:
         # The effect runs in its own transaction: a keyed effect on our own rows

@@ -1,0 +1,150 @@
+"""Real Celery worker and beat processes for tests that crash, stop or race them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import quote
+
+import redis
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_database_url() -> str:
+    """The URL of the database pytest-django created, for processes we start."""
+    s = connection.settings_dict
+    host = s.get("HOST") or s.get("OPTIONS", {}).get("host") or ""
+    auth = quote(s.get("USER") or "", safe="")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"], safe="")
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgres://{auth}@{quote(host, safe='')}{port}/{s['NAME']}"
+
+
+def purge_broker() -> None:
+    """Drop every queued and unacknowledged doorbell, as a broker flush would."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    for key in client.scan_iter("*"):
+        name = key.decode()
+        if name in {"celery", "unacked", "unacked_index", "unacked_mutex"} or name.startswith("_kombu"):
+            client.delete(key)
+
+
+class Proc:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = self.log_path.open("w")
+        self.popen = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        try:
+            os.killpg(self.popen.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def wait_dead(self, timeout: float) -> int:
+        return self.popen.wait(timeout)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGTERM)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.signal(signal.SIGKILL)
+        self.popen.wait()
+        self._log.close()
+
+
+class Cluster:
+    """Starts worker and beat processes against the test database; stops them all at the end."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.procs: list[Proc] = []
+        self.fault_dir = tmp_path / "faults"
+        self.fault_dir.mkdir(exist_ok=True)
+        self.mail_dir = tmp_path / "mail"
+        self.mail_dir.mkdir(exist_ok=True)
+        self._count = 0
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        for key in ("AGENT_FAULT_POINTS", "AGENT_FAULT_ONCE_DIR"):
+            env.pop(key, None)
+        env.update(
+            {
+                "DATABASE_URL": test_database_url(),
+                "REDIS_URL": settings.REDIS_URL,
+                "AGENT_LEASE_SECONDS": "2",
+                "AGENT_SWEEP_SECONDS": "1",
+                "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+                "EMAIL_FILE_PATH": str(self.mail_dir),
+                "EMBEDDED_DIR": str(self.tmp_path / "var"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(extra)
+        return env
+
+    def worker(self, *, faults: str = "", pool: str = "solo", **extra: str) -> Proc:
+        self._count += 1
+        name = f"worker{self._count}"
+        env = self.env(**extra)
+        if faults:
+            env.update({"AGENT_FAULT_POINTS": faults, "AGENT_FAULT_ONCE_DIR": str(self.fault_dir)})
+        argv = [sys.executable, "-m", "celery", "-A", "support", "worker", "-l", "info", "-n", f"{name}@%h",
+                f"--pool={pool}", "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
+        if pool == "prefork":
+            argv += ["--concurrency", "1"]
+        proc = Proc(name, argv, env, self.tmp_path)
+        self.procs.append(proc)
+        return proc
+
+    def beat(self) -> Proc:
+        argv = [sys.executable, "-m", "celery", "-A", "support", "beat", "-l", "info",
+                "-s", str(self.tmp_path / "celerybeat-schedule")]  # fmt: skip
+        proc = Proc("beat", argv, self.env(), self.tmp_path)
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"----- {p.name}\n{p.log()[-4000:]}" for p in self.procs)
+
+
+def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str, cluster: Cluster | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    detail = f"\n{cluster.logs()}" if cluster else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
