@@ -1,0 +1,95 @@
+"""Operations: every run, model step, tool call and lease is inspectable, and tickets are actionable."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from agents.models import AgentRun, ModelStep, TicketLease, ToolCall
+from agents.tasks import ring
+from tickets.admin import ReadOnlyInline, TicketAdmin
+from tickets.models import Ticket
+
+
+class AgentRunInline(ReadOnlyInline):
+    model = AgentRun
+    fields = ["id", "status", "started_at", "ended_at", "model_name", "epochs", "prompt_tokens", "completion_tokens"]
+    readonly_fields = fields
+    show_change_link = True
+
+
+class ToolCallTicketInline(ReadOnlyInline):
+    model = ToolCall
+    verbose_name_plural = "tool calls"
+    fields = ["id", "run", "name", "status", "replay_policy", "idempotency_key", "attempts", "started_at"]
+    readonly_fields = fields
+    show_change_link = True
+
+
+TicketAdmin.inlines = [*TicketAdmin.inlines, AgentRunInline, ToolCallTicketInline]
+
+
+@admin.action(description="Ring the agent for these tickets now")
+def ring_agent(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Ticket]) -> None:
+    for ticket_id in queryset.values_list("pk", flat=True):
+        ring(ticket_id)
+    messages.success(request, f"Rang the agent for {queryset.count()} ticket(s).")
+
+
+TicketAdmin.actions = [*(TicketAdmin.actions or []), ring_agent]
+
+
+class ModelStepInline(ReadOnlyInline):
+    model = ModelStep
+    fields = ["index", "attempt", "status", "finish_reason", "prompt_tokens", "completion_tokens", "wasted_tokens"]
+    readonly_fields = fields
+    show_change_link = True
+
+
+class ToolCallInline(ReadOnlyInline):
+    model = ToolCall
+    fields = ["step", "index", "name", "status", "replay_policy", "idempotency_key", "attempts", "error"]
+    readonly_fields = fields
+    show_change_link = True
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """The agent's ledger is written by the agent only."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(AgentRun)
+class AgentRunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "ticket", "status", "model_name", "started_at", "ended_at", "wasted_tokens"]
+    list_filter = ["status", "model_name"]
+    search_fields = ["ticket__id", "ticket__subject"]
+    inlines = [ModelStepInline, ToolCallInline]
+
+
+@admin.register(ModelStep)
+class ModelStepAdmin(ReadOnlyAdmin):
+    list_display = ["id", "run", "ticket", "index", "attempt", "status", "model_name", "completed_at"]
+    list_filter = ["status", "model_name"]
+    search_fields = ["ticket__id"]
+
+
+@admin.register(ToolCall)
+class ToolCallAdmin(ReadOnlyAdmin):
+    list_display = ["id", "ticket", "run", "name", "status", "replay_policy", "attempts", "started_at"]
+    list_filter = ["status", "name", "replay_policy"]
+    search_fields = ["ticket__id", "idempotency_key", "name"]
+
+
+@admin.register(TicketLease)
+class TicketLeaseAdmin(ReadOnlyAdmin):
+    list_display = ["ticket", "owner", "epoch", "expires_at", "acquired_at"]
+    search_fields = ["ticket__id", "owner"]

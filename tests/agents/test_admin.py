@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import pytest
+
+from agents.models import AgentRun, ToolCall
+from agents.runner import advance
+from tests.conftest import make_customer, make_order
+from tickets import services as ticket_services
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_ticket_page_shows_timeline_runs_and_tool_calls(admin_client):
+    customer = make_customer()
+    make_order(customer, number="A-9901")
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Where", body="Where is A-9901?")
+    advance(ticket.pk)
+    run = AgentRun.objects.get(ticket=ticket)
+    call = ToolCall.objects.get(ticket=ticket)
+
+    page = admin_client.get(f"/admin/tickets/ticket/{ticket.pk}/change/").content.decode()
+
+    assert "timeline" in page.lower()
+    assert "agent_run_started" in page and "tool_call_started" in page
+    assert call.idempotency_key in page
+    assert f"/admin/agents/agentrun/{run.pk}/change/" in page
+    run_page = admin_client.get(f"/admin/agents/agentrun/{run.pk}/change/")
+    assert run_page.status_code == 200 and "lookup_order" in run_page.content.decode()
+
+
+def test_staff_can_ring_the_agent_for_a_ticket_from_the_admin(admin_client):
+    customer = make_customer()
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Hi", body="Hello")
+
+    response = admin_client.post(
+        "/admin/tickets/ticket/", {"action": "ring_agent", "_selected_action": [ticket.pk]}, follow=True
+    )
+
+    assert "Rang the agent for 1 ticket" in response.content.decode()
