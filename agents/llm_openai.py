@@ -1,0 +1,198 @@
+"""ChatModel over the official ``openai`` SDK, for any OpenAI-compatible endpoint.
+
+The adapter always streams: the customer sees text as it is generated, and a
+stream that breaks is visible as a break (an exception) rather than as a
+short answer. Transport retries (429, 5xx, connection failures before the
+response starts) are left to the SDK, which backs off and honours
+``Retry-After``; whatever survives those retries becomes a ``ModelError`` whose
+``retryable`` flag tells the agent loop whether ringing the doorbell again
+later may help.
+
+A failure after the stream has started is never retried here: text may
+already have reached the customer through ``on_token``, and the loop has to
+decide (and meter the wasted tokens) before generating again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+from openai.types.chat import ChatCompletionChunk
+
+from agents.llm import (
+    Message,
+    ModelError,
+    ModelResponse,
+    TokenCallback,
+    ToolCallRequest,
+    ToolSpec,
+    Usage,
+)
+
+# The SDK refuses to build a client without credentials. Local endpoints
+# (vLLM, Ollama, llama.cpp, the test server) accept any bearer token, so we
+# send an obviously fake one rather than reading OPENAI_API_KEY behind the
+# settings' back.
+_NO_API_KEY = "no-api-key"
+
+# Statuses the SDK itself retries (see openai._base_client.SyncAPIClient._should_retry):
+# if they are still failing after its retries, a later attempt may still succeed.
+_RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+
+@dataclass
+class _ToolCallParts:
+    """Pieces of one streamed tool call, keyed in the stream by its ``index``."""
+
+    id: list[str] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    arguments: list[str] = field(default_factory=list)
+
+    def build(self) -> ToolCallRequest:
+        # Some compatible servers omit the id; the loop needs one to pair the
+        # tool result with the call, and the step is stored once, so a random
+        # id is stable from then on.
+        call_id = "".join(self.id) or f"call_{uuid.uuid4().hex}"
+        # A tool without parameters may come back with no argument text at
+        # all; "{}" is the JSON the model meant.
+        arguments = "".join(self.arguments) or "{}"
+        return ToolCallRequest(id=call_id, name="".join(self.name), arguments=arguments)
+
+
+class OpenAIChatModel:
+    """A ChatModel backed by ``chat.completions.create(stream=True)``.
+
+    One instance holds one SDK client (and its connection pool); it is safe to
+    reuse across calls from one thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str | None,
+        base_url: str | None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+    ) -> None:
+        self.model = model
+        self.name = f"openai:{model}"
+        # ``timeout`` bounds each network operation, so during a stream it is
+        # the longest silence tolerated between two chunks, not the length of
+        # the whole generation.
+        self._client = openai.OpenAI(
+            api_key=api_key or _NO_API_KEY,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+        )
+
+    def complete(
+        self,
+        *,
+        messages: list[Message],
+        tools: list[ToolSpec],
+        on_token: TokenCallback | None = None,
+    ) -> ModelResponse:
+        """Stream one completion and assemble it.
+
+        Raises ModelError when the endpoint refuses or the stream breaks.
+        Exceptions raised by ``on_token`` propagate unchanged: they are the
+        caller's, not the model's.
+        """
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            # Some compatible servers reject an empty tools list.
+            request["tools"] = tools
+
+        try:
+            stream = self._client.chat.completions.create(**request)
+        except openai.APIStatusError as exc:
+            raise ModelError(
+                f"{self.name}: {exc.message}",
+                retryable=_is_retryable_status(exc.status_code),
+                status_code=exc.status_code,
+            ) from exc
+        except openai.APIConnectionError as exc:  # includes APITimeoutError
+            raise ModelError(f"{self.name}: {exc.message}", retryable=True) from exc
+        except openai.OpenAIError as exc:
+            # Anything else the SDK raises before a response exists is about
+            # our request or configuration; repeating it will not help.
+            raise ModelError(f"{self.name}: {exc}", retryable=False) from exc
+
+        try:
+            with stream:
+                return self._assemble(stream, on_token)
+        except openai.OpenAIError as exc:
+            # The connection dropped, timed out, or the server sent an error
+            # event after the response had started; a new generation may well
+            # succeed.
+            status_code = getattr(exc, "status_code", None)
+            raise ModelError(
+                f"{self.name}: stream interrupted: {exc}", retryable=True, status_code=status_code
+            ) from exc
+
+    def _assemble(self, stream: openai.Stream[ChatCompletionChunk], on_token: TokenCallback | None) -> ModelResponse:
+        text_parts: list[str] = []
+        calls: dict[int, _ToolCallParts] = {}
+        usage = Usage()
+        model = self.model
+        finish_reason: str | None = None
+
+        for chunk in stream:
+            if chunk.model:
+                model = chunk.model
+            if chunk.usage is not None:
+                usage = Usage(
+                    prompt_tokens=chunk.usage.prompt_tokens or 0,
+                    completion_tokens=chunk.usage.completion_tokens or 0,
+                )
+            for choice in chunk.choices:
+                # We never ask for n > 1.
+                if choice.index != 0:
+                    continue
+                delta = choice.delta
+                # A refusal is what the model says instead of an answer; the
+                # customer should see it like any other text.
+                for piece in (delta.content, delta.refusal):
+                    if piece:
+                        text_parts.append(piece)
+                        if on_token is not None:
+                            on_token(piece)
+                for call in delta.tool_calls or ():
+                    parts = calls.setdefault(call.index, _ToolCallParts())
+                    if call.id:
+                        parts.id.append(call.id)
+                    if call.function is not None:
+                        if call.function.name:
+                            parts.name.append(call.function.name)
+                        if call.function.arguments:
+                            parts.arguments.append(call.function.arguments)
+                if choice.finish_reason is not None:
+                    finish_reason = choice.finish_reason
+
+        if finish_reason is None:
+            # The server closed the stream cleanly but before the model said it
+            # was done: the answer is truncated, not short.
+            raise ModelError(f"{self.name}: stream ended before a finish_reason", retryable=True)
+
+        return ModelResponse(
+            text="".join(text_parts),
+            tool_calls=[calls[index].build() for index in sorted(calls)],
+            usage=usage,
+            model=model,
+            finish_reason=finish_reason,
+        )
+
+
+def _is_retryable_status(status_code: int) -> bool:
+    """5xx and throttling may pass; any other 4xx means the request itself is wrong."""
+    return status_code >= 500 or status_code in _RETRYABLE_STATUSES

@@ -1,0 +1,422 @@
+"""A scripted OpenAI-compatible chat-completions server on loopback, for tests.
+
+The adapter is tested over real HTTP through the real SDK, so retries,
+Retry-After, chunked SSE and dropped connections behave as they do against a
+real endpoint. Tests enqueue one scripted response per expected request; a
+request that finds the script empty gets a 400 naming the problem, so a test
+that makes more calls than it planned fails loudly instead of hanging.
+
+Streams are sent with chunked transfer encoding, as real servers do, so that
+closing the connection mid-stream is a protocol error the client can see
+rather than an ordinary end of body.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import select
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
+
+
+def split_text(text: str) -> list[str]:
+    """The pieces a text is streamed in: one word with its trailing space per chunk."""
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+def split_arguments(arguments: str, size: int = 7) -> list[str]:
+    """Tool-call argument JSON cut into pieces that are not valid JSON on their own."""
+    return [arguments[i : i + size] for i in range(0, len(arguments), size)] or [""]
+
+
+@dataclass
+class _Text:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int | None
+
+
+@dataclass
+class _ToolCalls:
+    calls: list[tuple[str, str, str]]  # (id, name, arguments JSON)
+    text: str
+    prompt_tokens: int
+    completion_tokens: int | None
+
+
+@dataclass
+class _Error:
+    status: int
+    message: str
+    retry_after: float | None
+
+
+@dataclass
+class _Drop:
+    partial_text: str
+
+
+@dataclass
+class _Truncated:
+    partial_text: str
+
+
+@dataclass
+class _Stall:
+    partial_text: str
+    seconds: float
+
+
+_Script = _Text | _ToolCalls | _Error | _Drop | _Stall | _Truncated
+
+
+@dataclass
+class OpenAIServer:
+    """Scripted server; ``url`` is the base URL to give the SDK (ends in /v1)."""
+
+    host: str = "127.0.0.1"
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    # How many stalled streams the client abandoned before the stall ended.
+    hangups: int = 0
+    _hangup: threading.Condition = field(default_factory=threading.Condition)
+    _script: deque[_Script] = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _httpd: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+
+    # --- scripting -------------------------------------------------------------
+
+    def enqueue_text(self, text: str, *, prompt_tokens: int = 11, completion_tokens: int | None = None) -> None:
+        """Answer the next request with ``text``, streamed as ``split_text(text)``."""
+        self._push(_Text(text, prompt_tokens, completion_tokens))
+
+    def enqueue_tool_calls(
+        self,
+        calls: list[tuple[str, dict[str, Any]]],
+        *,
+        text: str = "",
+        prompt_tokens: int = 11,
+        completion_tokens: int | None = None,
+    ) -> list[str]:
+        """Answer the next request with tool calls; returns the call ids the server will use."""
+        scripted = [(f"call_{uuid.uuid4().hex[:24]}", name, json.dumps(args)) for name, args in calls]
+        self._push(_ToolCalls(scripted, text, prompt_tokens, completion_tokens))
+        return [call_id for call_id, _, _ in scripted]
+
+    def enqueue_error(self, status: int, *, message: str = "", retry_after: float | None = None) -> None:
+        """Answer the next request with an OpenAI-shaped error body and ``status``."""
+        self._push(_Error(status, message or f"scripted error {status}", retry_after))
+
+    def enqueue_drop_mid_stream(self, partial_text: str) -> None:
+        """Start a stream, send ``partial_text`` in pieces, then close the connection."""
+        self._push(_Drop(partial_text))
+
+    def enqueue_truncated_stream(self, partial_text: str) -> None:
+        """Send ``partial_text`` and end the stream properly, but without a finish_reason."""
+        self._push(_Truncated(partial_text))
+
+    def enqueue_stall_mid_stream(self, partial_text: str, *, seconds: float) -> None:
+        """Start a stream, send ``partial_text``, then go silent for ``seconds`` and close.
+
+        If the client hangs up during the silence, the stall ends early and
+        ``hangups`` counts it.
+        """
+        self._push(_Stall(partial_text, seconds))
+
+    def _push(self, item: _Script) -> None:
+        with self._lock:
+            self._script.append(item)
+
+    def _pop(self) -> _Script | None:
+        with self._lock:
+            return self._script.popleft() if self._script else None
+
+    def wait_for_hangups(self, count: int, *, timeout: float) -> bool:
+        """Wait until ``count`` stalled streams were abandoned by the client.
+
+        The client raises as soon as it gives up, possibly before this server's
+        thread has noticed the closed socket, so tests wait rather than peek.
+        """
+        with self._hangup:
+            return self._hangup.wait_for(lambda: self.hangups >= count, timeout=timeout)
+
+    def _note_hangup(self) -> None:
+        with self._hangup:
+            self.hangups += 1
+            self._hangup.notify_all()
+
+    @property
+    def pending(self) -> int:
+        """Scripted responses not yet served."""
+        with self._lock:
+            return len(self._script)
+
+    # --- lifecycle -------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "server not started"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> OpenAIServer:
+        server = self
+
+        class Handler(_Handler):
+            owner = server
+
+        # Port 0: the kernel picks a free port, so parallel test runs never collide.
+        self._httpd = _QuietServer((self.host, 0), Handler)
+        # A short poll interval keeps stop() (which waits for the next poll) fast.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="openai-test-server", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _record(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+        with self._lock:
+            self.requests.append(body)
+            self.headers.append(headers)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients hanging up (a timed-out read, a stopped test) are expected here.
+        pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    # HTTP/1.1 for keep-alive and chunked encoding, like a real endpoint.
+    protocol_version = "HTTP/1.1"
+    owner: OpenAIServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if self.path != CHAT_COMPLETIONS_PATH:
+            self._send_error(404, f"no route for {self.path}")
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            self._send_error(400, "request body is not JSON")
+            return
+        self.owner._record(body, {k.lower(): v for k, v in self.headers.items()})
+
+        item = self.owner._pop()
+        if item is None:
+            self._send_error(400, "openai_server: no scripted response left for this request")
+            return
+        if isinstance(item, _Error):
+            self._send_error(item.status, item.message, retry_after=item.retry_after)
+            return
+        if isinstance(item, _Drop | _Stall):
+            self._stream_then_break(body, item)
+            return
+        if isinstance(item, _Truncated):
+            self._stream_truncated(body, item)
+            return
+        if body.get("stream"):
+            self._stream(body, item)
+        else:
+            self._send_json(200, _completion(body, item))
+
+    # --- responses ---------------------------------------------------------------
+
+    def _send_json(self, status: int, payload: dict[str, Any], extra_headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-request-id", f"req_{uuid.uuid4().hex[:12]}")
+        for name, value in (extra_headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _send_error(self, status: int, message: str, *, retry_after: float | None = None) -> None:
+        error_type = {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            404: "not_found_error",
+            429: "rate_limit_exceeded",
+        }.get(status, "server_error")
+        payload = {"error": {"message": message, "type": error_type, "param": None, "code": None}}
+        headers = {} if retry_after is None else {"Retry-After": _format_seconds(retry_after)}
+        self._send_json(status, payload, headers)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _send_event(self, data: str) -> None:
+        payload = f"data: {data}\n\n".encode()
+        self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
+        self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _stream(self, body: dict[str, Any], item: _Text | _ToolCalls) -> None:
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self._start_stream()
+        chunks = _Chunks(body, include_usage)
+        for chunk in chunks.for_script(item):
+            self._send_event(json.dumps(chunk))
+        self._send_event("[DONE]")
+        self._end_stream()
+
+    def _stream_truncated(self, body: dict[str, Any], item: _Truncated) -> None:
+        self._start_stream()
+        for chunk in _Chunks(body, include_usage=False).text_deltas(item.partial_text):
+            self._send_event(json.dumps(chunk))
+        self._send_event("[DONE]")
+        self._end_stream()
+
+    def _stream_then_break(self, body: dict[str, Any], item: _Drop | _Stall) -> None:
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self._start_stream()
+        chunks = _Chunks(body, include_usage)
+        for chunk in chunks.text_deltas(item.partial_text):
+            self._send_event(json.dumps(chunk))
+        if isinstance(item, _Stall) and self._client_hangs_up_within(item.seconds):
+            self.owner._note_hangup()
+        # No terminating zero-length chunk: the client sees an incomplete body.
+        self.close_connection = True
+
+    def _client_hangs_up_within(self, seconds: float) -> bool:
+        # The client has sent its whole request, so the socket turns readable
+        # only when it closes the connection (recv returns b"").
+        ready, _, _ = select.select([self.connection], [], [], seconds)
+        if not ready:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+
+class _Chunks:
+    """Builds chat.completion.chunk objects sharing one id, timestamp and model."""
+
+    def __init__(self, body: dict[str, Any], include_usage: bool) -> None:
+        self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+        self.model = str(body.get("model", ""))
+        self.include_usage = include_usage
+
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        chunk: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": "fp_test",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        }
+        if self.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def text_deltas(self, text: str) -> Iterator[dict[str, Any]]:
+        yield self.chunk({"role": "assistant", "content": "", "refusal": None})
+        for piece in split_text(text):
+            yield self.chunk({"content": piece})
+
+    def for_script(self, item: _Text | _ToolCalls) -> Iterator[dict[str, Any]]:
+        yield from self.text_deltas(item.text)
+        pieces = len(split_text(item.text))
+        if isinstance(item, _ToolCalls):
+            for index, (call_id, name, arguments) in enumerate(item.calls):
+                yield self.chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": name, "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+                for piece in split_arguments(arguments):
+                    pieces += 1
+                    yield self.chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            yield self.chunk({}, finish_reason="tool_calls")
+        else:
+            yield self.chunk({}, finish_reason="stop")
+        if self.include_usage:
+            completion_tokens = item.completion_tokens if item.completion_tokens is not None else pieces
+            yield {
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "system_fingerprint": "fp_test",
+                "choices": [],
+                "usage": _usage(item.prompt_tokens, completion_tokens),
+            }
+
+
+def _completion(body: dict[str, Any], item: _Text | _ToolCalls) -> dict[str, Any]:
+    """The non-streaming ``chat.completion`` object for a scripted answer."""
+    message: dict[str, Any] = {"role": "assistant", "content": item.text or None, "refusal": None}
+    finish_reason = "stop"
+    if isinstance(item, _ToolCalls):
+        message["tool_calls"] = [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+            for call_id, name, arguments in item.calls
+        ]
+        finish_reason = "tool_calls"
+    completion_tokens = item.completion_tokens if item.completion_tokens is not None else len(split_text(item.text))
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": str(body.get("model", "")),
+        "system_fingerprint": "fp_test",
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
+        "usage": _usage(item.prompt_tokens, completion_tokens),
+    }
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def _format_seconds(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else str(seconds)
