@@ -38,9 +38,9 @@ def parts(host: str, port: int) -> list[Part]:
                         "-n", "worker@%h"]),
         Part("beat", [*celery, "beat", "-l", "info", "-s", str(embedded.VAR_DIR / "celerybeat-schedule")]),
     ]  # fmt: skip
-    sandbox = BASE_DIR / "payments" / "sandbox.py"
-    if sandbox.exists() and not os.environ.get("STRIPE_API_BASE"):
-        result.append(Part("payments-sandbox", [PYTHON, "-m", "payments.sandbox", "--port", "12111"]))
+    if not os.environ.get("STRIPE_API_BASE"):
+        port = os.environ.get("SANDBOX_PORT", "12111")
+        result.append(Part("payments-sandbox", [PYTHON, "-m", "payments.sandbox", "--port", port]))
     return result
 
 
@@ -64,6 +64,19 @@ def _stop(running: list[Part]) -> None:
         part.proc.wait()
 
 
+def _seed_sandbox(manage: list[str], env: dict[str, str]) -> None:
+    """The demo orders' payments must exist at the provider before anyone asks for a refund."""
+    from payments.sandbox_process import SandboxControl
+
+    control = SandboxControl(env["STRIPE_API_BASE"])
+    deadline = time.monotonic() + 30
+    while not control.healthy():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the payment sandbox at {env['STRIPE_API_BASE']} did not start")
+        time.sleep(0.2)
+    subprocess.run([*manage, "sandbox_seed_orders"], env=env, cwd=BASE_DIR, check=True)
+
+
 def main() -> int:
     host = os.environ.get("HOST", "127.0.0.1")
     port = int(os.environ.get("PORT", "8000"))
@@ -82,10 +95,20 @@ def main() -> int:
         for step in (["migrate", "--no-input", "-v", "1"], ["seed_demo"]):
             subprocess.run([*manage, *step], env=env, cwd=BASE_DIR, check=True)
 
+        local_sandbox = not os.environ.get("STRIPE_API_BASE")
+        if local_sandbox:
+            env["STRIPE_API_BASE"] = f"http://127.0.0.1:{os.environ.get('SANDBOX_PORT', '12111')}"
+        env.setdefault("OFFLINE_MODEL_TOKEN_DELAY_MS", "30")  # let people see the answer stream in
         running = parts(host, port)
-        for part in running:
-            # A session of its own, so Ctrl-C reaches only us and we stop the parts in order.
-            part.proc = subprocess.Popen(part.argv, env=env, cwd=BASE_DIR, start_new_session=True)
+        try:
+            for part in running:
+                # A session of its own, so Ctrl-C reaches only us and we stop the parts in order.
+                part.proc = subprocess.Popen(part.argv, env=env, cwd=BASE_DIR, start_new_session=True)
+            if local_sandbox:
+                _seed_sandbox(manage, env)
+        except BaseException:
+            _stop(running)
+            raise
 
         base = f"http://{host}:{port}"
         print(

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth import get_user_model
+from psycopg.conninfo import make_conninfo
 
+from payments.provider import PaymentProvider
+from payments.sandbox_process import SandboxProcess
 from tickets.models import Customer, Order, OrderLine, OrderStatus
 
 _counter = itertools.count(1)
@@ -43,3 +47,60 @@ def customer(db) -> Customer:  # noqa: ANN001
 @pytest.fixture
 def other_customer(db) -> Customer:  # noqa: ANN001
     return make_customer()
+
+
+# --- The payment sandbox: a real separate process on the test database ---------------
+
+
+def conninfo_of_the_test_database() -> str:
+    """libpq conninfo for the test database pytest-django created (call after django_db_setup)."""
+    from django.db import connection
+
+    settings = connection.settings_dict
+    # pytest-django creates the test database only if a collected test asks for
+    # it; without it NAME is still the real database, which reset() would wipe.
+    test_name = (settings.get("TEST") or {}).get("NAME")
+    if not (settings["NAME"] == test_name or settings["NAME"].startswith("test_")):
+        raise RuntimeError(
+            f"refusing to run the payment sandbox on {settings['NAME']!r}: it is not the test database "
+            "(request the sandbox through the payment_sandbox fixture, which uses db)"
+        )
+    parts = {
+        "dbname": settings["NAME"],
+        "host": settings.get("HOST"),
+        "port": settings.get("PORT"),
+        "user": settings.get("USER"),
+        "password": settings.get("PASSWORD"),
+    }
+    return make_conninfo(**{key: str(value) for key, value in parts.items() if value})
+
+
+@pytest.fixture(scope="session")
+def sandbox_database_url(django_db_setup, django_db_blocker) -> str:  # noqa: ANN001
+    return conninfo_of_the_test_database()
+
+
+@pytest.fixture(scope="session")
+def payment_sandbox_process(sandbox_database_url, tmp_path_factory) -> Iterator[SandboxProcess]:  # noqa: ANN001
+    """One real sandbox process for the session, on a free port, against the test database."""
+    sandbox = SandboxProcess(
+        database_url=sandbox_database_url, log_path=tmp_path_factory.mktemp("payments") / "sandbox.log"
+    )
+    sandbox.start()
+    yield sandbox
+    sandbox.stop()
+
+
+@pytest.fixture
+def payment_sandbox(db, payment_sandbox_process) -> SandboxProcess:  # noqa: ANN001
+    """The sandbox, emptied: .base_url, .reset(), .refunds(), .seed_payment(id, amount, currency), .fault(mode)."""
+    # Asking for `db` is what makes pytest-django create the test database the sandbox runs on.
+    if not payment_sandbox_process.healthy():  # a test crashed it on purpose and did not restart it
+        payment_sandbox_process.restart()
+    payment_sandbox_process.reset()
+    return payment_sandbox_process
+
+
+@pytest.fixture
+def provider(payment_sandbox) -> PaymentProvider:  # noqa: ANN001
+    return PaymentProvider(api_key="sk_test_pytest", api_base=payment_sandbox.base_url, timeout_seconds=5)

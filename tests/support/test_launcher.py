@@ -15,6 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from payments.provider import PaymentProvider
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -31,9 +33,17 @@ def get_json(url: str) -> dict:
 
 @pytest.mark.timeout(240)
 def test_make_run_serves_admin_and_health_and_ctrl_c_leaves_no_process(tmp_path):
-    port = free_port()
+    port, sandbox_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-    env.update({"EMBEDDED_DIR": str(tmp_path / "var"), "PORT": str(port), "WORKER_CONCURRENCY": "1"})
+    env.update(
+        {
+            "EMBEDDED_DIR": str(tmp_path / "var"),
+            "PORT": str(port),
+            "SANDBOX_PORT": str(sandbox_port),
+            "WORKER_CONCURRENCY": "1",
+        }
+    )
+    env.pop("STRIPE_API_BASE", None)
     log = (tmp_path / "run.log").open("w")
     launcher = subprocess.Popen(
         [sys.executable, "-m", "support.launcher"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
@@ -55,6 +65,10 @@ def test_make_run_serves_admin_and_health_and_ctrl_c_leaves_no_process(tmp_path)
         with urllib.request.urlopen(f"{base}/admin/login/", timeout=5) as response:  # noqa: S310
             assert response.status == 200
             assert b"Support operations" in response.read()
+
+        # The demo orders' payments exist at the payment sandbox, ready to be refunded.
+        provider = PaymentProvider(api_base=f"http://127.0.0.1:{sandbox_port}")
+        assert provider.get_payment("pi_demo_A-1001").amount_cents == 2900
 
         tree = psutil.Process(launcher.pid).children(recursive=True)
         embedded_pids = [
