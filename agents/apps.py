@@ -9,4 +9,4 @@ class AgentsConfig(AppConfig):
 
     def ready(self) -> None:
         # Connects the doorbell: a customer message rings advance_ticket after commit.
-        from agents import tasks  # noqa: F401
+        from agents import refunds, tasks  # noqa: F401  (registers issue_refund)

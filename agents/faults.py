@@ -7,7 +7,7 @@ fires once: a marker file records that it fired, so the next worker passes.
 Unset in production: ``hit`` is then a dictionary lookup and nothing more.
 
 Points: after_step_stored, after_call_started, after_keyed_effect,
-after_never_effect, mid_stream, before_lease_release.
+after_never_effect, after_provider_refund, mid_stream, before_lease_release.
 """
 
 from __future__ import annotations

@@ -171,3 +171,54 @@ class ToolCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status}) on #{self.ticket_id}"
+
+
+class RefundStatus(models.TextChoices):
+    REQUESTED = "requested", "Requested"
+    SUBMITTED = "submitted", "Submitted to the provider"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    UNCERTAIN = "uncertain", "Uncertain (being reconciled)"
+
+
+REFUND_TRANSITIONS: dict[str, frozenset[str]] = {
+    RefundStatus.REQUESTED: frozenset({RefundStatus.SUBMITTED, RefundStatus.FAILED}),
+    RefundStatus.SUBMITTED: frozenset({RefundStatus.SUCCEEDED, RefundStatus.FAILED, RefundStatus.UNCERTAIN}),
+    RefundStatus.UNCERTAIN: frozenset({RefundStatus.SUBMITTED, RefundStatus.SUCCEEDED, RefundStatus.FAILED}),
+    RefundStatus.FAILED: frozenset({RefundStatus.SUBMITTED}),
+    RefundStatus.SUCCEEDED: frozenset(),
+}
+
+# Refunds that count against what remains refundable: done, or possibly done.
+RESERVING_REFUND_STATUSES = (
+    RefundStatus.REQUESTED,
+    RefundStatus.SUBMITTED,
+    RefundStatus.SUCCEEDED,
+    RefundStatus.UNCERTAIN,
+)
+
+
+class Refund(models.Model):
+    """One refund attempt of the agent, keyed like its tool call. The provider deduplicates by the same key."""
+
+    ticket = models.ForeignKey(Ticket, on_delete=models.PROTECT, related_name="refunds")
+    order = models.ForeignKey("tickets.Order", on_delete=models.PROTECT, related_name="refunds")
+    tool_call = models.OneToOneField(ToolCall, on_delete=models.PROTECT, related_name="refund")
+    idempotency_key = models.CharField(max_length=120, unique=True)
+    amount_cents = models.PositiveIntegerField()
+    currency = models.CharField(max_length=3)
+    reason = models.TextField(blank=True)
+    status = models.CharField(max_length=12, choices=RefundStatus.choices, default=RefundStatus.REQUESTED)
+    provider_refund_id = models.CharField(max_length=100, null=True, blank=True, unique=True)
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.CheckConstraint(condition=Q(amount_cents__gt=0), name="refund_amount_positive")]
+        indexes = [models.Index(fields=["status", "updated_at"], name="refund_status_updated")]
+
+    def __str__(self) -> str:
+        return f"refund {self.amount_cents} {self.currency} on {self.order_id} ({self.status})"

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 
 from agents import faults
 from agents import services as agent_services
@@ -37,7 +36,7 @@ from agents.models import (
     StepStatus,
     ToolCall,
 )
-from agents.tools import REGISTRY, Tool, ToolContext, ToolError, parse_arguments, tool_specs
+from agents.tools import REGISTRY, Tool, ToolContext, ToolError, ToolUncertain, parse_arguments, tool_specs
 from tickets import realtime
 from tickets.models import AuthorKind, Message, Ticket, TicketStatus
 
@@ -411,10 +410,15 @@ def _execute(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, agai
     if again:
         call = agent_services.call_retry(lease=lease, call=call)
     try:
-        # The effect runs in its own transaction: a keyed effect on our own rows
-        # commits with its unique key; an external one is keyed at the provider.
-        with transaction.atomic():
-            result = tool.handler(ctx, call.arguments)
+        # No transaction around the handler: a tool commits its own steps (a
+        # refund commits its intent before it calls the provider), so that what
+        # it committed survives a failure or a crash after it.
+        result = tool.handler(ctx, call.arguments)
+    except ToolUncertain as exc:
+        agent_services.call_finish(
+            lease=lease, call=call, status=CallStatus.UNCERTAIN, result={"status": "uncertain"}, error=str(exc)
+        )
+        return
     except ToolError as exc:
         agent_services.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
         return

@@ -73,3 +73,11 @@ def sweep() -> int:
     if ticket_ids:
         logger.info("sweeper rang %d tickets", len(ticket_ids))
     return len(ticket_ids)
+
+
+@shared_task(name="agents.reconcile_refunds")
+def reconcile_refunds() -> dict[str, int]:
+    """Settle refunds left submitted or uncertain from the provider's records."""
+    from agents.refunds import reconcile_open_refunds
+
+    return reconcile_open_refunds()

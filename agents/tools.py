@@ -21,6 +21,7 @@ import jsonschema
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
+from django.db import transaction
 
 from agents.models import ReplayPolicy, ToolCall
 from tickets import services as ticket_services
@@ -29,6 +30,10 @@ from tickets.models import ActorKind, AuthorKind, HelpArticle, Message, Order, T
 
 class ToolError(Exception):
     """A refusal or failure the model should see and explain (not a crash)."""
+
+
+class ToolUncertain(ToolError):
+    """The effect may or may not have happened; reconciliation will settle it."""
 
 
 @dataclass(frozen=True)
@@ -108,11 +113,9 @@ def parse_arguments(name: str, raw: str | dict[str, Any]) -> tuple[Tool, dict[st
 
 
 def refunded_cents(order: Order) -> int:
-    """What has been refunded on this order so far, from the refunds ledger if present."""
-    try:
-        from agents.refunds import refunded_total_cents
-    except ImportError:
-        return 0
+    """What has been (or may have been) refunded on this order so far, from the refunds ledger."""
+    from agents.refunds import refunded_total_cents
+
     return refunded_total_cents(order)
 
 
@@ -211,6 +214,7 @@ def notify_customer_by_email(ctx: ToolContext, args: dict[str, Any]) -> dict[str
     return {"sent": bool(sent), "to": customer.email}
 
 
+@transaction.atomic
 def hand_off_to_human(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     ticket_services.message_post(
         ticket=ctx.ticket,

@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "tickets",
     "agents",
     "approvals",
+    "payments",
 ]
 
 MIDDLEWARE = [
@@ -171,7 +172,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(embedded.VAR_DIR / "celerybeat-schedule")
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
 # "offline" (the deterministic model in the repo), "openai:<model name>", or a
-# dotted path to a class implementing agents.models_api.ChatModel.
+# dotted path to a class implementing agents.llm.ChatModel.
 AGENT_MODEL = os.environ.get("AGENT_MODEL", "offline")
 
 # --- Auth, i18n, static ---------------------------------------------------------------
@@ -211,6 +212,13 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
 
+# --- Payments (the official stripe SDK; the local sandbox by default) ----------------------
+STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "sk_test_sandbox")
+STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "http://127.0.0.1:12111")
+PAYMENTS_TIMEOUT_SECONDS = os.environ.get("PAYMENTS_TIMEOUT_SECONDS", "10")
+# Refunds left submitted/uncertain are settled from the provider's records this often.
+REFUND_RECONCILE_SECONDS = env_int("REFUND_RECONCILE_SECONDS", 60)
+
 # --- The agent loop ---------------------------------------------------------------------
 AGENT_LEASE_SECONDS = env_int("AGENT_LEASE_SECONDS", 60)
 AGENT_MAX_STEPS = env_int("AGENT_MAX_STEPS", 16)
@@ -221,4 +229,5 @@ AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 15)
 
 CELERY_BEAT_SCHEDULE = {
     "agents.sweep": {"task": "agents.sweep", "schedule": float(AGENT_SWEEP_SECONDS)},
+    "agents.reconcile_refunds": {"task": "agents.reconcile_refunds", "schedule": float(REFUND_RECONCILE_SECONDS)},
 }

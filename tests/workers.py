@@ -104,6 +104,7 @@ class Cluster:
                 "AGENT_SWEEP_SECONDS": "1",
                 "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
                 "EMAIL_FILE_PATH": str(self.mail_dir),
+                "STRIPE_API_BASE": settings.STRIPE_API_BASE,
                 "EMBEDDED_DIR": str(self.tmp_path / "var"),
                 "PYTHONUNBUFFERED": "1",
             }

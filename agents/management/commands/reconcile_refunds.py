@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from agents.refunds import reconcile_open_refunds
+
+
+class Command(BaseCommand):
+    help = "Settle every refund left submitted or uncertain from the payment provider's own records."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--older-than",
+            type=int,
+            default=120,
+            help="Only mark a refund failed when the provider has none and it is older than this (seconds).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        counts = reconcile_open_refunds(older_than_seconds=options["older_than"])
+        if not counts:
+            self.stdout.write("No refunds to reconcile.")
+        for status, count in sorted(counts.items()):
+            self.stdout.write(f"{count} refund(s) now {status}")
