@@ -37,3 +37,8 @@ manage: $(STAMP)
 
 clean:
 	rm -rf $(VENV) var
+
+## Durable overhead of one agent turn beside DBOS and LangGraph (prints a table).
+bench-overhead: $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-bench.txt
+	$(PY) -m support.embedded -- $(PY) -m bench.overhead $(BENCH_ARGS)

@@ -1,0 +1,1 @@
+"""Benchmarks, run as commands (``python -m bench.<name>``), not as tests."""
