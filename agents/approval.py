@@ -2,28 +2,47 @@
 
 A pause is rows only: the call is ``awaiting_approval``, the run
 ``waiting_approval``, the ticket ``pending_approval``. No worker waits. The
-decision is written on the call (``approval_decision``) and rings the ticket;
-the next pass applies it: an approved call runs under its original
-idempotency key, with the guardrails checked again by the tool itself; a
-rejected call becomes a result the model explains to the customer.
+decision is written on the call (``approval_decision``, with the digest of the
+arguments it was made on) and rings the ticket; the next pass applies it:
+
+- approved: the call runs under its original idempotency key; the tool checks
+  its guardrails again at that moment. If the arguments no longer match the
+  approved digest, the approval does not count and a new one is requested.
+- rejected: the model gets "rejected by staff" with the note, to explain.
+- expired: nobody decided in time; the customer is told and a person takes over.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
+from typing import Any
 
 from agents import services as agent_services
 from agents.lease import Lease
 from agents.models import AgentRun, CallStatus, RunStatus, ToolCall
 from agents.tools import REGISTRY, ToolContext
 from tickets import services as ticket_services
-from tickets.models import ActorKind, Ticket, TicketStatus
+from tickets.models import ActorKind, AuthorKind, Ticket, TicketStatus
+
+# Called inside the pausing transaction with (call=..., reason=...): the approvals
+# app records its request here, so a pause and its request commit together.
+PauseHook = Callable[..., None]
+pause_hooks: list[PauseHook] = []
+
+
+def arguments_digest(arguments: dict[str, Any]) -> str:
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def pause_for_approval(*, lease: Lease, run: AgentRun, call: ToolCall, reason: str) -> None:
     with lease.guard():
-        ToolCall.objects.filter(pk=call.pk).update(status=CallStatus.AWAITING_APPROVAL)
-        call.status = CallStatus.AWAITING_APPROVAL
+        ToolCall.objects.filter(pk=call.pk).update(
+            status=CallStatus.AWAITING_APPROVAL, approval_decision=None, approval_note="", approval_digest=""
+        )
+        call.status, call.approval_decision = CallStatus.AWAITING_APPROVAL, None
         agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.WAITING_APPROVAL, outcome=reason)
         ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
         if ticket.status != TicketStatus.PENDING_APPROVAL:
@@ -34,32 +53,56 @@ def pause_for_approval(*, lease: Lease, run: AgentRun, call: ToolCall, reason: s
                 actor_ref=f"run:{run.pk}",
                 reason=reason,
             )
+        for hook in pause_hooks:
+            hook(call=call, reason=reason)
+
+
+def _leave_pending(lease: Lease, run: AgentRun, ticket: Ticket) -> None:
+    locked = Ticket.objects.select_for_update().get(pk=ticket.pk)
+    if locked.status == TicketStatus.PENDING_APPROVAL:
+        ticket_services.ticket_transition(
+            ticket=locked, to_status=TicketStatus.OPEN, actor_kind=ActorKind.AGENT, actor_ref=f"run:{run.pk}"
+        )
 
 
 def apply_decision(
     *, lease: Lease, run: AgentRun, call: ToolCall, ticket: Ticket, execute: Callable[..., None]
 ) -> str | None:
-    """Apply a recorded decision; returns WAITING_APPROVAL if there is none yet."""
-    if call.approval_decision is None:
+    """Apply a recorded decision. Returns a run state to stop at, or None to carry on."""
+    decision = call.approval_decision
+    if decision is None:
         return RunStatus.WAITING_APPROVAL
-    with lease.guard():
-        locked = Ticket.objects.select_for_update().get(pk=ticket.pk)
-        if locked.status == TicketStatus.PENDING_APPROVAL:
-            ticket_services.ticket_transition(
-                ticket=locked, to_status=TicketStatus.OPEN, actor_kind=ActorKind.AGENT, actor_ref=f"run:{run.pk}"
+    tool = REGISTRY[call.name]
+    if decision == "approved" and call.approval_digest != arguments_digest(call.arguments):
+        # The decision was made on other arguments: it does not cover this call.
+        pause_for_approval(lease=lease, run=run, call=call, reason="the arguments changed after the approval")
+        return RunStatus.WAITING_APPROVAL
+    if decision == "expired":
+        with lease.guard():
+            ticket_services.message_post(
+                ticket=ticket.pk,
+                author_kind=AuthorKind.SYSTEM,
+                body=("We could not review your request in time. A member of our team will look at it and reply here."),
+                client_msg_id=f"approval-expired:{call.pk}",
+                actor_ref=f"run:{run.pk}",
             )
-    if call.approval_decision == "rejected":
-        agent_services.call_finish(
-            lease=lease,
-            call=call,
-            status=CallStatus.REJECTED,
-            result={"rejected": True, "status": "rejected_by_staff", "note": call.approval_note},
-            error="rejected by staff",
-        )
-        return None
+            agent_services.call_finish(
+                lease=lease, call=call, status=CallStatus.FAILED, result=None, error="the approval request expired"
+            )
+        agent_services.hand_off(lease=lease, run=run, reason="an approval request expired without a decision")
+        return RunStatus.HANDED_OFF
     with lease.guard():
+        _leave_pending(lease, run, ticket)
+        if decision == "rejected":
+            agent_services.call_finish(
+                lease=lease,
+                call=call,
+                status=CallStatus.REJECTED,
+                result={"rejected": True, "status": "rejected_by_staff", "note": call.approval_note},
+                error="rejected by staff",
+            )
+            return None
         ToolCall.objects.filter(pk=call.pk, status=CallStatus.AWAITING_APPROVAL).update(status=CallStatus.STARTED)
     call.refresh_from_db()
-    tool = REGISTRY[call.name]
     execute(lease, call, tool, ToolContext(ticket=ticket, call=call))
     return None

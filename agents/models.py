@@ -157,9 +157,14 @@ class ToolCall(models.Model):
     attempts = models.PositiveIntegerField(default=1)
     # A staff decision on a call that needed approval; the agent applies it on its next pass.
     approval_decision = models.CharField(
-        max_length=8, null=True, blank=True, choices=[("approved", "Approved"), ("rejected", "Rejected")]
+        max_length=8,
+        null=True,
+        blank=True,
+        choices=[("approved", "Approved"), ("rejected", "Rejected"), ("expired", "Expired")],
     )
     approval_note = models.TextField(blank=True)
+    # Digest of the arguments the decision was made on (see agents.approval.arguments_digest).
+    approval_digest = models.CharField(max_length=64, blank=True)
     epoch = models.BigIntegerField()
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +41,7 @@ from tickets.models import AuthorKind, Message, Ticket, TicketStatus
 
 logger = logging.getLogger(__name__)
 
-SYSTEM_PROMPT = """You are the customer-support agent of an online shop that sells kitchen goods.
+DEFAULT_SYSTEM_PROMPT = """You are the customer-support agent of an online shop that sells kitchen goods.
 Be brief, warm and precise. Use the tools to look up orders and help articles instead of guessing.
 Refunds: only for the customer's own orders, never more than what remains refundable; the system
 checks this and may ask a member of staff to approve. If you cannot help, hand off to a human.
@@ -77,10 +76,6 @@ class RetryLater(Exception):
     def __init__(self, seconds: float) -> None:
         super().__init__(seconds)
         self.seconds = seconds
-
-
-# Hook for approvals: called with (lease, call, tool, ctx, reason) when a call needs an approval.
-approval_requested_hooks: list[Callable[..., None]] = []
 
 
 def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
@@ -232,7 +227,8 @@ def _recovery_note(run: AgentRun, found: dict[str, list[dict[str, Any]]]) -> dic
 def _conversation(run: AgentRun) -> list[dict[str, Any]]:
     """Rebuild the model's input from the ledger alone."""
     ticket = Ticket.objects.select_related("customer").get(pk=run.ticket_id)
-    system = f"{SYSTEM_PROMPT}\nCustomer: {ticket.customer.name}. Ticket #{ticket.pk}: {ticket.subject}."
+    prompt = getattr(settings, "AGENT_SYSTEM_PROMPT", "") or DEFAULT_SYSTEM_PROMPT
+    system = f"{prompt}\nCustomer: {ticket.customer.name}. Ticket #{ticket.pk}: {ticket.subject}."
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     first_input = min(run.input_message_ids) if run.input_message_ids else None
     history = Message.objects.filter(ticket=ticket, is_public=True).order_by("created_at", "id")
@@ -446,8 +442,6 @@ def _request_approval(lease: Lease, run: AgentRun, call: ToolCall, tool: Tool, c
     from agents.approval import pause_for_approval
 
     pause_for_approval(lease=lease, run=run, call=call, reason=reason)
-    for hook in approval_requested_hooks:
-        hook(lease=lease, call=call, tool=tool, ctx=ctx, reason=reason)
 
 
 def _apply_decision(lease: Lease, run: AgentRun, call: ToolCall, ticket: Ticket) -> str | None:

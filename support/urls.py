@@ -12,4 +12,6 @@ urlpatterns = [
     path("healthz", views.health, name="health"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("staff/approvals/", include("approvals.urls")),
+    path("", include("tickets.urls")),
 ]

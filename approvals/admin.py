@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from django.contrib import admin
+
+from approvals.models import ApprovalPolicy, ApprovalRequest, ToolApprovalRule
+
+
+@admin.register(ApprovalPolicy)
+class ApprovalPolicyAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "refund_threshold_cents", "ttl_hours", "reminder_before_hours"]
+
+    def has_add_permission(self, request) -> bool:  # noqa: ANN001
+        return not ApprovalPolicy.objects.exists()
+
+
+@admin.register(ToolApprovalRule)
+class ToolApprovalRuleAdmin(admin.ModelAdmin):
+    list_display = ["tool_name", "requires_approval"]
+    list_editable = ["requires_approval"]
+
+
+@admin.register(ApprovalRequest)
+class ApprovalRequestAdmin(admin.ModelAdmin):
+    list_display = ["id", "ticket", "tool_name", "amount_cents", "status", "requested_at", "expires_at", "decided_by"]
+    list_filter = ["status", "tool_name"]
+    search_fields = ["ticket__id", "ticket__customer__email"]
+    readonly_fields = [f.name for f in ApprovalRequest._meta.fields]
+
+    def has_add_permission(self, request) -> bool:  # noqa: ANN001
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        return False

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from approvals.services import STAFF_GROUP, can_decide
+
+
+class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
+    """Tells an open dashboard that the pending list changed; the page then reloads it over HTTP."""
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not await database_sync_to_async(can_decide)(user):
+            await self.close(code=4403)
+            return
+        await self.channel_layer.group_add(STAFF_GROUP, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        await self.channel_layer.group_discard(STAFF_GROUP, self.channel_name)
+
+    async def approvals_changed(self, event: dict[str, Any]) -> None:
+        await self.send_json({"type": "changed", "approval_id": event["approval_id"], "change": event["change"]})

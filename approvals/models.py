@@ -1,0 +1,85 @@
+"""Approval policy and requests: sensitive agent actions wait here for a staff decision."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from agents.models import ToolCall
+from tickets.models import Ticket
+
+
+class ApprovalPolicy(models.Model):
+    """The one policy row, edited in the admin."""
+
+    refund_threshold_cents = models.PositiveIntegerField(
+        default=20000, help_text="Refunds above this amount (in cents) wait for a staff approval."
+    )
+    ttl_hours = models.PositiveIntegerField(default=72, help_text="A request not decided in this time expires.")
+    reminder_before_hours = models.PositiveIntegerField(
+        default=12, help_text="Staff are reminded this long before a request expires."
+    )
+
+    class Meta:
+        verbose_name_plural = "approval policy"
+
+    def __str__(self) -> str:
+        return "Approval policy"
+
+    @classmethod
+    def current(cls) -> ApprovalPolicy:
+        policy, _ = cls.objects.get_or_create(pk=1)
+        return policy
+
+
+class ToolApprovalRule(models.Model):
+    """Per-tool setting: every call of this tool needs an approval."""
+
+    tool_name = models.CharField(max_length=100, unique=True)
+    requires_approval = models.BooleanField(default=True)
+
+    def __str__(self) -> str:
+        return f"{self.tool_name}: {'approval' if self.requires_approval else 'no approval'}"
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired"
+
+
+class ApprovalRequest(models.Model):
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="approval_requests")
+    tool_call = models.OneToOneField(ToolCall, on_delete=models.CASCADE, related_name="approval_request")
+    tool_name = models.CharField(max_length=100)
+    # The exact arguments approved; changed arguments need a new approval.
+    arguments = models.JSONField()
+    arguments_digest = models.CharField(max_length=64)
+    reason = models.TextField(help_text="Why the policy asks for an approval")
+    agent_reasoning = models.TextField(blank=True)
+    evidence = models.JSONField(default=dict, blank=True)
+    amount_cents = models.PositiveIntegerField(null=True, blank=True)
+    currency = models.CharField(max_length=3, blank=True)
+    status = models.CharField(max_length=10, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING)
+    requested_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    reminder_sent_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["requested_at", "id"]
+        permissions = [("decide_approval", "Can approve or reject the agent's sensitive actions")]
+        indexes = [models.Index(fields=["status", "requested_at"], name="approval_status_requested")]
+
+    def __str__(self) -> str:
+        return f"approval {self.pk} for {self.tool_name} on #{self.ticket_id} ({self.status})"
+
+    @property
+    def amount_display(self) -> str:
+        if self.amount_cents is None:
+            return ""
+        return f"{self.currency.upper()} {self.amount_cents / 100:,.2f}"

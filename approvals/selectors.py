@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from approvals.models import ApprovalRequest, ApprovalStatus
+from tickets.models import Message
+
+
+def approvals_pending() -> QuerySet[ApprovalRequest]:
+    """Oldest first: the customer who has waited longest is served first."""
+    return (
+        ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING)
+        .select_related("ticket", "ticket__customer")
+        .order_by("requested_at", "id")
+    )
+
+
+def approvals_decided(*, limit: int = 100) -> QuerySet[ApprovalRequest]:
+    return (
+        ApprovalRequest.objects.exclude(status=ApprovalStatus.PENDING)
+        .select_related("ticket", "ticket__customer", "decided_by")
+        .order_by("-decided_at", "-id")[:limit]
+    )
+
+
+def approval_conversation(*, approval: ApprovalRequest, limit: int = 12) -> list[Message]:
+    messages = Message.objects.filter(ticket_id=approval.ticket_id, is_public=True).order_by("-created_at", "-id")
+    return list(reversed(messages[:limit]))

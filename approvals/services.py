@@ -1,0 +1,210 @@
+"""Writes of approvals: requests (inside the agent's pausing transaction), decisions, expiry."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from agents.approval import arguments_digest
+from agents.models import ModelStep, ToolCall
+from agents.tasks import ring
+from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
+from tickets import services as ticket_services
+from tickets.models import ActorKind, Order
+
+logger = logging.getLogger(__name__)
+STAFF_GROUP = "approvals.staff"
+DECIDE_PERMISSION = "approvals.decide_approval"
+
+
+class ApprovalClosed(ValidationError):
+    """The request was already decided, or has expired: nothing was changed."""
+
+
+def notify_staff(approval_id: int, change: str) -> None:
+    """Tell open dashboards to refresh, after commit."""
+
+    def send() -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        try:
+            async_to_sync(layer.group_send)(
+                STAFF_GROUP, {"type": "approvals.changed", "approval_id": approval_id, "change": change}
+            )
+        except Exception:  # noqa: BLE001 - live refresh is best effort; the dashboard reloads from the ledger
+            logger.warning("could not notify the approval dashboards", exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def _evidence(call: ToolCall) -> tuple[dict[str, Any], int | None, str]:
+    if call.name != "issue_refund":
+        return {}, None, ""
+    from agents.refunds import refunded_total_cents
+
+    order = Order.objects.filter(number__iexact=call.arguments.get("order_number", "")).first()
+    if order is None:
+        return {}, call.arguments.get("amount_cents"), ""
+    refunded = refunded_total_cents(order)
+    evidence = {
+        "order_number": order.number,
+        "order_status": order.status,
+        "order_total_cents": order.total_cents,
+        "refunded_before_cents": refunded,
+        "placed_at": order.placed_at.date().isoformat(),
+        "delivered_at": order.delivered_at.date().isoformat() if order.delivered_at else None,
+    }
+    return evidence, int(call.arguments.get("amount_cents", 0)), order.currency
+
+
+def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:
+    """Record the request. Runs inside the agent's pausing transaction (agents.approval.pause_hooks)."""
+    existing = ApprovalRequest.objects.filter(tool_call=call).first()
+    if existing is not None and existing.status == ApprovalStatus.PENDING:
+        return existing
+    if existing is not None:
+        existing.delete()  # a fresh request for changed arguments replaces the old decision
+    policy = ApprovalPolicy.current()
+    evidence, amount, currency = _evidence(call)
+    step = ModelStep.objects.filter(pk=call.step_id).only("response_text").first()
+    reasoning = " ".join(filter(None, [call.arguments.get("reason", ""), step.response_text if step else ""]))
+    now = timezone.now()
+    approval = ApprovalRequest.objects.create(
+        ticket_id=call.ticket_id,
+        tool_call=call,
+        tool_name=call.name,
+        arguments=call.arguments,
+        arguments_digest=arguments_digest(call.arguments),
+        reason=reason,
+        agent_reasoning=reasoning.strip(),
+        evidence=evidence,
+        amount_cents=amount,
+        currency=currency,
+        requested_at=now,
+        expires_at=now + timedelta(hours=policy.ttl_hours),
+    )
+    label = (
+        "Your refund request is under review by our team."
+        if call.name == "issue_refund"
+        else ("Your request is under review by our team.")
+    )
+    ticket_services.event_append(
+        ticket=call.ticket_id,
+        kind="approval_requested",
+        actor_kind=ActorKind.AGENT,
+        actor_ref=f"run:{call.run_id}",
+        payload={"approval_id": approval.pk, "tool": call.name, "reason": reason, "label": label},
+        is_public=True,
+    )
+    notify_staff(approval.pk, "requested")
+    return approval
+
+
+def can_decide(user: AbstractBaseUser) -> bool:
+    return bool(user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION))
+
+
+def approval_decide(
+    *, approval_id: int, user: AbstractBaseUser, approve: bool, note: str = "", now: datetime | None = None
+) -> ApprovalRequest:
+    """Record a staff decision and ring the ticket. The first decision wins; later ones change nothing."""
+    if not can_decide(user):
+        raise PermissionDenied("You do not have permission to decide approvals.")
+    note = (note or "").strip()
+    if not approve and not note:
+        raise ValidationError("Please say why the request is rejected; the customer will be told.", code="no_note")
+    now = now or timezone.now()
+    with transaction.atomic():
+        # No join here: a row re-read after waiting for the lock would come with the join as it was.
+        approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
+        if approval.status != ApprovalStatus.PENDING:
+            who = approval.decided_by.get_username() if approval.decided_by else "the system"
+            when = timezone.localtime(approval.decided_at).strftime("%Y-%m-%d %H:%M") if approval.decided_at else ""
+            raise ApprovalClosed(
+                f"This request was already {approval.status} by {who} {when}; nothing was changed.".replace("  ", " "),
+                code="already_decided",
+            )
+        if approval.expires_at <= now:
+            raise ApprovalClosed("This request has expired; nothing was changed.", code="expired")
+        approval.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
+        approval.decided_by = user
+        approval.decided_at = now
+        approval.note = note
+        approval.save(update_fields=["status", "decided_by", "decided_at", "note"])
+        ToolCall.objects.filter(pk=approval.tool_call_id).update(
+            approval_decision=approval.status, approval_note=note, approval_digest=approval.arguments_digest
+        )
+        label = (
+            "Our team approved your request; finishing it now."
+            if approve
+            else "Our team reviewed your request and could not approve it."
+        )
+        ticket_services.event_append(
+            ticket=approval.ticket_id,
+            kind="approval_decided",
+            actor_kind=ActorKind.STAFF,
+            actor_user=user,
+            payload={"approval_id": approval.pk, "decision": approval.status, "note": note, "label": label},
+            is_public=True,
+        )
+        ring(approval.ticket_id)
+        notify_staff(approval.pk, approval.status)
+    return approval
+
+
+def approvals_expire_due(*, now: datetime | None = None) -> dict[str, int]:
+    """Expire overdue requests (the ticket then goes to a person) and remind staff of those close to it."""
+    now = now or timezone.now()
+    policy = ApprovalPolicy.current()
+    expired = reminded = 0
+    due = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=now).values_list(
+        "pk", flat=True
+    )
+    for approval_id in list(due):
+        with transaction.atomic():
+            approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
+            if approval.status != ApprovalStatus.PENDING:
+                continue
+            approval.status = ApprovalStatus.EXPIRED
+            approval.decided_at = now
+            approval.save(update_fields=["status", "decided_at"])
+            ToolCall.objects.filter(pk=approval.tool_call_id).update(approval_decision="expired")
+            ticket_services.event_append(
+                ticket=approval.ticket_id,
+                kind="approval_expired",
+                actor_kind=ActorKind.SYSTEM,
+                payload={"approval_id": approval.pk, "label": "We could not review your request in time."},
+                is_public=True,
+            )
+            ring(approval.ticket_id)
+            notify_staff(approval.pk, "expired")
+            expired += 1
+    remind_from = now + timedelta(hours=policy.reminder_before_hours)
+    soon = ApprovalRequest.objects.filter(
+        status=ApprovalStatus.PENDING, reminder_sent_at__isnull=True, expires_at__lte=remind_from
+    )
+    for approval in soon:
+        with transaction.atomic():
+            updated = ApprovalRequest.objects.filter(pk=approval.pk, reminder_sent_at__isnull=True).update(
+                reminder_sent_at=now
+            )
+            if not updated:
+                continue
+            ticket_services.event_append(
+                ticket=approval.ticket_id,
+                kind="approval_reminder",
+                actor_kind=ActorKind.SYSTEM,
+                payload={"approval_id": approval.pk, "expires_at": approval.expires_at.isoformat()},
+            )
+            notify_staff(approval.pk, "reminder")
+            reminded += 1
+    return {"expired": expired, "reminded": reminded}

@@ -1,0 +1,130 @@
+"""The staff dashboard over HTTP and WebSocket: contents, permissions, the double-decision race."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from agents.runner import advance
+from approvals.models import ApprovalRequest, ApprovalStatus
+from support.asgi import application
+from tests.approvals.conftest import make_staff
+from tests.approvals.test_approvals import refund_ticket
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+def paused(sandbox, number: str):  # noqa: ANN001
+    ticket, order = refund_ticket(sandbox, number=number)
+    advance(ticket.pk)
+    return ticket, ApprovalRequest.objects.get(ticket=ticket)
+
+
+def test_the_dashboard_lists_pending_requests_oldest_first_with_what_staff_need(sandbox, client, approver):
+    first_ticket, first = paused(sandbox, "D-1001")
+    _, second = paused(sandbox, "D-1002")
+    client.force_login(approver)
+
+    page = client.get("/staff/approvals/").content.decode()
+
+    assert page.index(f'id="approval-{first.pk}"') < page.index(f'id="approval-{second.pk}"')
+    assert "USD 649.00" in page and "D-1001" in page and first_ticket.customer.email in page
+    assert "refunds above 200.00 need a staff approval" in page
+    assert "Please refund my order D-1001" in page  # the conversation
+    assert "waiting" in page and "expires in" in page
+
+
+def test_a_decision_from_the_dashboard_is_recorded_and_shown_in_the_history(sandbox, client, approver):
+    _, approval = paused(sandbox, "D-1003")
+    client.force_login(approver)
+
+    response = client.post(f"/staff/approvals/{approval.pk}/decide/", {"decision": "reject", "note": "duplicate"})
+
+    assert response.status_code == 302
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by, approval.note) == (ApprovalStatus.REJECTED, approver, "duplicate")
+    history = client.get("/staff/approvals/history/").content.decode()
+    assert "duplicate" in history and "approver" in history
+    assert f'id="approval-{approval.pk}"' not in client.get("/staff/approvals/pending/").content.decode()
+
+
+@pytest.mark.parametrize("who", ["customer", "plain_staff"])
+def test_customers_and_staff_without_the_permission_are_refused_on_every_endpoint(sandbox, who):
+    ticket, approval = paused(sandbox, "D-2001" if who == "customer" else "D-2002")
+    user = ticket.customer.user if who == "customer" else make_staff("nopermission", can_decide=False)
+    client = Client()
+    client.force_login(user)
+
+    for url in ["/staff/approvals/", "/staff/approvals/pending/", "/staff/approvals/history/"]:
+        assert client.get(url).status_code == 403, url
+    response = client.post(f"/staff/approvals/{approval.pk}/decide/", {"decision": "approve"})
+    assert response.status_code == 403
+    assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalStatus.PENDING
+
+
+def test_anonymous_visitors_are_sent_to_sign_in(sandbox, client):
+    _, approval = paused(sandbox, "D-3001")
+    assert client.get("/staff/approvals/")["Location"].startswith("/accounts/login/")
+    assert client.post(f"/staff/approvals/{approval.pk}/decide/", {"decision": "approve"}).status_code == 302
+    assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalStatus.PENDING
+
+
+async def _ws_accepted(user) -> bool:  # noqa: ANN001
+    communicator = WebsocketCommunicator(application, "/ws/staff/approvals/", headers=[(b"origin", b"http://localhost")])
+    communicator.scope["user"] = user
+    connected, _ = await communicator.connect()
+    await communicator.disconnect()
+    return connected
+
+
+def test_only_approvers_get_live_dashboard_updates(approver, plain_staff):
+    from asgiref.sync import async_to_sync
+    from django.contrib.auth.models import AnonymousUser
+
+    assert async_to_sync(_ws_accepted)(approver) is True
+    assert async_to_sync(_ws_accepted)(plain_staff) is False
+    assert async_to_sync(_ws_accepted)(AnonymousUser()) is False
+
+
+def test_two_staff_deciding_at_once_the_first_wins_and_the_second_is_told(sandbox, live_server):
+    _, approval = paused(sandbox, "D-4001")
+    alice, bob = make_staff("alice-staff", can_decide=True), make_staff("bob-staff", can_decide=True)
+    sessions = []
+    for user in (alice, bob):
+        c = Client()
+        c.force_login(user)
+        sessions.append(c.cookies["sessionid"].value)
+    barrier = threading.Barrier(2)
+    results: dict[str, httpx.Response] = {}
+
+    def decide(name: str, session: str, decision: str) -> None:
+        with httpx.Client(base_url=live_server.url, cookies={"sessionid": session}) as http:
+            page = http.get("/staff/approvals/")
+            token = http.cookies.get("csrftoken")
+            barrier.wait()
+            results[name] = http.post(
+                f"/staff/approvals/{approval.pk}/decide/",
+                data={"decision": decision, "note": "no", "csrfmiddlewaretoken": token},
+                headers={"Referer": live_server.url + "/staff/approvals/"},
+            )
+            assert page.status_code == 200
+
+    threads = [
+        threading.Thread(target=decide, args=("alice", sessions[0], "approve")),
+        threading.Thread(target=decide, args=("bob", sessions[1], "reject")),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    codes = sorted(r.status_code for r in results.values())
+    assert codes == [302, 409], {k: (v.status_code, v.text[:300]) for k, v in results.items()}
+    loser = next(r for r in results.values() if r.status_code == 409)
+    approval.refresh_from_db()
+    assert f"already {approval.status} by {approval.decided_by.username}" in loser.text, loser.text[loser.text.find("<main"):][:600]
+    assert approval.status in {ApprovalStatus.APPROVED, ApprovalStatus.REJECTED}
