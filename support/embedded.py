@@ -91,8 +91,13 @@ def postgres_stop() -> None:
     from pgserver._commands import pg_ctl
 
     user = "pgserver" if os.geteuid() == 0 else None
-    with contextlib.suppress(subprocess.CalledProcessError):
-        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=PG_DIR, user=user)
+    try:
+        pg_ctl(["-w", "-t", "30", "-m", "fast", "stop"], pgdata=PG_DIR, user=user)
+    except subprocess.CalledProcessError:
+        # A fast shutdown that did not finish in time: stop without a checkpoint
+        # (crash-safe; the next start replays the WAL).
+        with contextlib.suppress(subprocess.CalledProcessError):
+            pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=PG_DIR, user=user)
 
 
 # --- Redis --------------------------------------------------------------------

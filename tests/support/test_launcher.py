@@ -83,10 +83,19 @@ def test_make_run_serves_admin_and_health_and_ctrl_c_leaves_no_process(tmp_path)
 
     assert code == 0, (tmp_path / "run.log").read_text()
     pids = [p.pid for p in tree] + embedded_pids
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while [pid for pid in pids if alive(pid)] and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert [pid for pid in pids if alive(pid)] == [], "processes left after Ctrl-C"
+    left = [describe(pid) for pid in pids if alive(pid)]
+    assert left == [], f"processes left after Ctrl-C: {left}\n{(tmp_path / 'run.log').read_text()[-3000:]}"
+
+
+def describe(pid: int) -> str:
+    try:
+        process = psutil.Process(pid)
+        return f"{pid} {process.status()} {' '.join(process.cmdline())[:200]}"
+    except psutil.NoSuchProcess:
+        return f"{pid} gone"
 
 
 def alive(pid: int) -> bool:
