@@ -14,6 +14,12 @@ from tickets.models import Customer, Order, OrderLine, OrderStatus
 _counter = itertools.count(1)
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):  # noqa: ANN001
+    # Test users need real logins, not production-strength hashing (hundreds of ms each).
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def make_customer(name: str = "", *, flagged: bool = False) -> Customer:
     n = next(_counter)
     username = name or f"customer{n}"

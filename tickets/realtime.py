@@ -13,7 +13,9 @@ answer is a Message row.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from typing import Any
 
 import redis
@@ -42,14 +44,44 @@ def _stream_key(ticket_id: int) -> str:
     return f"{getattr(settings, 'CHANNELS_PREFIX', 'asgi')}:stream:{ticket_id}"
 
 
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _publisher_loop() -> asyncio.AbstractEventLoop:
+    """One event loop per process for publishing, so the channel layer keeps its Redis
+    connections (async_to_sync would make a new loop, and new connections, per message)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="realtime-publisher", daemon=True).start()
+            _loop = loop
+        return _loop
+
+
 def _send(ticket_id: int, message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(group_name(ticket_id), message)
+        if _in_event_loop():
+            async_to_sync(layer.group_send)(group_name(ticket_id), message)
+        else:
+            future = asyncio.run_coroutine_threadsafe(
+                layer.group_send(group_name(ticket_id), message), _publisher_loop()
+            )
+            future.result(timeout=5)
     except Exception:  # noqa: BLE001 - live updates are best effort; the ledger has the truth
         logger.warning("could not publish to %s", group_name(ticket_id), exc_info=True)
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def publish_event(ticket_id: int, event_id: int) -> None:
