@@ -1,0 +1,122 @@
+"""AGENT_MODEL picks the adapter; the OpenAI-compatible one drives a whole turn over real HTTP."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from agents.llm import ModelResponse, get_model
+from agents.llm_openai import OpenAIChatModel
+from agents.models import CallStatus, ModelStep, ToolCall
+from agents.offline_model import OfflineDeterministicModel
+from agents.runner import advance
+from tests.conftest import make_customer, make_order
+from tickets import services as ticket_services
+from tickets.models import AuthorKind, Message
+
+
+class EchoModel:
+    """A user's own model class, selected by dotted path."""
+
+    name = "echo"
+
+    def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+        return ModelResponse(text="echo: " + messages[-1]["content"])
+
+
+class NotAModel:
+    pass
+
+
+def test_offline_is_the_default_model(settings):
+    settings.AGENT_MODEL = "offline"
+    assert isinstance(get_model(), OfflineDeterministicModel)
+
+
+def test_a_dotted_path_selects_a_class_of_your_own(settings):
+    settings.AGENT_MODEL = "tests.agents.test_model_selection.EchoModel"
+    assert get_model().name == "echo"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("tests.agents.test_model_selection.Missing", "not 'offline', 'openai:<model>' or an importable class"),
+        ("tests.agents.test_model_selection.NotAModel", "does not implement agents.llm.ChatModel"),
+        ("openai:", "needs a model name"),
+    ],
+)
+def test_a_bad_model_setting_fails_with_a_clear_message(settings, spec, message):
+    settings.AGENT_MODEL = spec
+    with pytest.raises(ImproperlyConfigured, match=message):
+        get_model()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_runs_through_an_openai_compatible_endpoint(settings, openai_server):
+    settings.AGENT_MODEL = "openai:test-model"
+    settings.OPENAI_BASE_URL = openai_server.url
+    customer = make_customer()
+    make_order(customer, number="O-5001")
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Where", body="Where is O-5001?")
+    openai_server.enqueue_tool_calls([("lookup_order", {"order_number": "O-5001"})])
+    openai_server.enqueue_text("Your order O-5001 was delivered.")
+    model = get_model()
+    assert isinstance(model, OpenAIChatModel)
+
+    advance(ticket.pk, model=model)
+
+    call = ToolCall.objects.get(ticket=ticket)
+    assert (call.name, call.status) == ("lookup_order", CallStatus.SUCCEEDED)
+    reply = Message.objects.get(ticket=ticket, author_kind=AuthorKind.AGENT)
+    assert reply.body == "Your order O-5001 was delivered."
+    second_request = openai_server.requests[1]
+    tool_message = next(m for m in second_request["messages"] if m["role"] == "tool")
+    assert json.loads(tool_message["content"])["order_number"] == "O-5001"
+    assert {t["function"]["name"] for t in second_request["tools"]} >= {"lookup_order", "issue_refund"}
+    assert [s.model_name for s in ModelStep.objects.filter(ticket=ticket)] == ["openai:test-model"] * 2
+
+
+class FailingModel:
+    name = "failing"
+
+    def __init__(self, *, retryable: bool) -> None:
+        self.retryable = retryable
+        self.calls = 0
+
+    def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+        from agents.llm import ModelError
+
+        self.calls += 1
+        raise ModelError("upstream is down", retryable=self.retryable, status_code=503 if self.retryable else 400)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_model_outage_is_retried_later_then_handed_to_a_person(settings):
+    settings.AGENT_MODEL_ATTEMPTS = 3
+    customer = make_customer()
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Hi", body="Hello?")
+    model = FailingModel(retryable=True)
+
+    first, second, third = (advance(ticket.pk, model=model) for _ in range(3))
+
+    assert (first.state, second.state) == ("retry", "retry")
+    assert first.retry_in == 2.0 and second.retry_in == 4.0  # backoff, scheduled by the task
+    assert third.state == "handed_off"
+    ticket.refresh_from_db()
+    assert ticket.status == "with_human"
+    assert "the model could not answer: upstream is down" in Message.objects.get(ticket=ticket, is_public=False).body
+    assert ModelStep.objects.filter(ticket=ticket, status="failed").count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_model_refusing_the_request_hands_off_at_once():
+    customer = make_customer()
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Hi", body="Hello?")
+
+    outcome = advance(ticket.pk, model=FailingModel(retryable=False))
+
+    assert outcome.state == "handed_off"
+    assert ModelStep.objects.filter(ticket=ticket, status="failed").count() == 1
