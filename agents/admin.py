@@ -6,7 +6,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from agents.models import AgentRun, ModelStep, TicketLease, ToolCall
+from agents.models import AgentRun, ModelStep, Refund, TicketLease, ToolCall
 from agents.tasks import ring
 from tickets.admin import ReadOnlyInline, TicketAdmin
 from tickets.models import Ticket
@@ -27,7 +27,14 @@ class ToolCallTicketInline(ReadOnlyInline):
     show_change_link = True
 
 
-TicketAdmin.inlines = [*TicketAdmin.inlines, AgentRunInline, ToolCallTicketInline]
+class RefundTicketInline(ReadOnlyInline):
+    model = Refund
+    fields = ["id", "order", "amount_cents", "currency", "status", "provider_refund_id", "idempotency_key", "attempts"]
+    readonly_fields = fields
+    show_change_link = True
+
+
+TicketAdmin.inlines = [*TicketAdmin.inlines, AgentRunInline, ToolCallTicketInline, RefundTicketInline]
 
 
 @admin.action(description="Ring the agent for these tickets now")
@@ -93,3 +100,30 @@ class ToolCallAdmin(ReadOnlyAdmin):
 class TicketLeaseAdmin(ReadOnlyAdmin):
     list_display = ["ticket", "owner", "epoch", "expires_at", "acquired_at"]
     search_fields = ["ticket__id", "owner"]
+
+
+@admin.action(description="Reconcile with the payment provider now")
+def reconcile_refunds(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Refund]) -> None:
+    from agents.refunds import refund_reconcile
+
+    results: dict[str, int] = {}
+    for refund in queryset.select_related("order"):
+        status = refund_reconcile(refund=refund)
+        results[status] = results.get(status, 0) + 1
+    summary = ", ".join(f"{count} {status}" for status, count in sorted(results.items()))
+    messages.success(request, f"Reconciled: {summary or 'nothing selected'}.")
+
+
+@admin.register(Refund)
+class RefundAdmin(ReadOnlyAdmin):
+    list_display = ["id", "ticket", "order", "amount_cents", "currency", "status", "provider_refund_id", "updated_at"]
+    list_filter = ["status", "currency"]
+    search_fields = ["ticket__id", "order__number", "idempotency_key", "provider_refund_id"]
+    actions = [reconcile_refunds]
+
+    def get_actions(self, request: HttpRequest) -> dict:
+        # Read-only admins still get the reconcile action (it only asks the provider).
+        actions = super().get_actions(request)
+        if "reconcile_refunds" not in actions:
+            actions["reconcile_refunds"] = self.get_action(reconcile_refunds)
+        return actions

@@ -31,3 +31,25 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
         return False
+
+
+class ApprovalRequestInline(admin.TabularInline):
+    model = ApprovalRequest
+    extra = 0
+    can_delete = False
+    fields = ["id", "tool_name", "amount_cents", "status", "requested_at", "decided_by", "decided_at", "note"]
+    readonly_fields = fields
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        return False
+
+
+def _attach_to_ticket_admin() -> None:
+    from tickets.admin import TicketAdmin
+
+    if ApprovalRequestInline not in TicketAdmin.inlines:
+        TicketAdmin.inlines = [*TicketAdmin.inlines, ApprovalRequestInline]
+
+
+_attach_to_ticket_admin()

@@ -250,3 +250,24 @@ def test_duplicate_task_deliveries_never_refund_twice(sandbox, cluster):
     for ticket, order in orders:
         assert_ledger_matches_provider(sandbox, order)
         assert len(agent_replies(ticket)) == 1
+
+
+def test_staff_can_inspect_a_refund_and_reconcile_it_from_the_admin(sandbox, admin_client):
+    customer, order = customer_with_order(sandbox, number="R-6001")
+    sandbox.fault("error_after_commit")
+    sandbox.fault("error_before_commit", count=10)
+    sandbox.fault("error_before_commit", method="GET", path="/v1/refunds*", count=10)
+    ticket = ask(customer, "Please refund my order R-6001")
+    advance(ticket.pk)
+    refund = Refund.objects.get(order=order)
+    assert refund.status == RefundStatus.UNCERTAIN
+    sandbox.clear_faults()
+
+    page = admin_client.get(f"/admin/tickets/ticket/{ticket.pk}/change/").content.decode()
+    assert refund.idempotency_key in page and "uncertain" in page.lower()
+    response = admin_client.post(
+        "/admin/agents/refund/", {"action": "reconcile_refunds", "_selected_action": [refund.pk]}, follow=True
+    )
+
+    assert "Reconciled: 1 succeeded" in response.content.decode()
+    assert_ledger_matches_provider(sandbox, order)
