@@ -126,6 +126,9 @@ def approval_decide(
     with transaction.atomic():
         # No join here: a row re-read after waiting for the lock would come with the join as it was.
         approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
+        wanted = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
+        if approval.status == wanted and approval.decided_by_id == user.pk:
+            return approval  # the same decision sent again (a retried POST): the original result
         if approval.status != ApprovalStatus.PENDING:
             who = approval.decided_by.get_username() if approval.decided_by else "the system"
             when = timezone.localtime(approval.decided_at).strftime("%Y-%m-%d %H:%M") if approval.decided_at else ""
@@ -135,7 +138,7 @@ def approval_decide(
             )
         if approval.expires_at <= now:
             raise ApprovalClosed("This request has expired; nothing was changed.", code="expired")
-        approval.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
+        approval.status = wanted
         approval.decided_by = user
         approval.decided_at = now
         approval.note = note

@@ -234,3 +234,15 @@ def test_deciding_after_the_expiry_time_is_refused_even_before_the_sweep(sandbox
             approval_id=approval.pk, user=approver, approve=True, now=timezone.now() + timedelta(hours=80)
         )
     assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalStatus.PENDING
+
+
+def test_the_same_decision_sent_again_by_the_same_person_returns_the_original(sandbox, approver):
+    ticket, _ = refund_ticket(sandbox)
+    advance(ticket.pk)
+    approval = ApprovalRequest.objects.get(ticket=ticket)
+    first = services.approval_decide(approval_id=approval.pk, user=approver, approve=True)
+
+    again = services.approval_decide(approval_id=approval.pk, user=approver, approve=True)
+
+    assert (again.pk, again.decided_at) == (first.pk, first.decided_at)
+    assert ticket.events.filter(kind="approval_decided").count() == 1
