@@ -7,6 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from psycopg.conninfo import make_conninfo
 
+from agents import refunds as refund_module
 from payments.provider import PaymentProvider
 from payments.sandbox_process import SandboxProcess
 from tickets.models import Customer, Order, OrderLine, OrderStatus
@@ -110,3 +111,24 @@ def payment_sandbox(db, payment_sandbox_process) -> SandboxProcess:  # noqa: ANN
 @pytest.fixture
 def provider(payment_sandbox) -> PaymentProvider:  # noqa: ANN001
     return PaymentProvider(api_key="sk_test_pytest", api_base=payment_sandbox.base_url, timeout_seconds=5)
+
+
+@pytest.fixture
+def sandbox(payment_sandbox, settings):  # noqa: ANN001
+    """The sandbox, with the app's payment adapter pointed at it."""
+    settings.STRIPE_API_BASE = payment_sandbox.base_url
+    refund_module._provider = None
+    yield payment_sandbox
+    refund_module._provider = None
+
+
+@pytest.fixture
+def cluster(tmp_path):  # noqa: ANN001
+    """Real worker and beat processes on the test database, started by the test; all stopped after it."""
+    from tests.workers import Cluster, purge_broker
+
+    purge_broker()
+    started = Cluster(tmp_path)
+    yield started
+    started.stop_all()
+    purge_broker()

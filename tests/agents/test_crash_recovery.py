@@ -25,15 +25,6 @@ from tickets.models import AuthorKind, Message, Ticket
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.workers, pytest.mark.timeout(180)]
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    purge_broker()
-    c = Cluster(tmp_path)
-    yield c
-    c.stop_all()
-    purge_broker()
-
-
 def at_rest(ticket: Ticket) -> bool:
     if Message.objects.filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True).exists():
         return False

@@ -8,25 +8,16 @@ import signal
 import pytest
 from django.core.management import call_command
 
-from agents import refunds as refund_module
 from agents.llm import ModelResponse, ToolCallRequest
 from agents.models import CallStatus, Refund, RefundStatus, ToolCall
 from agents.runner import advance
 from agents.tasks import advance_ticket
 from tests.conftest import make_customer, make_order
-from tests.workers import Cluster, purge_broker, wait_until
+from tests.workers import wait_until
 from tickets import services as ticket_services
 from tickets.models import AuthorKind, Message, OrderStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
-
-
-@pytest.fixture
-def sandbox(payment_sandbox, settings):
-    settings.STRIPE_API_BASE = payment_sandbox.base_url
-    refund_module._provider = None
-    yield payment_sandbox
-    refund_module._provider = None
 
 
 def customer_with_order(sandbox, *, total_cents: int = 5000, number: str = ""):  # noqa: ANN001
@@ -201,15 +192,6 @@ def test_reconciliation_marks_a_refund_the_provider_never_stored_as_failed(sandb
 
 
 # --- with real worker processes ------------------------------------------------------------
-
-
-@pytest.fixture
-def cluster(tmp_path, sandbox):
-    purge_broker()
-    c = Cluster(tmp_path)
-    yield c
-    c.stop_all()
-    purge_broker()
 
 
 @pytest.mark.workers

@@ -4,16 +4,6 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
-from agents import refunds as refund_module
-
-
-@pytest.fixture
-def sandbox(payment_sandbox, settings):
-    settings.STRIPE_API_BASE = payment_sandbox.base_url
-    refund_module._provider = None
-    yield payment_sandbox
-    refund_module._provider = None
-
 
 def make_staff(username: str, *, can_decide: bool) -> object:
     user = get_user_model().objects.create_user(username=username, password="staff-pass-123", is_staff=True)

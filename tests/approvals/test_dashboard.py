@@ -74,7 +74,9 @@ def test_anonymous_visitors_are_sent_to_sign_in(sandbox, client):
 
 
 async def _ws_accepted(user) -> bool:  # noqa: ANN001
-    communicator = WebsocketCommunicator(application, "/ws/staff/approvals/", headers=[(b"origin", b"http://localhost")])
+    communicator = WebsocketCommunicator(
+        application, "/ws/staff/approvals/", headers=[(b"origin", b"http://localhost")]
+    )
     communicator.scope["user"] = user
     connected, _ = await communicator.connect()
     await communicator.disconnect()
@@ -126,5 +128,7 @@ def test_two_staff_deciding_at_once_the_first_wins_and_the_second_is_told(sandbo
     assert codes == [302, 409], {k: (v.status_code, v.text[:300]) for k, v in results.items()}
     loser = next(r for r in results.values() if r.status_code == 409)
     approval.refresh_from_db()
-    assert f"already {approval.status} by {approval.decided_by.username}" in loser.text, loser.text[loser.text.find("<main"):][:600]
+    assert f"already {approval.status} by {approval.decided_by.username}" in loser.text, loser.text[
+        loser.text.find("<main") :
+    ][:600]
     assert approval.status in {ApprovalStatus.APPROVED, ApprovalStatus.REJECTED}

@@ -16,19 +16,10 @@ from approvals.models import ApprovalRequest, ApprovalStatus
 from tests.agents.test_refunds import ScriptedRefund
 from tests.approvals.test_approvals import provider_refunds, refund_ticket, replies
 from tests.conftest import make_customer, make_order
-from tests.workers import Cluster, purge_broker, wait_until
+from tests.workers import purge_broker, wait_until
 from tickets import services as ticket_services
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.workers, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-def cluster(tmp_path, sandbox):
-    purge_broker()
-    c = Cluster(tmp_path)
-    yield c
-    c.stop_all()
-    purge_broker()
 
 
 def decide_over_http(approver, approval: ApprovalRequest, decision: str, note: str = "") -> None:  # noqa: ANN001
