@@ -53,7 +53,7 @@ class Lease:
         The fencing UPDATE takes the lease row's lock until commit, so a
         take-over waits for this transaction and then sees its writes.
         """
-        with transaction.atomic():
+        with transaction.atomic(savepoint=False):
             with connection.cursor() as cursor:
                 cursor.execute(
                     "UPDATE agents_ticketlease SET expires_at = GREATEST(expires_at, %s) "

@@ -56,7 +56,8 @@ def event_append(
     """
     ticket_id = _ticket_id(ticket)
     now = timezone.now()
-    with transaction.atomic():
+    # No savepoint: a failure here fails the caller's whole transaction anyway.
+    with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
             cursor.execute(
                 "UPDATE tickets_ticket SET last_event_seq = last_event_seq + 1, updated_at = %s "
@@ -136,7 +137,13 @@ def message_post(
                 actor_kind=author_kind,
                 actor_user=author_user,
                 actor_ref=actor_ref,
-                payload={"message_id": message.pk, "author_kind": author_kind, "body": text},
+                payload={
+                    "message_id": message.pk,
+                    "author_kind": author_kind,
+                    "body": text,
+                    # Lets the sender's chat match the event to the bubble it already shows.
+                    "client_msg_id": client_msg_id,
+                },
                 is_public=is_public,
             )
             if author_kind == AuthorKind.CUSTOMER:
