@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from agents.models import AgentRun, ModelStep, Refund, TicketLease, ToolCall
 from agents.tasks import ring
+from tickets import services as ticket_services
 from tickets.admin import ReadOnlyInline, TicketAdmin
-from tickets.models import Ticket
+from tickets.models import ActorKind, Ticket, TicketStatus
 
 
 class AgentRunInline(ReadOnlyInline):
@@ -44,7 +46,37 @@ def ring_agent(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Que
     messages.success(request, f"Rang the agent for {queryset.count()} ticket(s).")
 
 
-TicketAdmin.actions = [*(TicketAdmin.actions or []), ring_agent]
+def _transition_action(to_status: str, description: str, *, ring_after: bool = False):  # noqa: ANN202
+    def action(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Ticket]) -> None:
+        moved, refused = 0, []
+        for ticket in queryset:
+            try:
+                ticket_services.ticket_transition(
+                    ticket=ticket, to_status=to_status, actor_kind=ActorKind.STAFF, actor_user=request.user
+                )
+            except ValidationError as exc:
+                refused.append(" ".join(exc.messages))
+                continue
+            moved += 1
+            if ring_after:
+                ring(ticket.pk)
+        if moved:
+            messages.success(request, f"{moved} ticket(s) now {to_status.replace('_', ' ')}.")
+        for reason in refused:
+            messages.error(request, reason)
+
+    action.__name__ = f"move_to_{to_status}"
+    return admin.action(description=description)(action)
+
+
+TicketAdmin.actions = [
+    *(TicketAdmin.actions or []),
+    ring_agent,
+    _transition_action(TicketStatus.OPEN, "Hand back to the agent", ring_after=True),
+    _transition_action(TicketStatus.WITH_HUMAN, "Take over (agent stays out)"),
+    _transition_action(TicketStatus.RESOLVED, "Mark resolved"),
+    _transition_action(TicketStatus.CLOSED, "Close"),
+]
 
 
 class ModelStepInline(ReadOnlyInline):

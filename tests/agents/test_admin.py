@@ -37,3 +37,28 @@ def test_staff_can_ring_the_agent_for_a_ticket_from_the_admin(admin_client):
     )
 
     assert "Rang the agent for 1 ticket" in response.content.decode()
+
+
+def test_staff_hand_a_ticket_back_to_the_agent_and_illegal_moves_are_explained(admin_client):
+    customer = make_customer()
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Hi", body="I want to talk to a person")
+    advance(ticket.pk)
+    ticket.refresh_from_db()
+    assert ticket.status == "with_human"
+
+    back = admin_client.post(
+        "/admin/tickets/ticket/", {"action": "move_to_open", "_selected_action": [ticket.pk]}, follow=True
+    )
+    closed = admin_client.post(
+        "/admin/tickets/ticket/", {"action": "move_to_closed", "_selected_action": [ticket.pk]}, follow=True
+    )
+    again = admin_client.post(
+        "/admin/tickets/ticket/", {"action": "move_to_open", "_selected_action": [ticket.pk]}, follow=True
+    )
+
+    assert "1 ticket(s) now open" in back.content.decode()
+    assert "1 ticket(s) now closed" in closed.content.decode()
+    assert "cannot go from closed to open" in again.content.decode()
+    ticket.refresh_from_db()
+    assert ticket.status == "closed"
+    assert ticket.events.filter(kind="status_changed", actor_kind="staff").count() == 2
