@@ -281,6 +281,12 @@ def _call_view(call: ToolCall | None) -> dict[str, Any]:
 
 def _drive(lease: Lease, run: AgentRun, model: ChatModel) -> str:
     _recover(lease, run)
+    if Ticket.objects.filter(pk=run.ticket_id, status__in=AGENT_STAYS_OUT).exists():
+        # A person took the ticket over (or closed it) while this run was unfinished.
+        agent_services.run_transition(
+            lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome="a person took the ticket over"
+        )
+        return RunStatus.HANDED_OFF
     while True:
         steps = list(ModelStep.objects.filter(run=run, status=StepStatus.COMPLETED).order_by("index"))
         last = steps[-1] if steps else None

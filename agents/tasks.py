@@ -48,15 +48,24 @@ def tickets_needing_a_ring(*, limit: int = 500) -> list[int]:
     decided = ToolCall.objects.filter(
         ticket=OuterRef("pk"), status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False
     )
+    paused = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.WAITING_APPROVAL)
     held = TicketLease.objects.filter(ticket=OuterRef("pk"), expires_at__gt=now).exclude(owner="")
     candidates = (
         Ticket.objects.annotate(
-            unhandled=Exists(unhandled), running=Exists(running), decided=Exists(decided), held=Exists(held)
+            unhandled=Exists(unhandled),
+            running=Exists(running),
+            paused=Exists(paused),
+            decided=Exists(decided),
+            held=Exists(held),
         )
         .filter(held=False)
         .filter(
             Q(running=True)
-            | ((Q(unhandled=True) | Q(decided=True)) & ~Q(status__in=[TicketStatus.WITH_HUMAN, TicketStatus.CLOSED]))
+            | (
+                # A paused run waits for its decision; messages sent meanwhile wait with it.
+                (Q(decided=True) | Q(unhandled=True, paused=False))
+                & ~Q(status__in=[TicketStatus.WITH_HUMAN, TicketStatus.CLOSED])
+            )
         )
         .order_by("updated_at")
         .values_list("pk", flat=True)[:limit]

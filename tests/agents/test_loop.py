@@ -166,3 +166,36 @@ def test_invalid_or_unknown_tool_calls_become_errors_the_model_sees():
     tool_messages = [m for m in model.seen[1] if m["role"] == "tool"]
     assert len(tool_messages) == 3 and all("error" in m["content"] for m in tool_messages)
     assert agent_replies(ticket) == ["Sorry, I hit a snag."]
+
+
+def test_the_sweeper_rings_tickets_with_work_and_leaves_paused_and_human_ones_alone():
+    from agents.models import TicketLease
+    from agents.tasks import tickets_needing_a_ring
+
+    customer = make_customer()
+    waiting = open_ticket(customer, "Hello?")  # an unanswered message
+    answered = open_ticket(customer, "What is your refund policy?")
+    advance(answered.pk)
+    human = open_ticket(customer, "I want to talk to a person")
+    advance(human.pk)
+    ticket_services.message_post(ticket=human, author_kind=AuthorKind.CUSTOMER, body="Anyone?")
+    paused = open_ticket(customer, "Hi")
+    AgentRun.objects.create(ticket=paused, status=RunStatus.WAITING_APPROVAL)
+    ticket_services.message_post(ticket=paused, author_kind=AuthorKind.CUSTOMER, body="Any news?")
+    crashed = open_ticket(customer, "Hi again")
+    AgentRun.objects.create(ticket=crashed, status=RunStatus.RUNNING)
+    TicketLease.objects.create(ticket=crashed, owner="dead-worker", epoch=3)  # expired at creation
+
+    assert set(tickets_needing_a_ring()) == {waiting.pk, crashed.pk}
+
+
+def test_a_run_left_unfinished_when_a_person_took_over_ends_without_replying():
+    customer = make_customer()
+    ticket = open_ticket(customer, "Hi")
+    AgentRun.objects.create(ticket=ticket, status=RunStatus.RUNNING, input_message_ids=[])
+    ticket_services.ticket_transition(ticket=ticket, to_status=TicketStatus.WITH_HUMAN, actor_kind="staff")
+
+    outcome = advance(ticket.pk)
+
+    assert outcome.state == RunStatus.HANDED_OFF
+    assert agent_replies(ticket) == []
