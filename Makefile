@@ -42,3 +42,8 @@ clean:
 bench-overhead: $(STAMP)
 	$(PY) -m pip install --quiet -r requirements-bench.txt
 	$(PY) -m support.embedded -- $(PY) -m bench.overhead $(BENCH_ARGS)
+
+## Every benchmark figure in one table (prints it and writes bench-results/bench.json).
+bench: $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-bench.txt
+	$(PY) -m support.embedded -- $(PY) -m bench $(BENCH_ARGS)
