@@ -224,24 +224,13 @@ def _recovery_note(run: AgentRun, found: dict[str, list[dict[str, Any]]]) -> dic
 # --- the conversation -------------------------------------------------------------------
 
 
-def _conversation(run: AgentRun) -> list[dict[str, Any]]:
-    """Rebuild the model's input from the ledger alone."""
-    ticket = Ticket.objects.select_related("customer").get(pk=run.ticket_id)
-    prompt = getattr(settings, "AGENT_SYSTEM_PROMPT", "") or DEFAULT_SYSTEM_PROMPT
-    system = f"{prompt}\nCustomer: {ticket.customer.name}. Ticket #{ticket.pk}: {ticket.subject}."
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
-    first_input = min(run.input_message_ids) if run.input_message_ids else None
-    history = Message.objects.filter(ticket=ticket, is_public=True).order_by("created_at", "id")
-    if first_input is not None:
-        history = history.filter(id__lt=first_input)
-    for message in history:
-        if message.author_kind == AuthorKind.CUSTOMER:
-            messages.append({"role": "user", "content": message.body})
-        elif message.author_kind in {AuthorKind.AGENT, AuthorKind.STAFF}:
-            prefix = "[staff] " if message.author_kind == AuthorKind.STAFF else ""
-            messages.append({"role": "assistant", "content": prefix + message.body})
-    for message in Message.objects.filter(pk__in=run.input_message_ids).order_by("created_at", "id"):
-        messages.append({"role": "user", "content": message.body})
+def _conversation(run: AgentRun, opening: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Rebuild the model's input from the ledger alone.
+
+    ``opening`` (the system prompt, earlier turns and this run's inputs, from
+    ``_opening``) does not change during a run, so a caller may build it once.
+    """
+    messages = list(opening if opening is not None else _opening(run))
     calls = {(c.step_id, c.index): c for c in ToolCall.objects.filter(run=run)}
     for step in ModelStep.objects.filter(run=run, status=StepStatus.COMPLETED).order_by("index"):
         if not step.tool_calls:
@@ -261,6 +250,26 @@ def _conversation(run: AgentRun) -> list[dict[str, Any]]:
             messages.append({"role": "tool", "tool_call_id": requested["id"], "content": json.dumps(_call_view(call))})
     for note in run.recovery_notes:
         messages.append({"role": "system", "content": note["text"]})
+    return messages
+
+
+def _opening(run: AgentRun) -> list[dict[str, Any]]:
+    ticket = Ticket.objects.select_related("customer").get(pk=run.ticket_id)
+    prompt = getattr(settings, "AGENT_SYSTEM_PROMPT", "") or DEFAULT_SYSTEM_PROMPT
+    system = f"{prompt}\nCustomer: {ticket.customer.name}. Ticket #{ticket.pk}: {ticket.subject}."
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    first_input = min(run.input_message_ids) if run.input_message_ids else None
+    history = Message.objects.filter(ticket=ticket, is_public=True).order_by("created_at", "id")
+    if first_input is not None:
+        history = history.filter(id__lt=first_input)
+    for message in history:
+        if message.author_kind == AuthorKind.CUSTOMER:
+            messages.append({"role": "user", "content": message.body})
+        elif message.author_kind in {AuthorKind.AGENT, AuthorKind.STAFF}:
+            prefix = "[staff] " if message.author_kind == AuthorKind.STAFF else ""
+            messages.append({"role": "assistant", "content": prefix + message.body})
+    for message in Message.objects.filter(pk__in=run.input_message_ids).order_by("created_at", "id"):
+        messages.append({"role": "user", "content": message.body})
     return messages
 
 
@@ -287,6 +296,7 @@ def _drive(lease: Lease, run: AgentRun, model: ChatModel) -> str:
             lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome="a person took the ticket over"
         )
         return RunStatus.HANDED_OFF
+    opening = _opening(run)
     while True:
         steps = list(ModelStep.objects.filter(run=run, status=StepStatus.COMPLETED).order_by("index"))
         last = steps[-1] if steps else None
@@ -306,11 +316,11 @@ def _drive(lease: Lease, run: AgentRun, model: ChatModel) -> str:
         if agent_services.ticket_tokens_used(ticket_id=run.ticket_id) >= token_budget():
             agent_services.hand_off(lease=lease, run=run, reason=f"token budget reached ({token_budget()} tokens)")
             return RunStatus.HANDED_OFF
-        _ask_model(lease, run, model, index=len(steps))
+        _ask_model(lease, run, model, index=len(steps), opening=opening)
 
 
-def _ask_model(lease: Lease, run: AgentRun, model: ChatModel, *, index: int) -> None:
-    messages = _conversation(run)
+def _ask_model(lease: Lease, run: AgentRun, model: ChatModel, *, index: int, opening: list[dict[str, Any]]) -> None:
+    messages = _conversation(run, opening)
     failures = ModelStep.objects.filter(run=run, index=index, status=StepStatus.FAILED).count()
     step = agent_services.step_start(lease=lease, run=run, index=index, model_name=model.name, messages=messages)
     offset = 0

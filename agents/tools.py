@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
+import jsonschema.protocols
+import jsonschema.validators
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
@@ -88,6 +90,19 @@ def tool_specs() -> list[dict[str, Any]]:
     return [tool.spec() for tool in REGISTRY.values()]
 
 
+_VALIDATORS: dict[str, jsonschema.protocols.Validator] = {}
+
+
+def _validator(name: str, schema: dict[str, Any]) -> jsonschema.protocols.Validator:
+    """One compiled validator per tool: jsonschema.validate would check the schema itself on every call."""
+    validator = _VALIDATORS.get(name)
+    if validator is None or validator.schema is not schema:
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        validator = _VALIDATORS[name] = cls(schema)
+    return validator
+
+
 def parse_arguments(name: str, raw: str | dict[str, Any]) -> tuple[Tool, dict[str, Any]]:
     """Look up the tool and validate the model's arguments; ToolError on anything wrong."""
     tool = REGISTRY.get(name)
@@ -103,7 +118,7 @@ def parse_arguments(name: str, raw: str | dict[str, Any]) -> tuple[Tool, dict[st
     if not isinstance(args, dict):
         raise ToolError(f"Arguments for {name} must be a JSON object.")
     try:
-        jsonschema.validate(args, tool.parameters)
+        _validator(tool.name, tool.parameters).validate(args)
     except jsonschema.ValidationError as exc:
         raise ToolError(f"Invalid arguments for {name}: {exc.message}.") from None
     return tool, args
