@@ -137,10 +137,12 @@ if not REDIS_URL:
 if urlparse(REDIS_URL).scheme not in {"redis", "rediss"}:
     raise ImproperlyConfigured(f"REDIS_URL must start with redis:// or rediss://; got {REDIS_URL!r}")
 
+# Prefix of the Channels layer's Redis keys (and of the streamed-answer buffers).
+CHANNELS_PREFIX = os.environ.get("CHANNELS_PREFIX", "asgi")
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": os.environ.get("CHANNELS_PREFIX", "asgi")},
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": CHANNELS_PREFIX},
     },
 }
 

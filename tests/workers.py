@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
@@ -36,6 +39,14 @@ def purge_broker() -> None:
         name = key.decode()
         if name in {"celery", "unacked", "unacked_index", "unacked_mutex"} or name.startswith("_kombu"):
             client.delete(key)
+
+
+def purge_stream_buffers() -> None:
+    """Drop the streamed-answer buffers (tickets.realtime): ticket and step ids restart with each test database."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    prefix = getattr(settings, "CHANNELS_PREFIX", "asgi")
+    for key in client.scan_iter(f"{prefix}:stream:*"):
+        client.delete(key)
 
 
 class Proc:
@@ -133,12 +144,51 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
+    def web(self, port: int, **extra: str) -> Proc:
+        """The ASGI server (daphne) on 127.0.0.1:``port``, as in production: DEBUG off."""
+        env = self.env(
+            DEBUG="0",
+            SECRET_KEY="test-only-secret-key-of-the-web-process",
+            ALLOWED_HOSTS="127.0.0.1,localhost",
+            **extra,
+        )
+        # The test process may allow sync ORM calls beside Playwright's loop; the server must not.
+        env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "support.asgi:application"]
+        proc = Proc(f"web{port}", argv, env, self.tmp_path)
+        self.procs.append(proc)
+        return proc
+
     def stop_all(self) -> None:
         for proc in self.procs:
             proc.stop()
 
     def logs(self) -> str:
         return "\n".join(f"----- {p.name}\n{p.log()[-4000:]}" for p in self.procs)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_http(url: str, *, timeout: float, proc: Proc | None = None) -> None:
+    """Until ``url`` answers at all (any HTTP status); fails early if ``proc`` died."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise AssertionError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log()[-4000:]}")
+        try:
+            with opener.open(url, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    detail = f"\n{proc.log()[-4000:]}" if proc else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {url}{detail}")
 
 
 def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str, cluster: Cluster | None = None) -> None:

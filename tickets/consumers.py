@@ -1,7 +1,117 @@
+"""The customer's live chat: ``/ws/tickets/<id>/?after=<seq>``.
+
+Frames sent to the browser (JSON):
+
+- ``{"type": "event", "seq", "kind", ...}``: a public timeline event, as
+  ``tickets.presenters`` renders it; sent in seq order, each seq at most once
+  per connection;
+- ``{"type": "token", "step", "offset", "text"}``: a piece of the answer being
+  streamed; ``offset`` is where ``text`` starts in that step's answer, so the
+  browser appends only what it does not have yet;
+- ``{"type": "ready", "seq"}``: the replay is done; live frames follow.
+
+Frames from the browser: ``{"type": "resync"}`` asks for the events and the
+streamed text again (the browser saw a gap in a step's offsets).
+
+The order on connect rules out gaps: join the group first, then read the
+ledger and the streaming buffer. Anything committed or streamed after the read
+arrives through the group; anything both read and received is a duplicate the
+seq (events) or the offset (tokens) drops.
+"""
+
 from __future__ import annotations
 
+import time
+from typing import Any
+from urllib.parse import parse_qs
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.http import Http404
+
+from tickets import presenters, realtime, selectors
+from tickets.models import Ticket
+
+CLOSE_NOT_SIGNED_IN = 4403
+CLOSE_NO_SUCH_TICKET = 4404
+RESYNC_MIN_SECONDS = 0.5
+
+
+def _after(query_string: bytes) -> int:
+    values = parse_qs(query_string.decode("latin-1")).get("after", ["0"])
+    try:
+        return max(0, int(values[0]))
+    except ValueError:
+        return 0
 
 
 class TicketConsumer(AsyncJsonWebsocketConsumer):
-    """The customer chat socket (being built)."""
+    ticket: Ticket | None = None
+    group: str | None = None
+    last_seq: int = 0
+    last_resync: float = float("-inf")
+
+    async def connect(self) -> None:
+        # Accept first: a close code (4403/4404) only reaches the browser on an open socket.
+        await self.accept()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_NOT_SIGNED_IN)
+            return
+        ticket_id = int(self.scope["url_route"]["kwargs"]["ticket_id"])
+        try:
+            self.ticket = await database_sync_to_async(selectors.ticket_get_for_customer)(
+                user=user, ticket_id=ticket_id
+            )
+        except Http404:
+            await self.close(code=CLOSE_NO_SUCH_TICKET)
+            return
+        self.last_seq = _after(self.scope.get("query_string", b""))
+        self.group = realtime.group_name(self.ticket.pk)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self._catch_up()
+        await self.send_json({"type": "ready", "seq": self.last_seq})
+
+    async def disconnect(self, code: int) -> None:
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if self.ticket is None or not isinstance(content, dict) or content.get("type") != "resync":
+            return
+        now = time.monotonic()
+        if now - self.last_resync < RESYNC_MIN_SECONDS:
+            return  # a browser asks once per gap; more often is noise (or abuse) and costs queries
+        self.last_resync = now
+        await self._catch_up()
+
+    # --- group messages ---------------------------------------------------------------
+
+    async def ticket_event(self, message: dict[str, Any]) -> None:
+        # The event id is a doorbell: whatever is new in the ledger goes out, in
+        # seq order, so a lost or reordered notification costs nothing.
+        await self._send_events()
+
+    async def ticket_token(self, message: dict[str, Any]) -> None:
+        await self.send_json(
+            {"type": "token", "step": message["step"], "offset": message["offset"], "text": message["text"]}
+        )
+
+    # --- helpers -------------------------------------------------------------------------
+
+    async def _catch_up(self) -> None:
+        await self._send_events()
+        step, text = await sync_to_async(realtime.streamed_so_far)(self.ticket.pk)
+        if step is not None and text:
+            await self.send_json({"type": "token", "step": step, "offset": 0, "text": text})
+
+    async def _send_events(self) -> None:
+        items, last_seq = await database_sync_to_async(self._load)(self.last_seq)
+        for item in items:
+            await self.send_json({"type": "event", **item})
+        self.last_seq = max(self.last_seq, last_seq)
+
+    def _load(self, after: int) -> tuple[list[dict[str, Any]], int]:
+        events = selectors.ticket_timeline(ticket=self.ticket, after_seq=after, public_only=True)
+        return presenters.present_events(events)

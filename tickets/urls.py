@@ -1,4 +1,14 @@
 from __future__ import annotations
 
+from django.urls import path
+
+from tickets import views
+
 app_name = "tickets"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("tickets/", views.ticket_list, name="list"),
+    path("tickets/new/", views.ticket_new, name="new"),
+    path("tickets/<int:ticket_id>/", views.ticket_chat, name="chat"),
+    path("tickets/<int:ticket_id>/messages", views.message_create, name="message_create"),
+]

@@ -1,0 +1,427 @@
+/*
+ * The customer's chat: live timeline and streamed answers over one WebSocket,
+ * messages sent over HTTP with a client message ID (a retry never posts twice).
+ *
+ * Frames from the server (see tickets/consumers.py):
+ *   {type: "event", seq, kind, ...}       a public timeline event, in seq order
+ *   {type: "token", step, offset, text}   a piece of the answer being streamed
+ *   {type: "ready", seq}                  the replay is done; live from here
+ * Frame to the server:
+ *   {type: "resync"}                      "I missed part of a stream; send it again"
+ *
+ * What makes reconnects safe:
+ *   - lastSeq is the highest event seq applied; a reconnect asks ?after=lastSeq
+ *     and any event at or below it is dropped;
+ *   - per streaming step the page keeps the text it has; a token frame only
+ *     appends what lies beyond that (offsets count code points, as Python does);
+ *   - a token for a newer step replaces the bubble (a generation cut off and
+ *     generated again); the agent's message event replaces the bubble with the
+ *     final text, and tokens of that step or older are ignored afterwards.
+ *
+ * User text is only ever set with textContent, never as HTML.
+ */
+(function () {
+  "use strict";
+
+  var configEl = document.getElementById("chat-config");
+  if (!configEl) return;
+  var config = JSON.parse(configEl.textContent);
+  var csrfMeta = document.querySelector('meta[name="csrf-token"]');
+  var csrfToken = csrfMeta ? csrfMeta.getAttribute("content") : "";
+
+  var scroller = document.getElementById("chat-scroll");
+  var log = document.getElementById("chat-log");
+  var live = document.getElementById("chat-live");
+  var typingEl = document.getElementById("chat-typing");
+  var statusEl = document.getElementById("chat-status");
+  var statusTextEl = document.getElementById("chat-status-text");
+  var connectionEl = document.getElementById("chat-connection");
+  var form = document.getElementById("chat-composer");
+  var input = document.getElementById("chat-input");
+  var sendButton = document.getElementById("chat-send");
+  var note = document.getElementById("chat-note");
+
+  var state = {
+    lastSeq: config.afterSeq,
+    status: config.status,
+    typing: config.typing,
+    stream: null, // {step, text, length, el, textEl}
+    doneStep: 0, // tokens of this step or older are ignored
+    socket: null,
+    connected: false,
+    denied: false,
+    attempts: 0,
+    reconnects: 0,
+    holdUntil: 0,
+    resyncAsked: false,
+    pending: {}, // client_msg_id -> element, until its event arrives
+  };
+  var connectionTimer = null;
+
+  // --- small helpers --------------------------------------------------------------------
+
+  function codePoints(text) {
+    return Array.from(text);
+  }
+
+  function nearBottom() {
+    return scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 80;
+  }
+
+  function keepScrolled(wasNearBottom) {
+    if (wasNearBottom) scroller.scrollTop = scroller.scrollHeight;
+  }
+
+  function formatTimes(root) {
+    var times = root.querySelectorAll("time[datetime]");
+    for (var i = 0; i < times.length; i++) {
+      var when = new Date(times[i].getAttribute("datetime"));
+      if (!isNaN(when.getTime())) {
+        times[i].textContent = when.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+      }
+    }
+  }
+
+  function newClientMsgId() {
+    var bytes = new Uint8Array(16);
+    window.crypto.getRandomValues(bytes);
+    return Array.prototype.map
+      .call(bytes, function (b) {
+        return ("0" + b.toString(16)).slice(-2);
+      })
+      .join("");
+  }
+
+  function messageElement(author, authorName, text, at) {
+    var li = document.createElement("li");
+    li.className = "msg from-" + author;
+    var meta = document.createElement("div");
+    meta.className = "msg-meta";
+    var who = document.createElement("span");
+    who.className = "msg-author";
+    who.textContent = authorName;
+    meta.appendChild(who);
+    meta.appendChild(document.createTextNode(" "));
+    var time = document.createElement("time");
+    time.setAttribute("datetime", at || new Date().toISOString());
+    meta.appendChild(time);
+    var bubble = document.createElement("div");
+    bubble.className = "bubble";
+    bubble.textContent = text;
+    li.appendChild(meta);
+    li.appendChild(bubble);
+    formatTimes(li);
+    return li;
+  }
+
+  // Items with a seq sit in seq order; messages still being sent (no seq) stay last.
+  function insertBySeq(el, seq) {
+    el.setAttribute("data-seq", String(seq));
+    var ref = null;
+    for (var child = log.firstElementChild; child; child = child.nextElementSibling) {
+      if (child === el) continue;
+      var childSeq = child.getAttribute("data-seq");
+      if (childSeq === null || Number(childSeq) > seq) {
+        ref = child;
+        break;
+      }
+    }
+    log.insertBefore(el, ref);
+  }
+
+  // --- status line ----------------------------------------------------------------------
+
+  function renderStatus() {
+    var text = state.typing ? config.typingText : config.statusText[state.status] || state.status;
+    statusTextEl.textContent = text;
+    statusEl.className = "chat-status " + state.status + (state.typing ? " typing" : "");
+    typingEl.hidden = !(state.typing && !state.stream);
+    var closed = state.status === "closed";
+    input.disabled = closed;
+    sendButton.disabled = closed;
+    if (closed) note.textContent = "This ticket is closed. Open a new ticket from My tickets if you need more help.";
+  }
+
+  function setConnected(connected) {
+    state.connected = connected;
+    clearTimeout(connectionTimer);
+    if (connected || state.denied) {
+      connectionEl.hidden = !state.denied;
+      return;
+    }
+    // A blip shorter than a second is not worth a banner.
+    connectionTimer = setTimeout(function () {
+      connectionEl.hidden = state.connected;
+    }, 1000);
+  }
+
+  // --- the streamed answer --------------------------------------------------------------
+
+  function dropStream() {
+    if (!state.stream) return;
+    state.doneStep = Math.max(state.doneStep, state.stream.step);
+    state.stream.el.remove();
+    state.stream = null;
+  }
+
+  function onToken(frame) {
+    if (frame.step <= state.doneStep) return;
+    var stream = state.stream;
+    if (stream && frame.step < stream.step) return;
+    var wasNearBottom = nearBottom();
+    if (!stream || frame.step > stream.step) {
+      dropStream();
+      var el = messageElement("agent", config.authorNames.agent, "", null);
+      el.classList.add("streaming");
+      live.insertBefore(el, typingEl);
+      stream = state.stream = { step: frame.step, text: "", length: 0, el: el, textEl: el.querySelector(".bubble") };
+    }
+    var piece = codePoints(frame.text);
+    if (frame.offset > stream.length) {
+      // A piece went missing: ask for the whole text so far (it comes at offset 0).
+      if (!state.resyncAsked && state.socket && state.socket.readyState === WebSocket.OPEN) {
+        state.resyncAsked = true;
+        state.socket.send(JSON.stringify({ type: "resync" }));
+        setTimeout(function () {
+          state.resyncAsked = false; // ask again at the next gap if the answer got lost
+        }, 1000);
+      }
+      return;
+    }
+    if (frame.offset === 0) state.resyncAsked = false;
+    var end = frame.offset + piece.length;
+    if (end <= stream.length) return; // already shown
+    stream.text += piece.slice(stream.length - frame.offset).join("");
+    stream.length = end;
+    stream.textEl.textContent = stream.text;
+    renderStatus();
+    keepScrolled(wasNearBottom);
+  }
+
+  // --- timeline events ------------------------------------------------------------------
+
+  function onMessage(item) {
+    if (item.author === "agent") dropStream();
+    var el = null;
+    if (item.client_msg_id && state.pending[item.client_msg_id]) {
+      el = state.pending[item.client_msg_id];
+      delete state.pending[item.client_msg_id];
+    } else if (item.message_id) {
+      el = log.querySelector('li.msg[data-message-id="' + Number(item.message_id) + '"]');
+    }
+    if (el) {
+      el.classList.remove("pending", "sending");
+    } else {
+      el = messageElement(item.author, item.author_name, item.text, item.at);
+    }
+    if (item.message_id) el.setAttribute("data-message-id", String(item.message_id));
+    if (item.client_msg_id) el.setAttribute("data-client-msg-id", item.client_msg_id);
+    insertBySeq(el, item.seq);
+  }
+
+  function onNotice(item) {
+    var li = document.createElement("li");
+    li.className = "notice tone-" + (item.tone || "info");
+    var span = document.createElement("span");
+    span.textContent = item.text;
+    li.appendChild(span);
+    insertBySeq(li, item.seq);
+  }
+
+  function onEvent(item) {
+    if (item.seq <= state.lastSeq) return; // replayed: already applied
+    state.lastSeq = item.seq;
+    var wasNearBottom = nearBottom();
+    if (item.kind === "message") onMessage(item);
+    else if (item.kind === "notice") onNotice(item);
+    if (typeof item.status === "string") state.status = item.status;
+    if (typeof item.typing === "boolean") {
+      state.typing = item.typing;
+      // A run that ended or paused without posting it leaves no answer to show.
+      if (!item.typing) dropStream();
+    }
+    renderStatus();
+    keepScrolled(wasNearBottom);
+  }
+
+  // --- the socket -----------------------------------------------------------------------
+
+  function onFrame(frame) {
+    if (frame.type === "event") onEvent(frame);
+    else if (frame.type === "token") onToken(frame);
+    else if (frame.type === "ready") {
+      state.attempts = 0;
+      setConnected(true);
+    }
+  }
+
+  function connect() {
+    if (state.denied || state.socket) return;
+    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    var url = scheme + window.location.host + "/ws/tickets/" + config.ticketId + "/?after=" + state.lastSeq;
+    var socket = new WebSocket(url);
+    state.socket = socket;
+    state.resyncAsked = false;
+    socket.onmessage = function (message) {
+      if (state.socket !== socket) return;
+      onFrame(JSON.parse(message.data));
+    };
+    socket.onclose = function (closed) {
+      if (state.socket !== socket) return;
+      state.socket = null;
+      if (closed.code === 4403 || closed.code === 4404) {
+        state.denied = true;
+        connectionEl.textContent =
+          closed.code === 4403 ? "Please sign in again to see new replies." : "This conversation is not available.";
+        setConnected(false);
+        return;
+      }
+      setConnected(false);
+      scheduleReconnect();
+    };
+  }
+
+  function scheduleReconnect() {
+    var backoff = Math.min(8000, 250 * Math.pow(2, state.attempts)) * (0.75 + Math.random() * 0.5);
+    state.attempts += 1;
+    var delay = Math.max(backoff, state.holdUntil - Date.now());
+    setTimeout(function () {
+      state.reconnects += 1;
+      connect();
+    }, delay);
+  }
+
+  window.addEventListener("online", function () {
+    if (!state.socket) connect();
+  });
+
+  // --- sending --------------------------------------------------------------------------
+
+  function markFailed(el, clientMsgId, reason) {
+    delete state.pending[clientMsgId];
+    el.classList.remove("sending");
+    el.classList.add("failed");
+    var why = document.createElement("div");
+    why.className = "msg-error";
+    why.textContent = "Not sent: " + reason;
+    el.appendChild(why);
+  }
+
+  function post(clientMsgId, text, el, attempt) {
+    fetch("/tickets/" + config.ticketId + "/messages", {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken },
+      body: JSON.stringify({ client_msg_id: clientMsgId, body: text }),
+    })
+      .then(function (response) {
+        return response
+          .json()
+          .catch(function () {
+            return {};
+          })
+          .then(function (data) {
+            return { status: response.status, data: data };
+          });
+      })
+      .then(
+        function (result) {
+          if (result.status === 200 || result.status === 201) {
+            el.classList.remove("sending");
+            var id = result.data.message && result.data.message.id;
+            var shown = id && log.querySelector('li.msg[data-message-id="' + Number(id) + '"][data-seq]');
+            if (shown && shown !== el) {
+              el.remove(); // its event arrived first and is shown already
+              delete state.pending[clientMsgId];
+            } else if (id) {
+              el.setAttribute("data-message-id", String(id));
+            }
+          } else if (result.status >= 500 || result.status === 429) {
+            retry();
+          } else {
+            markFailed(el, clientMsgId, result.data.error || "please try again.");
+          }
+        },
+        function () {
+          retry(); // the network: the same client message ID makes the retry safe
+        }
+      );
+
+    function retry() {
+      if (attempt >= 6) {
+        markFailed(el, clientMsgId, "we could not reach our servers. Check your connection.");
+        return;
+      }
+      setTimeout(function () {
+        post(clientMsgId, text, el, attempt + 1);
+      }, Math.min(8000, 500 * Math.pow(2, attempt)));
+    }
+  }
+
+  function send() {
+    var text = input.value.trim();
+    if (!text || input.disabled) return;
+    if (codePoints(text).length > config.maxChars) {
+      note.textContent = "A message can be at most " + config.maxChars + " characters.";
+      return;
+    }
+    var clientMsgId = newClientMsgId();
+    var el = messageElement("customer", config.authorNames.customer, text, null);
+    el.classList.add("pending", "sending");
+    el.setAttribute("data-client-msg-id", clientMsgId);
+    state.pending[clientMsgId] = el;
+    log.appendChild(el);
+    input.value = "";
+    autosize();
+    scroller.scrollTop = scroller.scrollHeight;
+    post(clientMsgId, text, el, 0);
+  }
+
+  function autosize() {
+    input.style.height = "auto";
+    input.style.height = Math.min(input.scrollHeight, 160) + "px";
+  }
+
+  form.addEventListener("submit", function (event) {
+    event.preventDefault();
+    send();
+  });
+  input.addEventListener("keydown", function (event) {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      send();
+    }
+  });
+  input.addEventListener("input", autosize);
+
+  // --- start ----------------------------------------------------------------------------
+
+  // A small handle for tests and for debugging from the console.
+  window.__chat = {
+    // Close the socket as a network drop would; reconnect no sooner than holdMs.
+    dropSocket: function (holdMs) {
+      state.holdUntil = Date.now() + (holdMs || 0);
+      if (state.socket) state.socket.close();
+    },
+    // Handle a frame as if the server had sent it (tests of the frame logic).
+    receive: function (frame) {
+      onFrame(frame);
+    },
+    state: function () {
+      return {
+        lastSeq: state.lastSeq,
+        connected: state.connected,
+        reconnects: state.reconnects,
+        streamStep: state.stream ? state.stream.step : null,
+        streamText: state.stream ? state.stream.text : null,
+        status: state.status,
+        typing: state.typing,
+      };
+    },
+  };
+
+  formatTimes(log);
+  renderStatus();
+  scroller.scrollTop = scroller.scrollHeight;
+  connect();
+})();

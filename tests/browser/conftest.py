@@ -1,0 +1,118 @@
+"""The real product for Playwright: daphne and a Celery worker against the test database,
+driven by Debian's headless Chromium (never a downloaded browser)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from agents.models import AgentRun, RunStatus
+from tests.workers import ROOT, Cluster, free_port, purge_broker, purge_stream_buffers, wait_for_http, wait_until
+from tickets.models import AuthorKind, Customer, Message, TicketStatus
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PASSWORD = "pw-for-tests-123"  # what tests.conftest.make_customer sets
+SCREENSHOTS = ROOT / "test-results" / "browser"
+
+
+@dataclass
+class Stack:
+    base_url: str
+    cluster: Cluster
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def ws_url(self, path: str) -> str:
+        return "ws" + self.base_url.removeprefix("http") + path
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing() -> None:
+    """Overrides the suite's fast test hasher: the web process must verify these passwords with its own."""
+
+
+@pytest.fixture(scope="module")
+def _orm_beside_playwright() -> Iterator[None]:
+    # Playwright's sync API keeps an event loop in this thread, and Django then
+    # refuses ORM calls from it. The servers under test run without this.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        yield
+
+
+@pytest.fixture(scope="module")
+def browser(_orm_beside_playwright):  # noqa: ANN001, ANN201
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (or set CHROMIUM)")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def stack(_orm_beside_playwright, django_db_setup, tmp_path_factory) -> Iterator[Stack]:  # noqa: ANN001
+    """daphne + one worker streaming at 40 ms a token, for the module; the database is emptied per test."""
+    purge_broker()
+    purge_stream_buffers()
+    cluster = Cluster(tmp_path_factory.mktemp("stack"))
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        web = cluster.web(port)
+        worker = cluster.worker(OFFLINE_MODEL_TOKEN_DELAY_MS="40")
+        wait_for_http(base_url + "/accounts/login/", timeout=30, proc=web)
+        wait_until(lambda: "ready." in worker.log(), timeout=30, what="the worker to start", cluster=cluster)
+        yield Stack(base_url, cluster)
+    finally:
+        cluster.stop_all()
+        purge_broker()
+        purge_stream_buffers()
+
+
+@pytest.fixture
+def live(stack, transactional_db) -> Iterator[Stack]:  # noqa: ANN001
+    """The stack, for a test whose rows the servers must see (committed, emptied afterwards)."""
+    yield stack
+    # Let the worker finish what the test started before the tables are emptied under it.
+    wait_until(
+        lambda: (
+            not AgentRun.objects.filter(status=RunStatus.RUNNING).exists()
+            and not Message.objects.filter(author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True)
+            .exclude(ticket__status__in=[TicketStatus.WITH_HUMAN, TicketStatus.CLOSED])
+            .exists()
+        ),
+        timeout=30,
+        what="the agent to finish its runs",
+        cluster=stack.cluster,
+    )
+
+
+def sign_in(browser, stack: Stack, customer: Customer):  # noqa: ANN001, ANN201
+    """A fresh browser context signed in as ``customer`` through the login form; returns its page."""
+    context = browser.new_context(viewport={"width": 1100, "height": 820})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    page.goto(stack.url("/accounts/login/"))
+    page.fill("#id_username", customer.user.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("main form button[type=submit]")
+    page.wait_for_url(stack.url("/tickets/"))
+    return page

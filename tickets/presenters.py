@@ -1,0 +1,166 @@
+"""What the customer sees of a ticket's timeline, in the customer's words.
+
+``present_event`` turns one public TicketEvent into a plain dict (the frame the
+chat page renders, live over the WebSocket and on the server-rendered page) or
+None when the customer has nothing to see for it. Every text here is plain
+text: the page escapes it (templates) or sets it with ``textContent`` (chat.js).
+
+Every item has ``seq`` and ``at`` (ISO 8601). Then, by ``kind``:
+
+- ``kind="message"``: ``author`` (customer, agent, staff), ``author_name``, ``text``,
+  ``message_id``, ``client_msg_id`` (the sender's own, customer messages only);
+- ``kind="notice"``: ``text`` and ``tone`` (info, ok, warn, bad), a line in the
+  conversation such as "Looking up your order";
+- ``kind="state"``: no text, only what changes below.
+
+Any item may also carry ``status`` (the ticket's status after it) and
+``typing`` (whether the assistant is now working on an answer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+from django.utils.timesince import timesince
+
+from tickets.models import ActorKind, AuthorKind, Ticket, TicketEvent, TicketStatus
+
+# The status line and the badges, in the customer's words.
+STATUS_TEXT: dict[str, str] = {
+    TicketStatus.OPEN: "Open",
+    TicketStatus.WAITING_ON_CUSTOMER: "Waiting for your reply",
+    TicketStatus.PENDING_APPROVAL: "Under review by our team",
+    TicketStatus.WITH_HUMAN: "With a person from our team",
+    TicketStatus.RESOLVED: "Resolved",
+    TicketStatus.CLOSED: "Closed",
+}
+TYPING_TEXT = "Our assistant is typing…"
+
+AUTHOR_NAMES: dict[str, str] = {
+    AuthorKind.CUSTOMER: "You",
+    AuthorKind.AGENT: "Support assistant",
+    AuthorKind.STAFF: "Support team",
+}
+
+# Runs that end (or pause) switch the typing indicator off.
+_TYPING_OFF = {"agent_run_completed", "agent_run_handed_off", "agent_run_waiting_approval", "agent_run_failed"}
+
+
+def status_text(status: str) -> str:
+    return STATUS_TEXT.get(status, status.replace("_", " ").capitalize())
+
+
+def updated_text(when: datetime, *, now: datetime | None = None) -> str:
+    now = now or timezone.now()
+    if (now - when).total_seconds() < 60:
+        return "just now"
+    return f"{timesince(when, now, depth=1)} ago"
+
+
+def _label(payload: dict[str, Any], fallback: str) -> str:
+    label = payload.get("label")
+    return label.strip() if isinstance(label, str) and label.strip() else fallback
+
+
+def _message(event: TicketEvent) -> dict[str, Any] | None:
+    payload = event.payload
+    author = payload.get("author_kind") or event.actor_kind
+    body = payload.get("body")
+    if not isinstance(body, str) or not body:
+        return None
+    if author == AuthorKind.SYSTEM:
+        return {"kind": "notice", "text": body, "tone": "info"}
+    if author not in AUTHOR_NAMES:
+        return None
+    item: dict[str, Any] = {
+        "kind": "message",
+        "author": author,
+        "author_name": AUTHOR_NAMES[author],
+        "text": body,
+        "message_id": payload.get("message_id"),
+    }
+    if author == AuthorKind.CUSTOMER:
+        item["client_msg_id"] = payload.get("client_msg_id")
+    return item
+
+
+def _status_changed(event: TicketEvent) -> dict[str, Any]:
+    to = str(event.payload.get("to", ""))
+    item: dict[str, Any] = {"kind": "state", "status": to}
+    # pending_approval: the status line says "Under review by our team", and the line in the
+    # conversation is the approval_requested event's (it comes right after): one line, not two.
+    if to == TicketStatus.WITH_HUMAN:
+        text = (
+            "A person from our team has joined the conversation."
+            if event.actor_kind == ActorKind.STAFF
+            else "A person from our team will take it from here and reply in this chat."
+        )
+        item.update(kind="notice", tone="info", text=text, typing=False)
+    elif to == TicketStatus.RESOLVED:
+        item.update(kind="notice", tone="ok", text="This ticket was marked as resolved. Reply here if you need more.")
+    elif to == TicketStatus.CLOSED:
+        item.update(kind="notice", tone="info", text="This ticket was closed.", typing=False)
+    return item
+
+
+def _approval_decided(event: TicketEvent) -> dict[str, Any]:
+    if event.payload.get("decision") == "approved":
+        return {"kind": "notice", "tone": "ok", "text": _label(event.payload, "Our team approved your request.")}
+    return {"kind": "notice", "tone": "bad", "text": _label(event.payload, "Our team could not approve your request.")}
+
+
+def present_event(event: TicketEvent) -> dict[str, Any] | None:
+    """The customer's view of one event, or None. Non-public events are never shown."""
+    if not event.is_public:
+        return None
+    kind = event.kind
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    item: dict[str, Any] | None
+    if kind == "message":
+        item = _message(event)
+    elif kind == "tool_call_started":
+        label = _label(payload, "")
+        item = {"kind": "notice", "tone": "info", "text": label} if label else None
+    elif kind == "status_changed":
+        item = _status_changed(event)
+    elif kind == "refund_succeeded":
+        item = {"kind": "notice", "tone": "ok", "text": _label(payload, "Your refund was issued.")}
+    elif kind == "approval_requested":
+        item = {"kind": "notice", "tone": "warn", "text": _label(payload, "Your request is under review by our team.")}
+    elif kind == "approval_decided":
+        item = _approval_decided(event)
+    elif kind == "approval_expired":
+        item = {"kind": "notice", "tone": "bad", "text": _label(payload, "The review of your request expired.")}
+    elif kind == "agent_run_started":
+        item = {"kind": "state", "typing": True}
+    elif kind in _TYPING_OFF:
+        item = {"kind": "state", "typing": False}
+    else:
+        item = None  # kinds the customer has no words for are not shown
+    if item is None:
+        return None
+    return {"seq": event.seq, "at": event.created_at.isoformat(), **item}
+
+
+def present_events(events: Iterable[TicketEvent]) -> tuple[list[dict[str, Any]], int]:
+    """The presented items, and the highest seq looked at (shown or not): where a replay resumes."""
+    items: list[dict[str, Any]] = []
+    last_seq = 0
+    for event in events:
+        last_seq = max(last_seq, event.seq)
+        item = present_event(event)
+        if item is not None:
+            items.append(item)
+    return items, last_seq
+
+
+def chat_state(*, ticket: Ticket, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the page starts: the ticket's status, and typing if a run started and has not ended."""
+    typing = False
+    for item in items:
+        if "typing" in item:
+            typing = bool(item["typing"])
+    return {"status": ticket.status, "typing": typing}

@@ -1,0 +1,154 @@
+"""The customer's pages: my tickets, open a ticket, the chat, and sending a message.
+
+Thin: parse, reach the ticket through ``selectors.ticket_get_for_customer`` (the
+one door; 404 for anyone but its customer), call one service, render.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from tickets import presenters, selectors, services
+from tickets.models import AuthorKind, Customer, Message
+
+CLIENT_REF_MAX_CHARS = 100
+
+
+def _customer_or_404(request: HttpRequest) -> Customer:
+    customer = selectors.customer_for_user(user=request.user)
+    if customer is None:
+        raise Http404("No customer profile")
+    return customer
+
+
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    if not request.user.is_authenticated:
+        return redirect("login")
+    if request.user.is_staff:
+        return redirect("/staff/approvals/")
+    return redirect("tickets:list")
+
+
+@login_required
+@require_GET
+def ticket_list(request: HttpRequest) -> HttpResponse:
+    _customer_or_404(request)
+    tickets = selectors.tickets_for_customer(user=request.user)
+    rows = [
+        {"ticket": t, "status_text": presenters.status_text(t.status), "updated": presenters.updated_text(t.updated_at)}
+        for t in tickets
+    ]
+    return render(request, "tickets/list.html", {"rows": rows})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def ticket_new(request: HttpRequest) -> HttpResponse:
+    customer = _customer_or_404(request)
+    if request.method == "GET":
+        return _new_form(request, client_ref=uuid.uuid4().hex)
+    subject = request.POST.get("subject", "")
+    body = request.POST.get("body", "")
+    # Generated per form render: a double submit of the same form opens one ticket.
+    client_ref = request.POST.get("client_ref", "").strip()[:CLIENT_REF_MAX_CHARS] or None
+    try:
+        ticket, _ = services.ticket_open(customer=customer, subject=subject, body=body, client_ref=client_ref)
+    except ValidationError as exc:
+        return _new_form(
+            request,
+            client_ref=client_ref or uuid.uuid4().hex,
+            subject=subject,
+            body=body,
+            error=exc.messages[0],
+            status=400,
+        )
+    return redirect("tickets:chat", ticket_id=ticket.pk)
+
+
+def _new_form(
+    request: HttpRequest, *, client_ref: str, subject: str = "", body: str = "", error: str = "", status: int = 200
+) -> HttpResponse:
+    context = {
+        "client_ref": client_ref,
+        "subject": subject,
+        "body": body,
+        "error": error,
+        "max_chars": services.MESSAGE_MAX_CHARS,
+        "subject_max_chars": services.SUBJECT_MAX_CHARS,
+    }
+    return render(request, "tickets/new.html", context, status=status)
+
+
+@login_required
+@require_GET
+def ticket_chat(request: HttpRequest, ticket_id: int) -> HttpResponse:
+    ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
+    items, last_seq = presenters.present_events(selectors.ticket_timeline(ticket=ticket, public_only=True))
+    state = presenters.chat_state(ticket=ticket, items=items)
+    context = {
+        "ticket": ticket,
+        "items": items,
+        "last_seq": last_seq,
+        "state": state,
+        "status_text": presenters.TYPING_TEXT if state["typing"] else presenters.status_text(ticket.status),
+        "author_names": presenters.AUTHOR_NAMES,
+        "chat_config": {
+            "ticketId": ticket.pk,
+            "afterSeq": last_seq,
+            "status": state["status"],
+            "typing": state["typing"],
+            "statusText": presenters.STATUS_TEXT,
+            "typingText": presenters.TYPING_TEXT,
+            "authorNames": presenters.AUTHOR_NAMES,
+            "maxChars": services.MESSAGE_MAX_CHARS,
+        },
+    }
+    return render(request, "tickets/chat.html", context)
+
+
+def _message_json(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.pk,
+        "client_msg_id": message.client_msg_id,
+        "author": message.author_kind,
+        "text": message.body,
+        "created_at": message.created_at.isoformat(),
+    }
+
+
+@require_POST
+def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
+    """POST {client_msg_id, body}: 201 first time, 200 with the original on a retry, 400, 409."""
+    ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
+    try:
+        data = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        return JsonResponse({"error": "The request body must be JSON."}, status=400)
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("body"), str)
+        or not isinstance(data.get("client_msg_id"), str)
+    ):
+        return JsonResponse({"error": "Send a JSON object with a client_msg_id and a body."}, status=400)
+    try:
+        message, created = services.message_post(
+            ticket=ticket,
+            author_kind=AuthorKind.CUSTOMER,
+            author_user=request.user,
+            body=data["body"],
+            client_msg_id=data["client_msg_id"],
+        )
+    except services.MessageConflict as exc:
+        return JsonResponse({"error": exc.messages[0]}, status=409)
+    except ValidationError as exc:
+        return JsonResponse({"error": exc.messages[0]}, status=400)
+    return JsonResponse({"message": _message_json(message)}, status=201 if created else 200)
