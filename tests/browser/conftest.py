@@ -60,7 +60,10 @@ def browser(_orm_beside_playwright):  # noqa: ANN001, ANN201
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (or set CHROMIUM)")
+        message = f"{CHROMIUM} is missing: apt-get install -y chromium (or set CHROMIUM)"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI installs it (.ci/run): a missing browser there is a failure
+        pytest.skip(message)
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield chromium
