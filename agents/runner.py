@@ -142,7 +142,10 @@ def _current_run(lease: Lease, model: ChatModel) -> AgentRun | None:
                 run=run, status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False
             ).exists()
             if not decided:
-                return None  # paused: nothing but rows until a decision rings the doorbell
+                # Paused: nothing but rows until a decision rings the doorbell. A customer
+                # who writes meanwhile is told so once; the run answers them after the decision.
+                agent_services.acknowledge_while_paused(lease=lease, run=run)
+                return None
             agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.RUNNING, outcome="resumed")
         return run
     ticket = Ticket.objects.get(pk=lease.ticket_id)

@@ -284,3 +284,32 @@ def ticket_tokens_used(*, ticket_id: int) -> int:
         p=Sum("prompt_tokens"), c=Sum("completion_tokens"), w=Sum("wasted_tokens")
     )
     return sum(v or 0 for v in totals.values())
+
+
+WAITING_NOTE = (
+    "Thanks, we got your message. Your earlier request is still under review by our team; "
+    "we will answer everything here as soon as it is decided."
+)
+
+
+def acknowledge_while_paused(*, lease: Lease, run: AgentRun) -> int:
+    """Tell a customer who writes during an approval wait that their message is queued.
+
+    One system message per customer message (keyed by it), and the messages stay
+    unhandled, so the turn after the decision answers them.
+    """
+    waiting = Message.objects.filter(
+        ticket_id=run.ticket_id, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
+    ).values_list("pk", flat=True)
+    posted = 0
+    for message_id in waiting:
+        with lease.guard():
+            _, created = ticket_services.message_post(
+                ticket=run.ticket_id,
+                author_kind=AuthorKind.SYSTEM,
+                body=WAITING_NOTE,
+                client_msg_id=f"waiting:{message_id}",
+                actor_ref=_actor(run),
+            )
+        posted += int(created)
+    return posted

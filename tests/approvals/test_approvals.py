@@ -246,3 +246,26 @@ def test_the_same_decision_sent_again_by_the_same_person_returns_the_original(sa
 
     assert (again.pk, again.decided_at) == (first.pk, first.decided_at)
     assert ticket.events.filter(kind="approval_decided").count() == 1
+
+
+def test_a_customer_writing_during_the_wait_is_told_once_and_answered_after_the_decision(sandbox, approver):
+    ticket, order = refund_ticket(sandbox)
+    advance(ticket.pk)
+    ticket_services.message_post(ticket=ticket, author_kind=AuthorKind.CUSTOMER, body="Any news on my refund?")
+
+    advance(ticket.pk)
+    advance(ticket.pk)
+
+    notes = Message.objects.filter(ticket=ticket, author_kind=AuthorKind.SYSTEM, is_public=True)
+    assert notes.count() == 1 and "still under review" in notes.get().body
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.WAITING_APPROVAL
+    assert provider_refunds(sandbox, order) == []
+
+    approval = ApprovalRequest.objects.get(ticket=ticket)
+    services.approval_decide(approval_id=approval.pk, user=approver, approve=True)
+    advance(ticket.pk)
+
+    runs = list(AgentRun.objects.filter(ticket=ticket).order_by("id"))
+    assert [r.status for r in runs] == [RunStatus.COMPLETED, RunStatus.COMPLETED]  # the wait, then the question
+    assert len(runs[1].input_message_ids) == 1
+    assert len(replies(ticket)) == 2 and len(provider_refunds(sandbox, order)) == 1
