@@ -35,6 +35,7 @@ from agents.models import (
     StepStatus,
     ToolCall,
 )
+from agents.selectors import tickets_with_agent_work
 from agents.tools import REGISTRY, Tool, ToolContext, ToolError, ToolUncertain, parse_arguments, tool_specs
 from tickets import realtime
 from tickets.models import AuthorKind, Message, Ticket, TicketStatus
@@ -117,21 +118,8 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
 
 
 def has_pending_work(ticket_id: int) -> bool:
-    """Is there something for the agent to do on this ticket (used after release and by the sweeper)?"""
-    ticket = Ticket.objects.filter(pk=ticket_id).only("status").first()
-    if ticket is None:
-        return False
-    if AgentRun.objects.filter(ticket_id=ticket_id, status=RunStatus.RUNNING).exists():
-        return True
-    if ticket.status in AGENT_STAYS_OUT:
-        return False
-    if AgentRun.objects.filter(ticket_id=ticket_id, status=RunStatus.WAITING_APPROVAL).exists():
-        return ToolCall.objects.filter(
-            ticket_id=ticket_id, status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False
-        ).exists()
-    return Message.objects.filter(
-        ticket_id=ticket_id, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
-    ).exists()
+    """Is there something for the agent to do on this ticket, with nobody holding its lease?"""
+    return bool(tickets_with_agent_work(ticket_id=ticket_id))
 
 
 def _current_run(lease: Lease, model: ChatModel) -> AgentRun | None:
@@ -171,9 +159,10 @@ def _recover(lease: Lease, run: AgentRun) -> None:
         realtime.stream_finished(run.ticket_id, step.pk)
         found["interrupted_steps"].append({"step": step.index, "wasted_tokens": wasted})
 
+    ticket = Ticket.objects.select_related("customer").get(pk=run.ticket_id)
     for call in ToolCall.objects.filter(run=run, status=CallStatus.STARTED).order_by("step__index", "index"):
         tool = REGISTRY.get(call.name)
-        ctx = ToolContext(ticket=Ticket.objects.select_related("customer").get(pk=run.ticket_id), call=call)
+        ctx = ToolContext(ticket=ticket, call=call)
         entry = {"tool": call.name, "arguments": call.arguments, "idempotency_key": call.idempotency_key}
         if tool is None or call.replay_policy == ReplayPolicy.NEVER:
             agent_services.call_finish(

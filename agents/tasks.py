@@ -6,12 +6,9 @@ import logging
 
 from celery import shared_task
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
 from django.dispatch import receiver
-from django.utils import timezone
 
-from agents.models import AgentRun, CallStatus, RunStatus, TicketLease, ToolCall
-from tickets.models import AuthorKind, Message, Ticket, TicketStatus
+from agents.selectors import tickets_with_agent_work
 from tickets.signals import ticket_needs_agent
 
 logger = logging.getLogger(__name__)
@@ -40,37 +37,7 @@ def _on_ticket_needs_agent(sender: object, ticket_id: int, **kwargs: object) -> 
 
 def tickets_needing_a_ring(*, limit: int = 500) -> list[int]:
     """Tickets with work for the agent whose lease is free or expired."""
-    now = timezone.now()
-    unhandled = Message.objects.filter(
-        ticket=OuterRef("pk"), author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
-    )
-    running = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING)
-    decided = ToolCall.objects.filter(
-        ticket=OuterRef("pk"), status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False
-    )
-    paused = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.WAITING_APPROVAL)
-    held = TicketLease.objects.filter(ticket=OuterRef("pk"), expires_at__gt=now).exclude(owner="")
-    candidates = (
-        Ticket.objects.annotate(
-            unhandled=Exists(unhandled),
-            running=Exists(running),
-            paused=Exists(paused),
-            decided=Exists(decided),
-            held=Exists(held),
-        )
-        .filter(held=False)
-        .filter(
-            Q(running=True)
-            | (
-                # A paused run waits for its decision; messages sent meanwhile wait with it.
-                (Q(decided=True) | Q(unhandled=True, paused=False))
-                & ~Q(status__in=[TicketStatus.WITH_HUMAN, TicketStatus.CLOSED])
-            )
-        )
-        .order_by("updated_at")
-        .values_list("pk", flat=True)[:limit]
-    )
-    return list(candidates)
+    return tickets_with_agent_work(limit=limit)
 
 
 @shared_task(name="agents.sweep")

@@ -51,7 +51,9 @@ def _evidence(call: ToolCall) -> tuple[dict[str, Any], int | None, str]:
         return {}, None, ""
     from agents.refunds import refunded_total_cents
 
-    order = Order.objects.filter(number__iexact=call.arguments.get("order_number", "")).first()
+    order = Order.objects.filter(
+        number__iexact=call.arguments.get("order_number", ""), customer__tickets=call.ticket_id
+    ).first()
     if order is None:
         return {}, call.arguments.get("amount_cents"), ""
     refunded = refunded_total_cents(order)

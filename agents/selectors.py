@@ -1,0 +1,46 @@
+"""Reads of the agent's ledger."""
+
+from __future__ import annotations
+
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from agents.models import AgentRun, CallStatus, RunStatus, TicketLease, ToolCall
+from tickets.models import AuthorKind, Message, Ticket, TicketStatus
+
+
+def tickets_with_agent_work(*, ticket_id: int | None = None, limit: int = 500) -> list[int]:
+    """Tickets with work for the agent whose lease is free or expired: the one definition of
+    "pending work", used by the sweeper and by a worker after it releases a lease."""
+    now = timezone.now()
+    unhandled = Message.objects.filter(
+        ticket=OuterRef("pk"), author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
+    )
+    running = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING)
+    decided = ToolCall.objects.filter(
+        ticket=OuterRef("pk"), status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False
+    )
+    paused = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.WAITING_APPROVAL)
+    held = TicketLease.objects.filter(ticket=OuterRef("pk"), expires_at__gt=now).exclude(owner="")
+    tickets = Ticket.objects.all() if ticket_id is None else Ticket.objects.filter(pk=ticket_id)
+    candidates = (
+        tickets.annotate(
+            unhandled=Exists(unhandled),
+            running=Exists(running),
+            paused=Exists(paused),
+            decided=Exists(decided),
+            held=Exists(held),
+        )
+        .filter(held=False)
+        .filter(
+            Q(running=True)
+            | (
+                # A paused run waits for its decision; messages sent meanwhile wait with it.
+                (Q(decided=True) | Q(unhandled=True, paused=False))
+                & ~Q(status__in=[TicketStatus.WITH_HUMAN, TicketStatus.CLOSED])
+            )
+        )
+        .order_by("updated_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    return list(candidates)
