@@ -1,5 +1,11 @@
 """Pausing a run for a staff approval, and applying the decision when it comes.
 
+Whether a call needs an approval is decided when its intent is recorded
+(``agents.policy``) and stored on the call (``approval_required``). Such a call
+is created paused, in the same transaction, and ``may_execute`` is the one
+door every execution passes: no approved decision on these exact arguments,
+no effect, whatever path (first run, recovery, retry) gets there.
+
 A pause is rows only: the call is ``awaiting_approval``, the run
 ``waiting_approval``, the ticket ``pending_approval``. No worker waits. The
 decision is written on the call (``approval_decision``, with the digest of the
@@ -19,15 +25,18 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+
 from agents import services as agent_services
 from agents.lease import Lease
-from agents.models import AgentRun, CallStatus, RunStatus, ToolCall
+from agents.models import AgentRun, ApprovalDecision, CallStatus, RunStatus, ToolCall
 from agents.tools import REGISTRY, ToolContext
 from tickets import services as ticket_services
-from tickets.models import ActorKind, AuthorKind, Ticket, TicketStatus
+from tickets.models import TICKET_TRANSITIONS, ActorKind, AuthorKind, Ticket, TicketStatus
 
 # Called inside the pausing transaction with (call=..., reason=...): the approvals
-# app records its request here, so a pause and its request commit together.
+# app records its request here, so a pause and its request commit together. A pause
+# with no hook to record its request fails (and rolls back) rather than wait for nobody.
 PauseHook = Callable[..., None]
 pause_hooks: list[PauseHook] = []
 
@@ -37,15 +46,39 @@ def arguments_digest(arguments: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def may_execute(call: ToolCall) -> bool:
+    """The one door to a call's effect: no approval needed, or approved for exactly these arguments."""
+    if not call.approval_required:
+        return True
+    return call.approval_decision == ApprovalDecision.APPROVED and call.approval_digest == arguments_digest(
+        call.arguments
+    )
+
+
 def pause_for_approval(*, lease: Lease, run: AgentRun, call: ToolCall, reason: str) -> None:
+    """Pause the run on this call. Commits with the call's intent when called inside it.
+
+    Works from every ticket status the agent can be in: the ticket shows
+    "pending approval" where its status rules allow it; a ticket a person holds
+    keeps its status, and the request still waits for a decision.
+    """
+    if not pause_hooks:
+        raise ImproperlyConfigured("no approval request hook is installed (is the approvals app installed?)")
     with lease.guard():
         ToolCall.objects.filter(pk=call.pk).update(
-            status=CallStatus.AWAITING_APPROVAL, approval_decision=None, approval_note="", approval_digest=""
+            status=CallStatus.AWAITING_APPROVAL,
+            approval_required=True,
+            approval_reason=reason,
+            approval_decision=None,
+            approval_note="",
+            approval_digest="",
         )
-        call.status, call.approval_decision = CallStatus.AWAITING_APPROVAL, None
-        agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.WAITING_APPROVAL, outcome=reason)
+        call.status, call.approval_required, call.approval_reason = CallStatus.AWAITING_APPROVAL, True, reason
+        call.approval_decision, call.approval_note, call.approval_digest = None, "", ""
+        if run.status != RunStatus.WAITING_APPROVAL:
+            agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.WAITING_APPROVAL, outcome=reason)
         ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
-        if ticket.status != TicketStatus.PENDING_APPROVAL:
+        if TicketStatus.PENDING_APPROVAL in TICKET_TRANSITIONS[ticket.status]:
             ticket_services.ticket_transition(
                 ticket=ticket,
                 to_status=TicketStatus.PENDING_APPROVAL,
@@ -73,11 +106,11 @@ def apply_decision(
     if decision is None:
         return RunStatus.WAITING_APPROVAL
     tool = REGISTRY[call.name]
-    if decision == "approved" and call.approval_digest != arguments_digest(call.arguments):
+    if decision == ApprovalDecision.APPROVED and not may_execute(call):
         # The decision was made on other arguments: it does not cover this call.
         pause_for_approval(lease=lease, run=run, call=call, reason="the arguments changed after the approval")
         return RunStatus.WAITING_APPROVAL
-    if decision == "expired":
+    if decision == ApprovalDecision.EXPIRED:
         with lease.guard():
             ticket_services.message_post(
                 ticket=ticket.pk,
@@ -93,7 +126,7 @@ def apply_decision(
         return RunStatus.HANDED_OFF
     with lease.guard():
         _leave_pending(lease, run, ticket)
-        if decision == "rejected":
+        if decision == ApprovalDecision.REJECTED:
             agent_services.call_finish(
                 lease=lease,
                 call=call,

@@ -42,6 +42,8 @@ class Lease:
     ticket_id: int
     owner: str
     epoch: int
+    # The owner this lease was taken from without a release (it died or lost the lease); "" if none.
+    took_over_from: str = ""
     _heartbeat: threading.Thread | None = field(default=None, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     lost: bool = False
@@ -112,17 +114,18 @@ def lease_acquire(*, ticket_id: int, owner: str) -> Lease | None:
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            INSERT INTO agents_ticketlease (ticket_id, owner, epoch, expires_at, acquired_at)
-            VALUES (%s, %s, 1, %s, %s)
+            INSERT INTO agents_ticketlease (ticket_id, owner, epoch, expires_at, acquired_at, previous_owner)
+            VALUES (%s, %s, 1, %s, %s, '')
             ON CONFLICT (ticket_id) DO UPDATE
                SET owner = EXCLUDED.owner, epoch = agents_ticketlease.epoch + 1,
-                   expires_at = EXCLUDED.expires_at, acquired_at = EXCLUDED.acquired_at
+                   expires_at = EXCLUDED.expires_at, acquired_at = EXCLUDED.acquired_at,
+                   previous_owner = agents_ticketlease.owner
              WHERE agents_ticketlease.owner = '' OR agents_ticketlease.expires_at < %s
-            RETURNING epoch
+            RETURNING epoch, previous_owner
             """,
             [ticket_id, owner, now + timedelta(seconds=lease_seconds()), now, now],
         )
         row = cursor.fetchone()
     if row is None:
         return None
-    return Lease(ticket_id=ticket_id, owner=owner, epoch=int(row[0]))
+    return Lease(ticket_id=ticket_id, owner=owner, epoch=int(row[0]), took_over_from=row[1] or "")

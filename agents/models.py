@@ -21,6 +21,9 @@ class TicketLease(models.Model):
     epoch = models.BigIntegerField(default=0)
     expires_at = models.DateTimeField(default=timezone.now)
     acquired_at = models.DateTimeField(default=timezone.now)
+    # The owner this epoch took the lease from without a release: non-empty means the
+    # previous holder died (or lost the lease), so its unfinished work is a recovery.
+    previous_owner = models.CharField(max_length=200, blank=True, default="")
 
     def __str__(self) -> str:
         return f"lease on #{self.ticket_id}: {self.owner or 'free'} (epoch {self.epoch})"
@@ -104,6 +107,9 @@ class ModelStep(models.Model):
     wasted_tokens = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
     epoch = models.BigIntegerField()
+    # The ticket's timeline position when the step completed: where its tool calls
+    # sit among the ticket's messages when a later turn rebuilds the conversation.
+    ticket_seq = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
 
@@ -138,6 +144,12 @@ class CallStatus(models.TextChoices):
 FINAL_CALL_STATUSES = (CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.UNCERTAIN, CallStatus.REJECTED)
 
 
+class ApprovalDecision(models.TextChoices):
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired"
+
+
 class ToolCall(models.Model):
     """A tool call, committed as ``started`` before its effect and finished after (intent before effect)."""
 
@@ -156,12 +168,11 @@ class ToolCall(models.Model):
     error = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=1)
     # A staff decision on a call that needed approval; the agent applies it on its next pass.
-    approval_decision = models.CharField(
-        max_length=8,
-        null=True,
-        blank=True,
-        choices=[("approved", "Approved"), ("rejected", "Rejected"), ("expired", "Expired")],
-    )
+    # Decided in code with the intent, in the same transaction (DESIGN.md, invariant 11):
+    # a call that needs an approval runs only with an approved decision on these arguments.
+    approval_required = models.BooleanField(default=False)
+    approval_reason = models.TextField(blank=True)
+    approval_decision = models.CharField(max_length=8, null=True, blank=True, choices=ApprovalDecision.choices)
     approval_note = models.TextField(blank=True)
     # Digest of the arguments the decision was made on (see agents.approval.arguments_digest).
     approval_digest = models.CharField(max_length=64, blank=True)
@@ -181,6 +192,8 @@ class ToolCall(models.Model):
 class RefundStatus(models.TextChoices):
     REQUESTED = "requested", "Requested"
     SUBMITTED = "submitted", "Submitted to the provider"
+    # The provider accepted it and has not settled it yet (Stripe: pending, requires_action).
+    PENDING = "pending", "Pending at the provider"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     UNCERTAIN = "uncertain", "Uncertain (being reconciled)"
@@ -188,8 +201,13 @@ class RefundStatus(models.TextChoices):
 
 REFUND_TRANSITIONS: dict[str, frozenset[str]] = {
     RefundStatus.REQUESTED: frozenset({RefundStatus.SUBMITTED, RefundStatus.FAILED}),
-    RefundStatus.SUBMITTED: frozenset({RefundStatus.SUCCEEDED, RefundStatus.FAILED, RefundStatus.UNCERTAIN}),
-    RefundStatus.UNCERTAIN: frozenset({RefundStatus.SUBMITTED, RefundStatus.SUCCEEDED, RefundStatus.FAILED}),
+    RefundStatus.SUBMITTED: frozenset(
+        {RefundStatus.PENDING, RefundStatus.SUCCEEDED, RefundStatus.FAILED, RefundStatus.UNCERTAIN}
+    ),
+    RefundStatus.PENDING: frozenset({RefundStatus.SUCCEEDED, RefundStatus.FAILED}),
+    RefundStatus.UNCERTAIN: frozenset(
+        {RefundStatus.SUBMITTED, RefundStatus.PENDING, RefundStatus.SUCCEEDED, RefundStatus.FAILED}
+    ),
     RefundStatus.FAILED: frozenset({RefundStatus.SUBMITTED}),
     RefundStatus.SUCCEEDED: frozenset(),
 }
@@ -198,9 +216,12 @@ REFUND_TRANSITIONS: dict[str, frozenset[str]] = {
 RESERVING_REFUND_STATUSES = (
     RefundStatus.REQUESTED,
     RefundStatus.SUBMITTED,
+    RefundStatus.PENDING,
     RefundStatus.SUCCEEDED,
     RefundStatus.UNCERTAIN,
 )
+# Refunds the reconciler settles from the provider's records.
+OPEN_REFUND_STATUSES = (RefundStatus.SUBMITTED, RefundStatus.PENDING, RefundStatus.UNCERTAIN)
 
 
 class Refund(models.Model):
@@ -210,10 +231,14 @@ class Refund(models.Model):
     order = models.ForeignKey("tickets.Order", on_delete=models.PROTECT, related_name="refunds")
     tool_call = models.OneToOneField(ToolCall, on_delete=models.PROTECT, related_name="refund")
     idempotency_key = models.CharField(max_length=120, unique=True)
-    amount_cents = models.PositiveIntegerField()
+    amount_cents = models.PositiveBigIntegerField()
     currency = models.CharField(max_length=3)
     reason = models.TextField(blank=True)
     status = models.CharField(max_length=12, choices=RefundStatus.choices, default=RefundStatus.REQUESTED)
+    # The provider's own word for the refund (succeeded, pending, requires_action, failed, canceled).
+    provider_status = models.CharField(max_length=24, blank=True)
+    # Set when the customer and a person were told that this refund did not go through.
+    escalated_at = models.DateTimeField(null=True, blank=True)
     provider_refund_id = models.CharField(max_length=100, null=True, blank=True, unique=True)
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
@@ -227,3 +252,59 @@ class Refund(models.Model):
 
     def __str__(self) -> str:
         return f"refund {self.amount_cents} {self.currency} on {self.order_id} ({self.status})"
+
+
+class ApprovalPolicy(models.Model):
+    """The one policy row, edited in the admin: when a refund waits for a staff approval.
+
+    Read by the agent when it records a call's intent (agents.policy); the table
+    keeps the name it had when the approvals app held it.
+    """
+
+    refund_threshold_cents = models.PositiveBigIntegerField(
+        default=20000,
+        help_text="A refund needs a staff approval when it takes the order's refunds (done, pending or "
+        "uncertain, plus this one) above this amount, in cents.",
+    )
+    customer_limit_cents = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="A refund needs a staff approval when it takes the customer's refunds in the window above "
+        "this amount, in cents. Empty: the same as the order threshold.",
+    )
+    customer_window_days = models.PositiveIntegerField(
+        default=30, help_text="The rolling window of the per-customer limit, in days."
+    )
+    ttl_hours = models.PositiveIntegerField(default=72, help_text="A request not decided in this time expires.")
+    reminder_before_hours = models.PositiveIntegerField(
+        default=12, help_text="Staff are reminded this long before a request expires."
+    )
+
+    class Meta:
+        db_table = "approvals_approvalpolicy"
+        verbose_name_plural = "approval policy"
+
+    def __str__(self) -> str:
+        return "Approval policy"
+
+    @classmethod
+    def current(cls) -> ApprovalPolicy:
+        policy, _ = cls.objects.get_or_create(pk=1)
+        return policy
+
+    @property
+    def customer_limit(self) -> int:
+        return self.refund_threshold_cents if self.customer_limit_cents is None else self.customer_limit_cents
+
+
+class ToolApprovalRule(models.Model):
+    """Per-tool setting: every call of this tool needs an approval."""
+
+    tool_name = models.CharField(max_length=100, unique=True)
+    requires_approval = models.BooleanField(default=True)
+
+    class Meta:
+        db_table = "approvals_toolapprovalrule"
+
+    def __str__(self) -> str:
+        return f"{self.tool_name}: {'approval' if self.requires_approval else 'no approval'}"

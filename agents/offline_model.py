@@ -23,7 +23,9 @@ from django.conf import settings
 from agents.llm import Message, ModelResponse, TokenCallback, ToolCallRequest, ToolSpec, Usage
 
 ORDER_NUMBER = re.compile(r"\b([A-Z]-\d{3,6}|T-\d{3,6})\b", re.IGNORECASE)
-AMOUNT = re.compile(r"\$\s?(\d+(?:\.\d{1,2})?)")
+AMOUNT = re.compile(r"\$\s?(\d{1,3}(?:,\d{3})+(?:\.\d{1,2})?|\d+(?:\.\d{1,2})?)")
+THANKS = re.compile(r"^\W*(thanks?|thank you|thx|ok(ay)?|great|perfect|cheers|got it)\b[\w\s,.!]*$", re.IGNORECASE)
+AGAIN = re.compile(r"\b(another|again|more|second|also|additional)\b", re.IGNORECASE)
 BENCH = re.compile(r"^bench:(\d{1,3})$")
 
 
@@ -43,6 +45,16 @@ def _money(cents: int, currency: str = "usd") -> str:
     return f"{symbol}{cents / 100:,.2f}"
 
 
+def _refunded_before(calls: list[Done], order_number: str) -> Done | None:
+    """A refund of this order that succeeded (or is pending) in an earlier turn of the conversation."""
+    for call in reversed(calls):
+        if call.name != "issue_refund" or str(call.args.get("order_number", "")).upper() != order_number:
+            continue
+        if call.result.get("status") in {"succeeded", "pending"}:
+            return call
+    return None
+
+
 class OfflineDeterministicModel:
     """Rule-based stand-in for a chat model. Clearly not an LLM; see the module docstring."""
 
@@ -55,22 +67,27 @@ class OfflineDeterministicModel:
     # --- reading the conversation --------------------------------------------------
 
     @staticmethod
-    def _current_turn(messages: list[Message]) -> tuple[str, list[Done], str, int]:
-        """The customer's request in this turn, tool calls done so far, recovery notes, steps taken."""
-        start = 0
-        for i, message in enumerate(messages):
-            if message["role"] == "assistant" and message.get("content") and not message.get("tool_calls"):
-                start = i + 1
-        request_parts: list[str] = []
+    def _current_turn(messages: list[Message]) -> tuple[str, list[Done], str, int, list[Done]]:
+        """The customer's request in this turn, tool calls done so far, recovery notes, steps taken,
+        and every call of earlier turns.
+
+        The request is the customer's latest messages (the last run of user messages);
+        what was done for it is every tool call after them. The conversation is in ledger
+        order, so the agent's reply to an earlier message may come after this request.
+        """
+        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+        first_user = last_user
+        while first_user > 0 and messages[first_user - 1]["role"] == "user":
+            first_user -= 1
+        request_parts = [str(m.get("content") or "") for m in messages[first_user : last_user + 1] if last_user >= 0]
+        earlier = OfflineDeterministicModel._calls(messages[: max(first_user, 0)])
         notes: list[str] = []
         done: list[Done] = []
         pending: dict[str, tuple[str, dict[str, Any]]] = {}
         steps = 0
-        for message in messages[start:]:
+        for message in messages[last_user + 1 :]:
             role = message["role"]
-            if role == "user":
-                request_parts.append(str(message.get("content") or ""))
-            elif role == "system" and "RECOVERY NOTE" in str(message.get("content")):
+            if role == "system" and "RECOVERY NOTE" in str(message.get("content")):
                 notes.append(str(message["content"]))
             elif role == "assistant":
                 steps += 1
@@ -88,12 +105,32 @@ class OfflineDeterministicModel:
                 except json.JSONDecodeError:
                     result = {"text": message.get("content")}
                 done.append(Done(name, args, result if isinstance(result, dict) else {"value": result}))
-        return " ".join(request_parts).strip(), done, "\n".join(notes), steps
+        return " ".join(request_parts).strip(), done, "\n".join(notes), steps, earlier
+
+    @staticmethod
+    def _calls(messages: list[Message]) -> list[Done]:
+        pending: dict[str, tuple[str, dict[str, Any]]] = {}
+        done: list[Done] = []
+        for message in messages:
+            for call in message.get("tool_calls") or []:
+                try:
+                    args = json.loads(call["function"].get("arguments") or "{}")
+                except json.JSONDecodeError:
+                    args = {}
+                pending[call["id"]] = (call["function"]["name"], args)
+            if message["role"] == "tool":
+                name, args = pending.pop(message.get("tool_call_id", ""), ("unknown", {}))
+                try:
+                    result = json.loads(message.get("content") or "{}")
+                except json.JSONDecodeError:
+                    result = {}
+                done.append(Done(name, args, result if isinstance(result, dict) else {}))
+        return done
 
     # --- deciding ----------------------------------------------------------------
 
     def _next_call(
-        self, request: str, done: list[Done], notes: str, tool_names: set[str]
+        self, request: str, done: list[Done], notes: str, tool_names: set[str], earlier: list[Done] | None = None
     ) -> tuple[str, dict[str, Any]] | None:
         text = request.lower()
         names_done = [d.name for d in done]
@@ -119,7 +156,12 @@ class OfflineDeterministicModel:
                 {"subject": "Your support request", "body": f"We received your request: {request[:500]}"},
             )
 
+        if THANKS.match(text) and not order_number:
+            return None
+
         if "refund" in text and order_number:
+            if _refunded_before(earlier or [], order_number) and not AGAIN.search(text):
+                return None  # already refunded for this request: say so, do not pay twice
             if "lookup_order" not in names_done:
                 return ("lookup_order", {"order_number": order_number})
             lookup = next(d for d in done if d.name == "lookup_order")
@@ -145,10 +187,21 @@ class OfflineDeterministicModel:
     # --- answering ---------------------------------------------------------------
 
     @staticmethod
-    def _compose(request: str, done: list[Done], notes: str) -> str:
+    def _compose(request: str, done: list[Done], notes: str, earlier: list[Done] | None = None) -> str:
         if BENCH.match(request.lower().strip()):
             return f"Done: {len(done)} tool calls."
         parts: list[str] = []
+        order_match = ORDER_NUMBER.search(request)
+        if not done and THANKS.match(request.lower()) and not order_match:
+            return "You're welcome! Is there anything else I can help you with?"
+        if not done and order_match and "refund" in request.lower():
+            previous = _refunded_before(earlier or [], order_match.group(1).upper())
+            if previous is not None and not AGAIN.search(request):
+                amount = _money(int(previous.result.get("amount_cents", 0)), previous.result.get("currency", "usd"))
+                return (
+                    f"Your refund of {amount} on order {previous.result.get('order_number')} is already on its way; "
+                    "it should reach your original payment method in 5 to 10 business days."
+                )
         for item in done:
             result = item.result
             error = result.get("error")
@@ -183,6 +236,14 @@ class OfflineDeterministicModel:
                     parts.append(f"A member of our team reviewed the refund and could not approve it ({note}).")
                 elif error:
                     parts.append(f"I couldn't issue that refund: {error}")
+                elif result.get("status") == "awaiting_approval":
+                    parts.append("Your refund request is waiting for a member of our team to review it.")
+                elif result.get("status") == "pending":
+                    amount = _money(int(result.get("amount_cents", 0)), result.get("currency", "usd"))
+                    parts.append(
+                        f"I've submitted a refund of {amount} on order {result.get('order_number')}; "
+                        "the payment provider is processing it and it should reach you in 5 to 10 business days."
+                    )
                 else:
                     amount = _money(int(result.get("amount_cents", 0)), result.get("currency", "usd"))
                     parts.append(
@@ -209,21 +270,23 @@ class OfflineDeterministicModel:
         tools: list[ToolSpec],
         on_token: TokenCallback | None = None,
     ) -> ModelResponse:
-        request, done, notes, steps = self._current_turn(messages)
+        request, done, notes, steps, earlier = self._current_turn(messages)
         tool_names = {spec["function"]["name"] for spec in tools}
         prompt_tokens = sum(_words(json.dumps(m, default=str)) for m in messages)
-        call = self._next_call(request, done, notes, tool_names)
+        call = self._next_call(request, done, notes, tool_names, earlier)
         if call is not None:
+            # Unique in the whole conversation, which holds earlier turns' calls too.
+            asked = sum(1 for m in messages if m["role"] == "assistant" and m.get("tool_calls"))
             name, args = call
             arguments = json.dumps(args, sort_keys=True)
             return ModelResponse(
                 text="",
-                tool_calls=[ToolCallRequest(id=f"call_{steps + 1}_0", name=name, arguments=arguments)],
+                tool_calls=[ToolCallRequest(id=f"call_{asked + 1}_0", name=name, arguments=arguments)],
                 usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=_words(name + arguments)),
                 model=self.name,
                 finish_reason="tool_calls",
             )
-        text = self._compose(request, done, notes)
+        text = self._compose(request, done, notes, earlier)
         if on_token is not None:
             for token in re.findall(r"\S+\s*", text):
                 on_token(token)

@@ -1,31 +1,63 @@
-"""Refunds: the ``issue_refund`` tool, its guardrails, its ledger and reconciliation.
+"""Refunds: the ``issue_refund`` tool, its guardrails, its approval rules, its ledger and reconciliation.
 
-Business rules are enforced here, in code, each time the refund executes
-(also after an approval wait), never trusted to the prompt:
+Business rules are enforced here, in code, never trusted to the prompt. They are
+checked when the call's intent is recorded, before any approval is asked
+(``refund_precheck``), and again each time the refund executes (also after an
+approval wait):
 
 - the order belongs to the ticket's customer;
 - the order is in a refundable state;
 - the currency is the order's;
 - the amount is positive and at most what remains refundable, counting every
-  refund that has happened or may have happened (uncertain ones included).
+  refund that has happened or may have happened (pending and uncertain ones too).
 
-The provider call carries the tool call's idempotency key; after a crash or an
-ambiguous error we look the refund up at the provider by that key before
-doing anything else.
+Whether a refund needs a staff approval is decided with its intent
+(``refund_approval_reason``), from the ledger, whatever the model says:
+
+- every refund of a flagged customer;
+- a second refund on an order that already has one (done, pending or waiting
+  for approval) in the same ticket;
+- a refund that takes the order's refunds (done, pending, uncertain or waiting
+  for approval, plus this one) above the policy's threshold;
+- a refund that takes the customer's refunds in the policy's rolling window
+  above the per-customer limit.
+
+The provider call carries the tool call's idempotency key. Retries under that
+key back off (exponential, with jitter, bounded) and ask the provider what
+happened under the key before each new try. Only a refund the provider calls
+``succeeded`` is a success; ``pending`` and ``requires_action`` stay open and
+the reconciler settles them; ``failed``, ``canceled``, a refusal, or an answer
+that never comes send the ticket to a person, and the customer is told in
+plain words.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from agents import faults
-from agents.models import REFUND_TRANSITIONS, RESERVING_REFUND_STATUSES, Refund, RefundStatus, ReplayPolicy
-from agents.tools import Tool, ToolContext, ToolError, ToolUncertain, customer_order, register
+from agents.approval import may_execute
+from agents.models import (
+    OPEN_REFUND_STATUSES,
+    REFUND_TRANSITIONS,
+    RESERVING_REFUND_STATUSES,
+    ApprovalPolicy,
+    CallStatus,
+    Refund,
+    RefundStatus,
+    ReplayPolicy,
+    ToolCall,
+)
+from agents.tools import Tool, ToolContext, ToolError, ToolEscalation, customer_order, register
 from payments.provider import (
     IdempotencyMismatch,
     PaymentProvider,
@@ -35,13 +67,21 @@ from payments.provider import (
     ProviderUncertain,
 )
 from tickets import services as ticket_services
-from tickets.models import REFUNDABLE_ORDER_STATUSES, ActorKind, Order, OrderStatus
+from tickets.models import REFUNDABLE_ORDER_STATUSES, ActorKind, AuthorKind, Customer, Order, OrderStatus
+from tickets.money import format_money
 
 logger = logging.getLogger(__name__)
 
-# How many times one execution retries the provider under the same key after an
-# answer that proved nothing happened (an error before the provider committed).
-SAME_KEY_RETRIES = 2
+# The largest amount a refund may name: what a JSON number holds exactly, far below the column's limit.
+MAX_REFUND_CENTS = 2**53 - 1
+
+# Stripe's refund statuses, by what they mean for our ledger.
+PROVIDER_SUCCEEDED = frozenset({"succeeded"})
+PROVIDER_FAILED = frozenset({"failed", "canceled"})
+# Anything else (pending, requires_action, a status newer than this code) stays open.
+
+# Calls whose refund may still happen: counted with the refunds when deciding on approvals.
+_OPEN_CALL_STATUSES = (CallStatus.STARTED, CallStatus.AWAITING_APPROVAL)
 
 _provider: PaymentProvider | None = None
 
@@ -53,6 +93,11 @@ def provider() -> PaymentProvider:
     return _provider
 
 
+def _sleep(seconds: float) -> None:
+    """The pause between provider retries (replaced in tests to record the waits)."""
+    time.sleep(seconds)
+
+
 def refunded_total_cents(order: Order, *, exclude_key: str | None = None) -> int:
     refunds = Refund.objects.filter(order=order, status__in=RESERVING_REFUND_STATUSES)
     if exclude_key:
@@ -60,7 +105,40 @@ def refunded_total_cents(order: Order, *, exclude_key: str | None = None) -> int
     return int(refunds.aggregate(total=Sum("amount_cents"))["total"] or 0)
 
 
-def _check_guardrails(ctx: ToolContext, args: dict[str, Any], key: str) -> tuple[Order, int, str]:
+def refund_commitments(
+    *, customer_id: int, order: Order | None = None, ticket_id: int | None = None, since: Any = None
+) -> tuple[int, int]:
+    """(how many, how many cents) of refunds done or possibly coming for a customer.
+
+    Counts refunds that happened or may have happened, and refund calls whose
+    refund may still happen (started, or waiting for an approval) that have no
+    refund row yet; narrowed to one order, one ticket, or a window.
+    """
+    refunds = Refund.objects.filter(order__customer_id=customer_id, status__in=RESERVING_REFUND_STATUSES)
+    calls = ToolCall.objects.filter(
+        name="issue_refund", ticket__customer_id=customer_id, status__in=_OPEN_CALL_STATUSES, refund__isnull=True
+    )
+    if order is not None:
+        refunds = refunds.filter(order=order)
+    if ticket_id is not None:
+        refunds = refunds.filter(ticket_id=ticket_id)
+        calls = calls.filter(ticket_id=ticket_id)
+    if since is not None:
+        refunds = refunds.filter(created_at__gte=since)
+        calls = calls.filter(started_at__gte=since)
+    count, cents = 0, 0
+    for amount in refunds.values_list("amount_cents", flat=True):
+        count, cents = count + 1, cents + int(amount)
+    for arguments in calls.values_list("arguments", flat=True):
+        number = str(arguments.get("order_number", "")).strip().upper()
+        if order is not None and number != order.number.upper():
+            continue
+        amount = arguments.get("amount_cents")
+        count, cents = count + 1, cents + (int(amount) if isinstance(amount, int) else 0)
+    return count, cents
+
+
+def _check_guardrails(ctx: ToolContext, args: dict[str, Any], key: str | None) -> tuple[Order, int, str]:
     """Raise ToolError with a reason the model can explain, or return (locked order, amount, currency)."""
     order = customer_order(ctx.ticket, args["order_number"])
     order = Order.objects.select_for_update().get(pk=order.pk)  # serialises refunds of one order
@@ -71,16 +149,53 @@ def _check_guardrails(ctx: ToolContext, args: dict[str, Any], key: str) -> tuple
     currency = (args.get("currency") or order.currency).lower()
     if currency != order.currency:
         raise ToolError(f"Order {order.number} was paid in {order.currency.upper()}, not {currency.upper()}.")
-    amount = int(args["amount_cents"])
-    if amount <= 0:
-        raise ToolError("A refund amount must be positive.")
+    amount = args["amount_cents"]
+    if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
+        raise ToolError("A refund amount must be a positive whole number of cents.")
     remaining = order.total_cents - refunded_total_cents(order, exclude_key=key)
     if amount > remaining:
         raise ToolError(
-            f"Order {order.number} has {remaining / 100:.2f} {order.currency.upper()} left to refund; "
-            f"{amount / 100:.2f} is more than that."
+            f"Order {order.number} has {format_money(max(0, remaining), order.currency)} left to refund; "
+            f"{format_money(min(amount, MAX_REFUND_CENTS), order.currency)} is more than that."
         )
     return order, amount, currency
+
+
+def refund_precheck(ctx: ToolContext, args: dict[str, Any]) -> None:
+    """The guardrails, before the intent is recorded: an impossible refund never reaches staff."""
+    _check_guardrails(ctx, args, key=None)
+
+
+def refund_approval_reason(ctx: ToolContext, args: dict[str, Any]) -> str | None:
+    """Why this refund needs a staff approval, or None. Caller: the intent transaction (after the precheck)."""
+    policy = ApprovalPolicy.current()
+    # Serialises the decisions for one customer: each sees the intents committed before it.
+    customer = Customer.objects.select_for_update().get(pk=ctx.ticket.customer_id)
+    if customer.requires_refund_approval:
+        return "every refund for this customer is reviewed by staff"
+    order = customer_order(ctx.ticket, args["order_number"])
+    amount = int(args["amount_cents"])
+    earlier, _ = refund_commitments(customer_id=customer.pk, order=order, ticket_id=ctx.ticket.pk)
+    if earlier:
+        return f"a second refund on order {order.number} in this ticket needs a staff approval"
+    _, on_order = refund_commitments(customer_id=customer.pk, order=order)
+    if on_order + amount > policy.refund_threshold_cents:
+        threshold = format_money(policy.refund_threshold_cents, order.currency)
+        if not on_order:
+            return f"refunds above {threshold} need a staff approval"
+        return (
+            f"refunds above {threshold} on one order need a staff approval: order {order.number} already has "
+            f"{format_money(on_order, order.currency)} refunded or pending, {format_money(amount, order.currency)} more"
+        )
+    since = timezone.now() - timedelta(days=policy.customer_window_days)
+    _, recent = refund_commitments(customer_id=customer.pk, since=since)
+    if recent + amount > policy.customer_limit:
+        return (
+            f"refunds to one customer above {format_money(policy.customer_limit, order.currency)} in "
+            f"{policy.customer_window_days} days need a staff approval (this customer: "
+            f"{format_money(recent, order.currency)} before this {format_money(amount, order.currency)})"
+        )
+    return None
 
 
 def _set_status(refund: Refund, status: str, **fields: Any) -> None:
@@ -94,48 +209,104 @@ def _set_status(refund: Refund, status: str, **fields: Any) -> None:
 
 
 def _result(refund: Refund) -> dict[str, Any]:
-    return {
+    result = {
         "status": refund.status,
         "refund_id": refund.provider_refund_id,
         "order_number": refund.order.number,
         "amount_cents": refund.amount_cents,
         "currency": refund.currency,
     }
+    if refund.status == RefundStatus.PENDING:
+        result["note"] = "The payment provider accepted the refund and is still processing it."
+    return result
 
 
-def _record_success(refund: Refund, found: ProviderRefund) -> dict[str, Any]:
+def _customer_text(refund: Refund, *, uncertain: bool) -> str:
+    amount = format_money(refund.amount_cents, refund.currency)
+    if uncertain:
+        return (
+            f"We couldn't confirm your refund of {amount} for order {refund.order.number} with our payment "
+            "provider just now. A member of our team will check it and reply here; you don't need to ask again."
+        )
+    return (
+        f"Your refund of {amount} for order {refund.order.number} could not be completed by our payment provider. "
+        "A member of our team will look into it and reply here."
+    )
+
+
+def _record_provider_state(refund: Refund, found: ProviderRefund) -> str:
+    """Write what the provider says about this refund into the ledger. Returns the refund's status after."""
+    if found.status in PROVIDER_SUCCEEDED:
+        wanted = RefundStatus.SUCCEEDED
+    elif found.status in PROVIDER_FAILED:
+        wanted = RefundStatus.FAILED
+    else:
+        wanted = RefundStatus.PENDING
     with transaction.atomic():
         locked = Refund.objects.select_for_update().select_related("order").get(pk=refund.pk)
-        if locked.status != RefundStatus.SUCCEEDED:
-            _set_status(locked, RefundStatus.SUCCEEDED, provider_refund_id=found.id, error="")
+        if locked.status == wanted or locked.status == RefundStatus.SUCCEEDED:
+            refund.refresh_from_db()
+            return locked.status
+        _set_status(
+            locked, wanted, provider_refund_id=found.id, provider_status=found.status, error=_provider_error(found)
+        )
+        amount = format_money(locked.amount_cents, locked.currency)
+        payload: dict[str, Any] = {
+            "refund_id": locked.pk,
+            "provider_refund_id": found.id,
+            "provider_status": found.status,
+            "order": locked.order.number,
+            "amount_cents": locked.amount_cents,
+            "currency": locked.currency,
+        }
+        if wanted == RefundStatus.SUCCEEDED:
             order = Order.objects.select_for_update().get(pk=locked.order_id)
             if refunded_total_cents(order) >= order.total_cents and order.status != OrderStatus.REFUNDED:
                 order.status = OrderStatus.REFUNDED
                 order.save(update_fields=["status"])
-            ticket_services.event_append(
-                ticket=locked.ticket_id,
-                kind="refund_succeeded",
-                actor_kind=ActorKind.AGENT,
-                actor_ref=f"run:{locked.tool_call.run_id}",
-                payload={
-                    "refund_id": locked.pk,
-                    "provider_refund_id": found.id,
-                    "order": order.number,
-                    "amount_cents": locked.amount_cents,
-                    "currency": locked.currency,
-                    "label": f"Refund of {locked.amount_cents / 100:.2f} {locked.currency.upper()} issued",
-                },
-                is_public=True,
-            )
-    return _result(locked)
+            kind, label, public = "refund_succeeded", f"Refund of {amount} issued", True
+        elif wanted == RefundStatus.PENDING:
+            kind, label, public = "refund_pending", f"Refund of {amount} submitted; the bank is processing it", True
+        else:
+            kind, label, public = "refund_failed", f"The payment provider {found.status} the refund of {amount}", False
+        ticket_services.event_append(
+            ticket=locked.ticket_id,
+            kind=kind,
+            actor_kind=ActorKind.AGENT if wanted != RefundStatus.FAILED else ActorKind.SYSTEM,
+            actor_ref=f"run:{locked.tool_call.run_id}",
+            payload={**payload, "label": label},
+            is_public=public,
+        )
+    refund.refresh_from_db()
+    return wanted
+
+
+def _provider_error(found: ProviderRefund) -> str:
+    return f"the payment provider reports this refund {found.status}" if found.status in PROVIDER_FAILED else ""
+
+
+def _retrying() -> Retrying:
+    first = max(0, int(settings.REFUND_RETRY_FIRST_WAIT_MS)) / 1000
+    return Retrying(
+        stop=stop_after_attempt(max(1, int(settings.REFUND_PROVIDER_ATTEMPTS))),
+        wait=wait_exponential_jitter(
+            initial=first, max=max(first, int(settings.REFUND_RETRY_MAX_WAIT_MS) / 1000), jitter=first
+        ),
+        retry=retry_if_exception_type(ProviderUncertain),
+        sleep=lambda seconds: _sleep(seconds),
+        reraise=True,
+    )
 
 
 def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     """The tool's effect. Keyed: safe to call again with the same call (same key)."""
     key = ctx.call.idempotency_key
+    if not may_execute(ToolCall.objects.get(pk=ctx.call.pk)):
+        # The runner never gets here with such a call; this is the money path's own last door.
+        raise ToolError("This refund needs a staff approval for these exact arguments before it can run.")
     with transaction.atomic():
-        existing = Refund.objects.select_for_update().filter(idempotency_key=key).first()
-        if existing is not None and existing.status == RefundStatus.SUCCEEDED:
+        existing = Refund.objects.select_for_update().select_related("order").filter(idempotency_key=key).first()
+        if existing is not None and existing.status in {RefundStatus.SUCCEEDED, RefundStatus.PENDING}:
             return _result(existing)
         order, amount, currency = _check_guardrails(ctx, args, key)
         if existing is None:
@@ -152,39 +323,60 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             refund = existing
         _set_status(refund, RefundStatus.SUBMITTED, attempts=refund.attempts + 1)
     # Committed: the provider may now act under the key; a crash from here on is reconciled.
-    metadata = {
-        "ticket_id": str(ctx.ticket.pk),
-        "order_number": order.number,
-        "tool_call_id": str(ctx.call.pk),
-    }
-    last_error = ""
-    for _ in range(1 + SAME_KEY_RETRIES):
-        try:
-            found = provider().create_refund(
-                payment_reference=order.payment_reference,
-                amount_cents=amount,
-                currency=currency,
-                idempotency_key=key,
-                metadata=metadata,
-            )
-            faults.hit("after_provider_refund")  # the provider has it; our ledger does not yet
-            return _record_success(refund, found)
-        except (ProviderDeclined, IdempotencyMismatch) as exc:
-            with transaction.atomic():
-                _set_status(refund, RefundStatus.FAILED, error=str(exc))
-            raise ToolError(f"The payment provider refused the refund: {exc}") from None
-        except ProviderUncertain as exc:
-            last_error = str(exc)
-            found = _lookup(key, order.payment_reference)
-            if found is not None:
-                return _record_success(refund, found)
-            # The provider has no refund under this key: nothing happened; retry with the same key.
-            continue
+    metadata = {"ticket_id": str(ctx.ticket.pk), "order_number": order.number, "tool_call_id": str(ctx.call.pk)}
+    try:
+        for attempt in _retrying():
+            with attempt:
+                found = None
+                if attempt.retry_state.attempt_number > 1:
+                    found = _lookup(key, order.payment_reference)  # what happened under the key?
+                if found is None:
+                    found = provider().create_refund(
+                        payment_reference=order.payment_reference,
+                        amount_cents=amount,
+                        currency=currency,
+                        idempotency_key=key,
+                        metadata=metadata,
+                    )
+                    faults.hit("after_provider_refund")  # the provider has it; our ledger does not yet
+                return _outcome(refund, found)
+    except ProviderUncertain as exc:
+        _give_up(refund, RefundStatus.UNCERTAIN, f"no answer from the payment provider: {exc}")
+        raise ToolEscalation(
+            f"The payment provider did not confirm the refund after {int(settings.REFUND_PROVIDER_ATTEMPTS)} "
+            f"tries; it is being reconciled and will not be repeated blindly ({exc}).",
+            customer_text=_customer_text(refund, uncertain=True),
+            uncertain=True,
+        ) from None
+    except (ProviderDeclined, IdempotencyMismatch, ProviderError) as exc:
+        _give_up(refund, RefundStatus.FAILED, f"the payment provider refused the refund: {exc}")
+        raise ToolEscalation(
+            f"The payment provider refused the refund: {exc}", customer_text=_customer_text(refund, uncertain=False)
+        ) from None
+    raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
+
+
+def _outcome(refund: Refund, found: ProviderRefund) -> dict[str, Any]:
+    status = _record_provider_state(refund, found)
+    if status == RefundStatus.FAILED:
+        _mark_escalated(refund)
+        raise ToolEscalation(
+            f"The payment provider reports the refund {found.status} ({found.id}).",
+            customer_text=_customer_text(refund, uncertain=False),
+        )
+    return _result(refund)
+
+
+def _give_up(refund: Refund, status: str, error: str) -> None:
     with transaction.atomic():
-        _set_status(refund, RefundStatus.UNCERTAIN, error=last_error)
-    raise ToolUncertain(
-        "The payment provider did not confirm the refund; it is being checked and will not be repeated blindly."
-    )
+        locked = Refund.objects.select_for_update().get(pk=refund.pk)
+        if locked.status in {RefundStatus.SUBMITTED, RefundStatus.UNCERTAIN, RefundStatus.REQUESTED}:
+            _set_status(locked, status, error=error[:2000], escalated_at=timezone.now())
+    refund.refresh_from_db()
+
+
+def _mark_escalated(refund: Refund) -> None:
+    Refund.objects.filter(pk=refund.pk, escalated_at__isnull=True).update(escalated_at=timezone.now())
 
 
 def _lookup(key: str, payment_reference: str) -> ProviderRefund | None:
@@ -196,36 +388,50 @@ def _lookup(key: str, payment_reference: str) -> ProviderRefund | None:
 
 
 def reconcile_call(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
-    """Recovery hook: what happened under this call's key? None means nothing did; run it again."""
+    """Recovery hook: what happened under this call's key? None means: run it again under the same key."""
     refund = Refund.objects.select_related("order").filter(idempotency_key=ctx.call.idempotency_key).first()
     if refund is None:
         return None  # the intent never reached the provider
-    if refund.status == RefundStatus.SUCCEEDED:
+    if refund.status in {RefundStatus.SUCCEEDED, RefundStatus.PENDING}:
         return _result(refund)
     found = _lookup(refund.idempotency_key, refund.order.payment_reference)
-    if found is not None:
-        return _record_success(refund, found)
+    if found is not None and _record_provider_state(refund, found) != RefundStatus.FAILED:
+        return _result(refund)
+    # Nothing at the provider, or a failed refund: running the handler again under the
+    # same key either refunds once or meets the same failure and hands the ticket over.
     return None
 
 
-def refund_reconcile(*, refund: Refund, older_than_seconds: int = 120) -> str:
-    """Settle an uncertain or submitted refund from the provider's records. Returns its status after."""
-    if refund.status not in {RefundStatus.SUBMITTED, RefundStatus.UNCERTAIN}:
+def refund_reconcile(*, refund: Refund, older_than_seconds: int | None = None) -> str:
+    """Settle an open refund (submitted, pending, uncertain) from the provider's records.
+
+    Returns its status after. A refund that fails, or that the provider has no
+    record of past the bound, goes to a person and the customer is told once.
+    """
+    if refund.status not in OPEN_REFUND_STATUSES:
         return refund.status
+    bound = settings.REFUND_UNCERTAIN_AFTER_SECONDS if older_than_seconds is None else older_than_seconds
+    age = (timezone.now() - refund.updated_at).total_seconds()
     try:
         found = provider().find_refund(
             idempotency_key=refund.idempotency_key, payment_reference=refund.order.payment_reference
         )
-    except ProviderError:
+    except ProviderError as exc:
+        if age >= bound:
+            refund_escalate(refund=refund, reason=f"the payment provider could not be asked about it: {exc}")
         return refund.status
     if found is not None:
-        return _record_success(refund, found)["status"]
-    age = (timezone.now() - refund.updated_at).total_seconds()
-    if age < older_than_seconds:
+        status = _record_provider_state(refund, found)
+        if status == RefundStatus.FAILED:
+            refund_escalate(refund=refund, reason=f"the payment provider reports it {found.status}")
+        elif status == RefundStatus.PENDING and age >= bound:
+            refund_escalate(refund=refund, reason=f"the payment provider still reports it {found.status}")
+        return status
+    if age < bound:
         return refund.status  # a request may still be in flight
     with transaction.atomic():
         locked = Refund.objects.select_for_update().get(pk=refund.pk)
-        if locked.status in {RefundStatus.SUBMITTED, RefundStatus.UNCERTAIN}:
+        if locked.status in OPEN_REFUND_STATUSES:
             _set_status(locked, RefundStatus.FAILED, error="The provider has no refund under this key.")
             ticket_services.event_append(
                 ticket=locked.ticket_id,
@@ -233,14 +439,50 @@ def refund_reconcile(*, refund: Refund, older_than_seconds: int = 120) -> str:
                 actor_kind=ActorKind.SYSTEM,
                 payload={"refund_id": locked.pk, "status": RefundStatus.FAILED},
             )
+    refund.refresh_from_db()
+    refund_escalate(refund=refund, reason="the payment provider has no refund under its key")
     return RefundStatus.FAILED
 
 
-def reconcile_open_refunds(*, older_than_seconds: int = 120) -> dict[str, int]:
-    """Reconcile every refund left submitted or uncertain. Used by beat and a management command."""
+def refund_escalate(*, refund: Refund, reason: str) -> None:
+    """A refund that failed or stays unknown: the customer is told once, a person takes the ticket."""
+    with transaction.atomic():
+        locked = Refund.objects.select_for_update().select_related("order").get(pk=refund.pk)
+        first = locked.escalated_at is None
+        if first:
+            locked.escalated_at = timezone.now()
+            locked.save(update_fields=["escalated_at"])
+            ticket_services.message_post(
+                ticket=locked.ticket_id,
+                author_kind=AuthorKind.SYSTEM,
+                body=_customer_text(locked, uncertain=locked.status != RefundStatus.FAILED),
+                client_msg_id=f"refund-problem:{locked.pk}",
+            )
+        amount = format_money(locked.amount_cents, locked.currency)
+        ticket_services.message_post(
+            ticket=locked.ticket_id,
+            author_kind=AuthorKind.SYSTEM,
+            body=(
+                f"Refund {locked.idempotency_key} of {amount} on order {locked.order.number} is {locked.status}: "
+                f"{reason}. Check it with the payment provider before refunding again."
+            ),
+            is_public=False,
+            client_msg_id=f"refund-note:{locked.pk}:{locked.status}",
+        )
+        ticket_services.event_append(
+            ticket=locked.ticket_id,
+            kind="refund_escalated",
+            actor_kind=ActorKind.SYSTEM,
+            payload={"refund_id": locked.pk, "status": locked.status, "reason": reason},
+        )
+        ticket_services.ticket_hand_to_person(ticket=locked.ticket_id, reason=f"refund {locked.status}: {reason}")
+    refund.refresh_from_db()
+
+
+def reconcile_open_refunds(*, older_than_seconds: int | None = None) -> dict[str, int]:
+    """Reconcile every refund left submitted, pending or uncertain. Used by beat and a management command."""
     counts: dict[str, int] = {}
-    pending = Refund.objects.select_related("order").filter(status__in=[RefundStatus.SUBMITTED, RefundStatus.UNCERTAIN])
-    for refund in pending:
+    for refund in Refund.objects.select_related("order").filter(status__in=OPEN_REFUND_STATUSES):
         status = refund_reconcile(refund=refund, older_than_seconds=older_than_seconds)
         counts[status] = counts.get(status, 0) + 1
     return counts
@@ -251,13 +493,13 @@ register(
         name="issue_refund",
         description=(
             "Refund all or part of one of the customer's orders to the original payment method. "
-            "Amount in the currency's minor unit (cents)."
+            "Amount in the currency's minor unit (cents). Refunds may wait for a staff approval."
         ),
         parameters={
             "type": "object",
             "properties": {
                 "order_number": {"type": "string", "minLength": 1, "maxLength": 32},
-                "amount_cents": {"type": "integer", "minimum": 1},
+                "amount_cents": {"type": "integer", "minimum": 1, "maximum": MAX_REFUND_CENTS},
                 "currency": {"type": "string", "pattern": "^[A-Za-z]{3}$"},
                 "reason": {"type": "string", "maxLength": 500},
             },
@@ -267,6 +509,8 @@ register(
         replay_policy=ReplayPolicy.KEYED,
         handler=issue_refund,
         reconcile=reconcile_call,
+        precheck=refund_precheck,
+        needs_approval=refund_approval_reason,
         public_label="Working on your refund",
     )
 )

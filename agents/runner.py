@@ -13,7 +13,6 @@ Idempotent; any number of duplicate or concurrent deliveries are harmless:
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,8 @@ from django.conf import settings
 
 from agents import faults
 from agents import services as agent_services
+from agents.approval import apply_decision, may_execute, pause_for_approval
+from agents.conversation import build_conversation
 from agents.lease import Lease, LeaseLost, lease_acquire, worker_identity
 from agents.llm import ChatModel, ModelError, get_model
 from agents.models import (
@@ -35,18 +36,22 @@ from agents.models import (
     StepStatus,
     ToolCall,
 )
+from agents.policy import approval_reason
 from agents.selectors import tickets_with_agent_work
-from agents.tools import REGISTRY, Tool, ToolContext, ToolError, ToolUncertain, parse_arguments, tool_specs
+from agents.tools import (
+    REGISTRY,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolEscalation,
+    ToolUncertain,
+    parse_arguments,
+    tool_specs,
+)
 from tickets import realtime
-from tickets.models import AuthorKind, Message, Ticket, TicketStatus
+from tickets.models import Ticket, TicketStatus
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_SYSTEM_PROMPT = """You are the customer-support agent of an online shop that sells kitchen goods.
-Be brief, warm and precise. Use the tools to look up orders and help articles instead of guessing.
-Refunds: only for the customer's own orders, never more than what remains refundable; the system
-checks this and may ask a member of staff to approve. If you cannot help, hand off to a human.
-Your final message (with no tool call) is posted to the customer."""
 
 # Ticket statuses in which the agent does not act (a person has it, or it is closed).
 AGENT_STAYS_OUT = (TicketStatus.WITH_HUMAN, TicketStatus.CLOSED)
@@ -146,8 +151,12 @@ def _current_run(lease: Lease, model: ChatModel) -> AgentRun | None:
 
 
 def _recover(lease: Lease, run: AgentRun) -> None:
-    """Resolve what a dead worker left behind, by policy; note it for the model."""
-    resumed = bool(run.epochs) and lease.epoch not in run.epochs
+    """Resolve what a dead worker left behind, by policy; note it for the model.
+
+    A run taken up after a clean stop (a pause for approval, a model retry) is not
+    a recovery: only a lease taken from an owner that never released it is.
+    """
+    resumed = bool(lease.took_over_from) and bool(run.epochs) and lease.epoch not in run.epochs
     found: dict[str, list[dict[str, Any]]] = {"interrupted_steps": [], "rerun": [], "reconciled": [], "uncertain": []}
 
     for step in ModelStep.objects.filter(run=run, status=StepStatus.STARTED):
@@ -164,6 +173,10 @@ def _recover(lease: Lease, run: AgentRun) -> None:
         tool = REGISTRY.get(call.name)
         ctx = ToolContext(ticket=ticket, call=call)
         entry = {"tool": call.name, "arguments": call.arguments, "idempotency_key": call.idempotency_key}
+        if tool is not None and not may_execute(call):
+            # Never runs without its approval, whatever left it started: ask for it (again).
+            pause_for_approval(lease=lease, run=run, call=call, reason=call.approval_reason or "needs a staff approval")
+            break
         if tool is None or call.replay_policy == ReplayPolicy.NEVER:
             agent_services.call_finish(
                 lease=lease,
@@ -186,11 +199,8 @@ def _recover(lease: Lease, run: AgentRun) -> None:
             _execute(lease, call, tool, ctx, again=True)
             found["rerun"].append(entry)
 
-    if resumed or any(found.values()):
-        note = None
-        if any(found.values()) or resumed:
-            note = _recovery_note(run, found)
-        agent_services.run_note_resume(lease=lease, run=run, note=note)
+    note = _recovery_note(run, found) if resumed or any(found.values()) else None
+    agent_services.run_note_resume(lease=lease, run=run, note=note)
 
 
 def _recovery_note(run: AgentRun, found: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -213,70 +223,6 @@ def _recovery_note(run: AgentRun, found: dict[str, list[dict[str, Any]]]) -> dic
     return {"text": "\n".join(lines), **found}
 
 
-# --- the conversation -------------------------------------------------------------------
-
-
-def _conversation(run: AgentRun, opening: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Rebuild the model's input from the ledger alone.
-
-    ``opening`` (the system prompt, earlier turns and this run's inputs, from
-    ``_opening``) does not change during a run, so a caller may build it once.
-    """
-    messages = list(opening if opening is not None else _opening(run))
-    calls = {(c.step_id, c.index): c for c in ToolCall.objects.filter(run=run)}
-    for step in ModelStep.objects.filter(run=run, status=StepStatus.COMPLETED).order_by("index"):
-        if not step.tool_calls:
-            continue
-        messages.append(
-            {
-                "role": "assistant",
-                "content": step.response_text or None,
-                "tool_calls": [
-                    {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                    for c in step.tool_calls
-                ],
-            }
-        )
-        for index, requested in enumerate(step.tool_calls):
-            call = calls.get((step.pk, index))
-            messages.append({"role": "tool", "tool_call_id": requested["id"], "content": json.dumps(_call_view(call))})
-    for note in run.recovery_notes:
-        messages.append({"role": "system", "content": note["text"]})
-    return messages
-
-
-def _opening(run: AgentRun) -> list[dict[str, Any]]:
-    ticket = Ticket.objects.select_related("customer").get(pk=run.ticket_id)
-    prompt = getattr(settings, "AGENT_SYSTEM_PROMPT", "") or DEFAULT_SYSTEM_PROMPT
-    system = f"{prompt}\nCustomer: {ticket.customer.name}. Ticket #{ticket.pk}: {ticket.subject}."
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
-    first_input = min(run.input_message_ids) if run.input_message_ids else None
-    history = Message.objects.filter(ticket=ticket, is_public=True).order_by("created_at", "id")
-    if first_input is not None:
-        history = history.filter(id__lt=first_input)
-    for message in history:
-        if message.author_kind == AuthorKind.CUSTOMER:
-            messages.append({"role": "user", "content": message.body})
-        elif message.author_kind in {AuthorKind.AGENT, AuthorKind.STAFF}:
-            prefix = "[staff] " if message.author_kind == AuthorKind.STAFF else ""
-            messages.append({"role": "assistant", "content": prefix + message.body})
-    for message in Message.objects.filter(pk__in=run.input_message_ids).order_by("created_at", "id"):
-        messages.append({"role": "user", "content": message.body})
-    return messages
-
-
-def _call_view(call: ToolCall | None) -> dict[str, Any]:
-    if call is None:
-        return {"error": "not run"}
-    if call.status == CallStatus.SUCCEEDED:
-        return call.result or {}
-    if call.status == CallStatus.UNCERTAIN:
-        return {"status": "uncertain", "error": "may or may not have taken effect; check before repeating"}
-    if call.status == CallStatus.REJECTED:
-        return {"rejected": True, "status": "rejected_by_staff", "note": call.approval_note or ""}
-    return {"error": call.error or "failed", **(call.result or {})}
-
-
 # --- driving a run ----------------------------------------------------------------------
 
 
@@ -288,7 +234,6 @@ def _drive(lease: Lease, run: AgentRun, model: ChatModel) -> str:
             lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome="a person took the ticket over"
         )
         return RunStatus.HANDED_OFF
-    opening = _opening(run)
     while True:
         steps = list(ModelStep.objects.filter(run=run, status=StepStatus.COMPLETED).order_by("index"))
         last = steps[-1] if steps else None
@@ -308,11 +253,11 @@ def _drive(lease: Lease, run: AgentRun, model: ChatModel) -> str:
         if agent_services.ticket_tokens_used(ticket_id=run.ticket_id) >= token_budget():
             agent_services.hand_off(lease=lease, run=run, reason=f"token budget reached ({token_budget()} tokens)")
             return RunStatus.HANDED_OFF
-        _ask_model(lease, run, model, index=len(steps), opening=opening)
+        _ask_model(lease, run, model, index=len(steps))
 
 
-def _ask_model(lease: Lease, run: AgentRun, model: ChatModel, *, index: int, opening: list[dict[str, Any]]) -> None:
-    messages = _conversation(run, opening)
+def _ask_model(lease: Lease, run: AgentRun, model: ChatModel, *, index: int) -> None:
+    messages = build_conversation(run)
     failures = ModelStep.objects.filter(run=run, index=index, status=StepStatus.FAILED).count()
     step = agent_services.step_start(lease=lease, run=run, index=index, model_name=model.name, messages=messages)
     offset = 0
@@ -348,57 +293,70 @@ def _run_calls(lease: Lease, run: AgentRun, step: ModelStep) -> str | None:
     existing = {c.index: c for c in ToolCall.objects.filter(step=step)}
     for index, requested in enumerate(step.tool_calls):
         call = existing.get(index)
-        if call is not None and call.status in FINAL_CALL_STATUSES:
+        if call is None:
+            call = _record_intent(lease, run, step, index, requested, ticket)
+            faults.hit("after_call_started")
+        if call.status in FINAL_CALL_STATUSES:
             if _ends_turn(call):
                 agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=call.name)
                 return RunStatus.HANDED_OFF
             continue
-        if call is not None and call.status == CallStatus.AWAITING_APPROVAL:
-            state = _apply_decision(lease, run, call, ticket)
+        if call.status == CallStatus.AWAITING_APPROVAL:
+            state = apply_decision(lease=lease, run=run, call=call, ticket=ticket, execute=_execute)
             if state is not None:
                 return state
-            continue
+        else:
+            _execute(lease, call, REGISTRY[call.name], ToolContext(ticket=ticket, call=call))
+        call.refresh_from_db()
+        if _ends_turn(call):
+            agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=call.name)
+            return RunStatus.HANDED_OFF
+    return None
+
+
+def _record_intent(
+    lease: Lease, run: AgentRun, step: ModelStep, index: int, requested: dict[str, Any], ticket: Ticket
+) -> ToolCall:
+    """Commit the call's intent in one transaction with everything decided about it before it runs:
+    its arguments checked, the business rules checked, whether it needs a staff approval, and, if it
+    does, the pause and the approval request (DESIGN.md, invariant 11). Nothing has run yet."""
+    common = {"lease": lease, "run": run, "step": step, "index": index, "model_call_id": requested["id"]}
+    with lease.guard():
         try:
             tool, args = parse_arguments(requested["name"], requested["arguments"])
         except ToolError as exc:
-            call = call or agent_services.call_start(
-                lease=lease,
-                run=run,
-                step=step,
-                index=index,
-                model_call_id=requested["id"],
-                name=requested["name"][:100],
+            call = agent_services.call_start(
+                **common,
+                name=str(requested["name"])[:100],
                 arguments={"raw": str(requested["arguments"])[:2000]},
                 replay_policy=ReplayPolicy.SAFE,
                 public_label="",
             )
-            agent_services.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
-            continue
-        if call is None:
-            call = agent_services.call_start(
-                lease=lease,
-                run=run,
-                step=step,
-                index=index,
-                model_call_id=requested["id"],
-                name=tool.name,
-                arguments=args,
-                replay_policy=tool.replay_policy,
-                public_label=tool.public_label,
+            return agent_services.call_finish(
+                lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc)
             )
-            faults.hit("after_call_started")
-        ctx = ToolContext(ticket=ticket, call=call)
-        if tool.needs_approval is not None and call.approval_decision is None:
-            reason = tool.needs_approval(ctx, args)
-            if reason:
-                _request_approval(lease, run, call, tool, ctx, reason)
-                return RunStatus.WAITING_APPROVAL
-        _execute(lease, call, tool, ctx)
-        call.refresh_from_db()
-        if _ends_turn(call):
-            agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=tool.name)
-            return RunStatus.HANDED_OFF
-    return None
+        # Not saved yet: the checks below see the call as it will be recorded.
+        draft = ToolCall(ticket_id=run.ticket_id, run=run, step=step, index=index, name=tool.name, arguments=args)
+        ctx = ToolContext(ticket=ticket, call=draft)
+        intent = {**common, "name": tool.name, "arguments": args, "replay_policy": tool.replay_policy}
+        try:
+            if tool.precheck is not None:
+                tool.precheck(ctx, args)
+        except ToolError as exc:
+            call = agent_services.call_start(**intent, public_label=tool.public_label)
+            return agent_services.call_finish(
+                lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc)
+            )
+        reason = approval_reason(tool=tool, ctx=ctx, args=args)
+        call = agent_services.call_start(
+            **intent,
+            public_label=tool.public_label,
+            status=CallStatus.AWAITING_APPROVAL if reason else CallStatus.STARTED,
+            approval_reason=reason,
+        )
+        if reason:
+            pause_for_approval(lease=lease, run=run, call=call, reason=reason)
+    return call
 
 
 def _ends_turn(call: ToolCall) -> bool:
@@ -411,6 +369,13 @@ def _execute(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, agai
 
     ``again``: recovery runs a call whose earlier attempt left no outcome; count it.
     """
+    if not may_execute(call):
+        # Unreachable through the loop (such a call is created paused); the last door stays shut anyway.
+        logger.error("call %s on ticket %s needs an approval it does not have; not executed", call.pk, call.ticket_id)
+        agent_services.call_finish(
+            lease=lease, call=call, status=CallStatus.FAILED, result=None, error="not executed: no staff approval"
+        )
+        return
     if again:
         call = agent_services.call_retry(lease=lease, call=call)
     try:
@@ -418,6 +383,14 @@ def _execute(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, agai
         # refund commits its intent before it calls the provider), so that what
         # it committed survives a failure or a crash after it.
         result = tool.handler(ctx, call.arguments)
+    except ToolEscalation as exc:
+        status = CallStatus.UNCERTAIN if exc.uncertain else CallStatus.FAILED
+        call = agent_services.call_finish(
+            lease=lease, call=call, status=status, result={"status": status}, error=str(exc)
+        )
+        agent_services.escalate(lease=lease, run=AgentRun.objects.get(pk=call.run_id), call=call,
+                                customer_text=exc.customer_text, reason=str(exc))  # fmt: skip
+        raise _Stop() from None
     except ToolUncertain as exc:
         agent_services.call_finish(
             lease=lease, call=call, status=CallStatus.UNCERTAIN, result={"status": "uncertain"}, error=str(exc)
@@ -444,15 +417,3 @@ def _execute(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, agai
     elif call.replay_policy == ReplayPolicy.NEVER:
         faults.hit("after_never_effect")
     agent_services.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=result)
-
-
-def _request_approval(lease: Lease, run: AgentRun, call: ToolCall, tool: Tool, ctx: ToolContext, reason: str) -> None:
-    from agents.approval import pause_for_approval
-
-    pause_for_approval(lease=lease, run=run, call=call, reason=reason)
-
-
-def _apply_decision(lease: Lease, run: AgentRun, call: ToolCall, ticket: Ticket) -> str | None:
-    from agents.approval import apply_decision
-
-    return apply_decision(lease=lease, run=run, call=call, ticket=ticket, execute=_execute)

@@ -90,7 +90,9 @@ def run_transition(*, lease: Lease, run: AgentRun, to_status: str, outcome: str 
 
 
 def run_note_resume(*, lease: Lease, run: AgentRun, note: dict[str, Any] | None) -> None:
-    """Record that this lease epoch took the run over, with the recovery note if any."""
+    """Record that this lease epoch works on the run, with the recovery note if a worker died."""
+    if note is None and lease.epoch in run.epochs:
+        return
     with lease.guard():
         locked = AgentRun.objects.select_for_update().get(pk=run.pk)
         if lease.epoch not in locked.epochs:
@@ -132,6 +134,8 @@ def step_complete(*, lease: Lease, step: ModelStep, response: ModelResponse) -> 
         step.prompt_tokens = response.usage.prompt_tokens
         step.completion_tokens = response.usage.completion_tokens
         step.completed_at = timezone.now()
+        # Where this step sits among the ticket's messages when a later turn rebuilds the conversation.
+        step.ticket_seq = Ticket.objects.values_list("last_event_seq", flat=True).get(pk=step.ticket_id)
         step.save(
             update_fields=[
                 "status",
@@ -141,6 +145,7 @@ def step_complete(*, lease: Lease, step: ModelStep, response: ModelResponse) -> 
                 "prompt_tokens",
                 "completion_tokens",
                 "completed_at",
+                "ticket_seq",
             ]
         )
         AgentRun.objects.filter(pk=step.run_id).update(
@@ -171,8 +176,13 @@ def call_start(
     replay_policy: str,
     public_label: str,
     status: str = CallStatus.STARTED,
+    approval_reason: str = "",
 ) -> ToolCall:
-    """Commit the intent (status ``started``) before any effect runs."""
+    """Commit the intent (status ``started``) before any effect runs.
+
+    With an ``approval_reason`` the call needs a staff approval: it is recorded as
+    such in this same transaction, and the caller pauses it before committing.
+    """
     with lease.guard():
         call = ToolCall.objects.create(
             ticket_id=run.ticket_id,
@@ -187,6 +197,8 @@ def call_start(
             ),
             replay_policy=replay_policy,
             status=status,
+            approval_required=bool(approval_reason),
+            approval_reason=approval_reason,
             epoch=lease.epoch,
         )
         ticket_services.event_append(
@@ -246,7 +258,11 @@ def reply_post(*, lease: Lease, run: AgentRun, step: ModelStep) -> Message:
             actor_ref=_actor(run),
         )
         ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
-        if ticket.status == TicketStatus.OPEN:
+        # A customer who wrote while this answer was being written is not waited on: their turn comes next.
+        unanswered = Message.objects.filter(
+            ticket_id=run.ticket_id, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
+        ).exists()
+        if ticket.status == TicketStatus.OPEN and not unanswered:
             ticket_services.ticket_transition(
                 ticket=ticket,
                 to_status=TicketStatus.WAITING_ON_CUSTOMER,
@@ -277,6 +293,26 @@ def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:
                 reason=reason,
             )
         run_transition(lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=reason)
+
+
+def escalate(*, lease: Lease, run: AgentRun, call: ToolCall, customer_text: str, reason: str) -> None:
+    """A call ended in a way only a person can settle: tell the customer in plain words, hand off."""
+    with lease.guard():
+        ticket_services.message_post(
+            ticket=run.ticket_id,
+            author_kind=AuthorKind.SYSTEM,
+            body=customer_text,
+            client_msg_id=f"escalation:{call.pk}",
+            actor_ref=_actor(run),
+        )
+        ticket_services.event_append(
+            ticket=run.ticket_id,
+            kind="tool_call_escalated",
+            actor_kind=ActorKind.SYSTEM,
+            actor_ref=_actor(run),
+            payload={"call_id": call.pk, "tool": call.name, "status": call.status, "reason": reason[:500]},
+        )
+        hand_off(lease=lease, run=run, reason=f"{call.name} needs a person: {reason}")
 
 
 def ticket_tokens_used(*, ticket_id: int) -> int:

@@ -38,9 +38,26 @@ class ToolUncertain(ToolError):
     """The effect may or may not have happened; reconciliation will settle it."""
 
 
+class ToolEscalation(ToolError):
+    """The effect failed, or stayed unknown, in a way the model must not explain away.
+
+    The run stops and a person takes the ticket: the customer reads ``customer_text``
+    (plain words written for customers), staff read the error. ``uncertain`` says the
+    effect may still have happened (the reconciler settles it).
+    """
+
+    def __init__(self, message: str, *, customer_text: str, uncertain: bool = False) -> None:
+        super().__init__(message)
+        self.customer_text = customer_text
+        self.uncertain = uncertain
+
+
 @dataclass(frozen=True)
 class ToolContext:
-    """What a tool may touch. The caller holds the ticket's lease."""
+    """What a tool may touch. The caller holds the ticket's lease.
+
+    Before the intent is recorded (precheck, needs_approval) ``call`` is not saved yet.
+    """
 
     ticket: Ticket
     call: ToolCall
@@ -54,6 +71,8 @@ Handler = Callable[[ToolContext, dict[str, Any]], dict[str, Any]]
 # Returns the call's result if recovery can prove what happened, else None.
 Reconciler = Callable[[ToolContext, dict[str, Any]], dict[str, Any] | None]
 ApprovalPredicate = Callable[[ToolContext, dict[str, Any]], str | None]
+# Raises ToolError when a call can never succeed (checked before any approval is asked).
+Precheck = Callable[[ToolContext, dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -64,8 +83,12 @@ class Tool:
     replay_policy: str
     handler: Handler
     reconcile: Reconciler | None = None
-    # Returns a reason when this call needs a staff approval before it runs.
+    # Returns a reason when this call needs a staff approval before it runs. Asked once,
+    # when the call's intent is recorded, in the same transaction (agents.policy).
     needs_approval: ApprovalPredicate | None = None
+    # The business rules checked before the intent is recorded and any approval asked;
+    # the handler checks them again when it runs.
+    precheck: Precheck | None = None
     # Friendly words for the customer's timeline, e.g. "Looking up your order".
     public_label: str = ""
     # The run ends after this tool succeeds (a hand-off).

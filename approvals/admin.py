@@ -2,12 +2,20 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from approvals.models import ApprovalPolicy, ApprovalRequest, ToolApprovalRule
+from agents.models import ApprovalPolicy, ToolApprovalRule
+from approvals.models import ApprovalRequest
 
 
 @admin.register(ApprovalPolicy)
 class ApprovalPolicyAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "refund_threshold_cents", "ttl_hours", "reminder_before_hours"]
+    list_display = [
+        "__str__",
+        "refund_threshold_cents",
+        "customer_limit_cents",
+        "customer_window_days",
+        "ttl_hours",
+        "reminder_before_hours",
+    ]
 
     def has_add_permission(self, request) -> bool:  # noqa: ANN001
         return not ApprovalPolicy.objects.exists()

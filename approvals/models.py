@@ -6,41 +6,9 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from agents.models import ToolCall
+from agents.models import ApprovalPolicy, ToolApprovalRule, ToolCall  # noqa: F401 (the policy lives with the agent)
 from tickets.models import Ticket
-
-
-class ApprovalPolicy(models.Model):
-    """The one policy row, edited in the admin."""
-
-    refund_threshold_cents = models.PositiveIntegerField(
-        default=20000, help_text="Refunds above this amount (in cents) wait for a staff approval."
-    )
-    ttl_hours = models.PositiveIntegerField(default=72, help_text="A request not decided in this time expires.")
-    reminder_before_hours = models.PositiveIntegerField(
-        default=12, help_text="Staff are reminded this long before a request expires."
-    )
-
-    class Meta:
-        verbose_name_plural = "approval policy"
-
-    def __str__(self) -> str:
-        return "Approval policy"
-
-    @classmethod
-    def current(cls) -> ApprovalPolicy:
-        policy, _ = cls.objects.get_or_create(pk=1)
-        return policy
-
-
-class ToolApprovalRule(models.Model):
-    """Per-tool setting: every call of this tool needs an approval."""
-
-    tool_name = models.CharField(max_length=100, unique=True)
-    requires_approval = models.BooleanField(default=True)
-
-    def __str__(self) -> str:
-        return f"{self.tool_name}: {'approval' if self.requires_approval else 'no approval'}"
+from tickets.money import format_money
 
 
 class ApprovalStatus(models.TextChoices):
@@ -60,7 +28,7 @@ class ApprovalRequest(models.Model):
     reason = models.TextField(help_text="Why the policy asks for an approval")
     agent_reasoning = models.TextField(blank=True)
     evidence = models.JSONField(default=dict, blank=True)
-    amount_cents = models.PositiveIntegerField(null=True, blank=True)
+    amount_cents = models.PositiveBigIntegerField(null=True, blank=True)
     currency = models.CharField(max_length=3, blank=True)
     status = models.CharField(max_length=10, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING)
     requested_at = models.DateTimeField(default=timezone.now)
@@ -82,4 +50,4 @@ class ApprovalRequest(models.Model):
     def amount_display(self) -> str:
         if self.amount_cents is None:
             return ""
-        return f"{self.currency.upper()} {self.amount_cents / 100:,.2f}"
+        return format_money(self.amount_cents, self.currency)

@@ -35,7 +35,12 @@ Control (no auth; for tests and ``make run``)::
 Fault modes (queued, or for one request with the header ``X-Sandbox-Fault: MODE``):
 ``latency:<ms>`` (sleep while holding the idempotency key), ``error_before_commit``
 (500, nothing stored), ``error_after_commit`` (store the result, then 500),
-``drop_after_commit`` (store the result, then close the socket without a response).
+``drop_after_commit`` (store the result, then close the socket without a response),
+``refund_status:<status>`` (the refund is created with that Stripe status: ``pending``,
+``requires_action``, ``failed`` or ``canceled``, as a bank may answer).
+
+A refund left ``pending`` or ``requires_action`` is settled later, as the bank would, with
+``POST /_sandbox/refunds/{id}/settle`` and ``status=succeeded|failed|canceled``.
 """
 
 from __future__ import annotations
@@ -119,7 +124,13 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.idempotency_keys (
 
 REFUND_REASONS = {"duplicate", "fraudulent", "requested_by_customer"}
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
-FAULT_KINDS = {"latency", "error_before_commit", "error_after_commit", "drop_after_commit"}
+FAULT_KINDS = {"latency", "error_before_commit", "error_after_commit", "drop_after_commit", "refund_status"}
+# Stripe's refund statuses: the ones a refund can be created with by a fault, and settled to.
+UNSETTLED_REFUND_STATUSES = {"pending", "requires_action"}
+CREATED_REFUND_STATUSES = UNSETTLED_REFUND_STATUSES | {"failed", "canceled"}
+SETTLED_REFUND_STATUSES = {"succeeded", "failed", "canceled"}
+# Refunds that count against what a payment can still refund.
+HOLDING_REFUND_STATUSES = ("succeeded", "pending", "requires_action")
 _ID_ALPHABET = string.ascii_letters + string.digits
 
 
@@ -397,6 +408,7 @@ def create_refund(conn: Conn, params: dict[str, Any], match: re.Match[str]) -> R
     if reason is not None and reason not in REFUND_REASONS:
         raise ApiError(400, f"Invalid reason: must be one of {', '.join(sorted(REFUND_REASONS))}.", param="reason")
     metadata = metadata_param(params)
+    status = params.pop(_STATUS_PARAM, "succeeded")
 
     # The row lock serialises refunds of one payment, so two refunds under
     # different keys can never together exceed the amount paid.
@@ -412,8 +424,8 @@ def create_refund(conn: Conn, params: dict[str, Any], match: re.Match[str]) -> R
         )
     refunded = conn.execute(
         f"""SELECT coalesce(sum(amount), 0) AS total FROM {SCHEMA}.refunds
-            WHERE payment_intent = %s AND status IN ('succeeded', 'pending')""",
-        [payment_id],
+            WHERE payment_intent = %s AND status = ANY(%s)""",
+        [payment_id, list(HOLDING_REFUND_STATUSES)],
     ).fetchone()
     assert refunded is not None
     remaining = payment["amount"] - int(refunded["total"])
@@ -438,11 +450,31 @@ def create_refund(conn: Conn, params: dict[str, Any], match: re.Match[str]) -> R
         )
     row = conn.execute(
         f"""INSERT INTO {SCHEMA}.refunds (id, payment_intent, amount, currency, status, reason, metadata)
-            VALUES (%s, %s, %s, %s, 'succeeded', %s, %s) RETURNING *""",
-        [new_id("re_"), payment_id, amount, payment["currency"], reason, Jsonb(metadata)],
+            VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING *""",
+        [new_id("re_"), payment_id, amount, payment["currency"], status, reason, Jsonb(metadata)],
     ).fetchone()
     assert row is not None
     return Response.json(200, refund_json(row))
+
+
+# A fault's way of telling create_refund which status to give the refund (never a form field).
+_STATUS_PARAM = "\x00sandbox_status"
+
+
+def settle_refund(conn: Conn, refund_id: str, status: str) -> dict[str, Any]:
+    """Settle a pending refund, as the bank eventually does."""
+    if status not in SETTLED_REFUND_STATUSES:
+        raise ApiError(400, f"status must be one of {', '.join(sorted(SETTLED_REFUND_STATUSES))}.", param="status")
+    row = conn.execute(f"SELECT * FROM {SCHEMA}.refunds WHERE id = %s FOR UPDATE", [refund_id]).fetchone()
+    if row is None:
+        raise ApiError(404, f"No such refund: '{refund_id}'", code="resource_missing", param="id")
+    if row["status"] not in UNSETTLED_REFUND_STATUSES:
+        raise ApiError(400, f"Refund {refund_id} is {row['status']}; only a pending refund can be settled.")
+    row = conn.execute(
+        f"UPDATE {SCHEMA}.refunds SET status = %s WHERE id = %s RETURNING *", [status, refund_id]
+    ).fetchone()
+    assert row is not None
+    return refund_json(row)
 
 
 def retrieve_refund(conn: Conn, params: dict[str, Any], match: re.Match[str]) -> Response:
@@ -559,6 +591,7 @@ API_ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
 class Fault:
     kind: str
     latency_ms: int = 0
+    status: str = ""
     method: str = "POST"
     path: str = "/v1/refunds"
     remaining: int = 1
@@ -570,19 +603,29 @@ class Fault:
             others = ", ".join(sorted(FAULT_KINDS - {"latency"}))
             raise ApiError(400, f"Unknown fault mode {mode!r}; use one of: latency:<ms>, {others}.")
         latency_ms = 0
+        status = ""
         if kind == "latency":
             if not argument.isdigit():
                 raise ApiError(400, f"Fault mode {mode!r} needs milliseconds: latency:<ms>.")
             latency_ms = int(argument)
+        elif kind == "refund_status":
+            if argument not in CREATED_REFUND_STATUSES:
+                wanted = ", ".join(sorted(CREATED_REFUND_STATUSES))
+                raise ApiError(400, f"Fault mode {mode!r} needs a refund status: refund_status:<{wanted}>.")
+            status = argument
         elif argument:
             raise ApiError(400, f"Fault mode {kind} takes no argument.")
         if count < 1:
             raise ApiError(400, "count must be at least 1.")
-        return cls(kind=kind, latency_ms=latency_ms, method=method.upper(), path=path, remaining=count)
+        return cls(kind=kind, latency_ms=latency_ms, status=status, method=method.upper(), path=path, remaining=count)
 
     @property
     def mode(self) -> str:
-        return f"latency:{self.latency_ms}" if self.kind == "latency" else self.kind
+        if self.kind == "latency":
+            return f"latency:{self.latency_ms}"
+        if self.kind == "refund_status":
+            return f"refund_status:{self.status}"
+        return self.kind
 
     def matches(self, method: str, path: str) -> bool:
         if self.method not in {"*", method}:
@@ -613,7 +656,7 @@ class FaultQueue:
                     fault.remaining -= 1
                     if fault.remaining == 0:
                         self._faults.remove(fault)
-                    return Fault(fault.kind, fault.latency_ms, fault.method, fault.path, 1)
+                    return Fault(fault.kind, fault.latency_ms, fault.status, fault.method, fault.path, 1)
         return None
 
     def clear(self) -> None:
@@ -824,6 +867,8 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
         if fault is not None and fault.kind == "error_before_commit":
             # Before anything is claimed or stored: the retry starts from nothing.
             return api_error_500("Sandbox fault: error before commit (nothing was stored).")
+        if fault is not None and fault.kind == "refund_status":
+            params[_STATUS_PARAM] = fault.status
         with connect(self.server.database_url) as conn:
             if key is None:
                 if fault is not None and fault.kind == "latency":
@@ -987,6 +1032,9 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
                 self.server.faults.clear()
                 reset(conn)
                 return Response.json(200, {"ok": True})
+            settle = re.match(r"^/_sandbox/refunds/(?P<id>[^/]+)/settle$", path)
+            if method == "POST" and settle is not None:
+                return Response.json(200, settle_refund(conn, settle["id"], params.get("status", "")))
             if (method, path) == ("GET", "/_sandbox/refunds"):
                 rows = conn.execute(f"SELECT * FROM {SCHEMA}.refunds ORDER BY seq").fetchall()
                 return Response.json(200, {"data": [refund_json(r) for r in rows]})

@@ -86,9 +86,14 @@ class SandboxControl:
         """Queue a fault for the next ``count`` matching requests.
 
         Modes: ``latency:<ms>``, ``error_before_commit``, ``error_after_commit``,
-        ``drop_after_commit``. A path ending in ``*`` matches by prefix.
+        ``drop_after_commit``, ``refund_status:<pending|requires_action|failed|canceled>``.
+        A path ending in ``*`` matches by prefix.
         """
         self._call("POST", "/_sandbox/faults", {"mode": mode, "method": method, "path": path, "count": count})
+
+    def settle_refund(self, refund_id: str, status: str) -> dict[str, Any]:
+        """Settle a pending refund (``succeeded``, ``failed`` or ``canceled``), as the bank would."""
+        return self._call("POST", f"/_sandbox/refunds/{refund_id}/settle", {"status": status})
 
     def faults(self) -> list[dict[str, Any]]:
         return self._call("GET", "/_sandbox/faults")["faults"]

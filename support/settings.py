@@ -220,6 +220,15 @@ STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "http://127.0.0.1:12111")
 PAYMENTS_TIMEOUT_SECONDS = os.environ.get("PAYMENTS_TIMEOUT_SECONDS", "10")
 # Refunds left submitted/uncertain are settled from the provider's records this often.
 REFUND_RECONCILE_SECONDS = env_int("REFUND_RECONCILE_SECONDS", 60)
+# One execution of a refund tries the provider this many times under the same key, waiting
+# an exponential, jittered backoff between tries (from the first wait up to the longest)
+# and asking the provider what happened under the key before each retry.
+REFUND_PROVIDER_ATTEMPTS = env_int("REFUND_PROVIDER_ATTEMPTS", 4)
+REFUND_RETRY_FIRST_WAIT_MS = env_int("REFUND_RETRY_FIRST_WAIT_MS", 500)
+REFUND_RETRY_MAX_WAIT_MS = env_int("REFUND_RETRY_MAX_WAIT_MS", 8000)
+# A refund the provider has no record of, this long after it was submitted, is failed
+# (the customer is told and a person takes the ticket).
+REFUND_UNCERTAIN_AFTER_SECONDS = env_int("REFUND_UNCERTAIN_AFTER_SECONDS", 120)
 
 # --- The agent loop ---------------------------------------------------------------------
 AGENT_LEASE_SECONDS = env_int("AGENT_LEASE_SECONDS", 60)

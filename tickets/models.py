@@ -100,8 +100,10 @@ TICKET_TRANSITIONS: dict[str, frozenset[str]] = {
         {TicketStatus.WAITING_ON_CUSTOMER, TicketStatus.PENDING_APPROVAL, TicketStatus.WITH_HUMAN,
          TicketStatus.RESOLVED, TicketStatus.CLOSED}
     ),
+    # A turn answering a message sent mid-answer can pause after the earlier reply set this status.
     TicketStatus.WAITING_ON_CUSTOMER: frozenset(
-        {TicketStatus.OPEN, TicketStatus.WITH_HUMAN, TicketStatus.RESOLVED, TicketStatus.CLOSED}
+        {TicketStatus.OPEN, TicketStatus.PENDING_APPROVAL, TicketStatus.WITH_HUMAN, TicketStatus.RESOLVED,
+         TicketStatus.CLOSED}
     ),
     TicketStatus.PENDING_APPROVAL: frozenset({TicketStatus.OPEN, TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}),
     TicketStatus.WITH_HUMAN: frozenset({TicketStatus.OPEN, TicketStatus.RESOLVED, TicketStatus.CLOSED}),

@@ -286,3 +286,21 @@ def ticket_assign(
             payload={"assignee": getattr(assignee, "username", None)},
         )
     return locked
+
+
+def ticket_hand_to_person(*, ticket: Ticket | int, reason: str, actor_ref: str = "") -> bool:
+    """Give the ticket to a person (status ``with_human``) from any open status; False if it is closed or
+    a person has it already. A resolved ticket is reopened on the way."""
+    with transaction.atomic():
+        locked = Ticket.objects.select_for_update().get(pk=_ticket_id(ticket))
+        if locked.status in {TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}:
+            return False
+        if TicketStatus.WITH_HUMAN not in TICKET_TRANSITIONS[locked.status]:
+            locked = ticket_transition(
+                ticket=locked, to_status=TicketStatus.OPEN, actor_kind=ActorKind.SYSTEM, actor_ref=actor_ref
+            )
+        ticket_transition(
+            ticket=locked, to_status=TicketStatus.WITH_HUMAN, actor_kind=ActorKind.SYSTEM, actor_ref=actor_ref,
+            reason=reason,
+        )  # fmt: skip
+    return True

@@ -120,7 +120,7 @@ def test_two_refunds_that_together_exceed_the_order_total_refuse_the_second(sand
     assert_ledger_matches_provider(sandbox, order, count=1)
     second = ToolCall.objects.filter(ticket=ticket, name="issue_refund").order_by("id").last()
     assert second.status == CallStatus.FAILED
-    assert "20.00 USD left to refund" in second.error
+    assert "$20.00 left to refund" in second.error
     assert "couldn't issue that refund" in agent_replies(ticket)[-1]
 
 

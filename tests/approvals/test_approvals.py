@@ -52,7 +52,7 @@ def test_a_refund_above_the_threshold_pauses_with_rows_only(sandbox):
     approval = ApprovalRequest.objects.get(tool_call=call)
     assert approval.status == ApprovalStatus.PENDING
     assert approval.arguments == call.arguments and approval.amount_cents == 64900
-    assert approval.evidence["order_number"] == order.number and "above 200.00" in approval.reason
+    assert approval.evidence["order_number"] == order.number and "above $200.00" in approval.reason
     ticket.refresh_from_db()
     assert ticket.status == TicketStatus.PENDING_APPROVAL
     assert ticket.events.filter(kind="approval_requested", is_public=True).count() == 1
@@ -170,7 +170,7 @@ def test_the_guardrails_are_checked_again_after_the_approval_wait(sandbox, appro
     advance(ticket.pk)
 
     call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
-    assert call.status == CallStatus.FAILED and "549.00 USD left to refund" in call.error
+    assert call.status == CallStatus.FAILED and "$549.00 left to refund" in call.error
     assert provider_refunds(sandbox, order) == []
 
 

@@ -81,7 +81,7 @@ def test_staff_approve_a_refund_on_the_dashboard_and_the_customer_sees_it_confir
     # The dashboard shows the request without a reload.
     card = staff.locator("li.approval", has_text="E-5001")
     card.wait_for(timeout=30_000)
-    assert "USD 649.00" in card.inner_text()
+    assert "$649.00" in card.inner_text()
     staff.screenshot(path=str(SCREENSHOTS / "staff-dashboard.png"), full_page=True)
     card.locator("button[data-action=approve]").click()
     staff.wait_for_selector(".flash li.success:has-text('Approved')")
