@@ -291,17 +291,26 @@ def test_the_next_turn_sees_the_agents_reply_stored_after_the_customers_follow_u
 def test_a_thank_you_sent_right_after_a_refund_request_does_not_refund_twice(sandbox, cluster):
     alice = make_customer("alice-thanks")
     order = order_for(alice, "A-5098", 5000, sandbox)
+    worker = cluster.worker(OFFLINE_MODEL_TOKEN_DELAY_MS="30")
+    wait_until(lambda: " ready." in worker.log(), timeout=60, what="the worker to start", cluster=cluster)
     ticket, _ = ticket_services.ticket_open(customer=alice, subject="Refund", body="Please refund $2 on order A-5098")
-    cluster.worker(OFFLINE_MODEL_TOKEN_DELAY_MS="30")
     time.sleep(0.3)
     write(ticket, "Thank you")
     cluster.beat()
     wait_until(
-        lambda: at_rest(ticket) and Message.objects.filter(ticket=ticket, author_kind=AuthorKind.AGENT).count() >= 2,
+        lambda: (
+            at_rest(ticket)
+            and not Message.objects.filter(
+                ticket=ticket, author_kind=AuthorKind.CUSTOMER, agent_handled_at=None
+            ).exists()
+        ),
         timeout=90,
         what="both messages to be answered",
         cluster=cluster,
     )
+    # The follow-up came while the first answer was being written: two turns, each answered once.
+    assert AgentRun.objects.filter(ticket=ticket).count() == 2
+    assert Message.objects.filter(ticket=ticket, author_kind=AuthorKind.AGENT).count() == 2
 
     assert len(paid(sandbox, order)) == 1
     assert Refund.objects.filter(order=order).count() == 1
