@@ -235,7 +235,7 @@ AGENT_LEASE_SECONDS = env_int("AGENT_LEASE_SECONDS", 60)
 AGENT_MAX_STEPS = env_int("AGENT_MAX_STEPS", 16)
 AGENT_TOKEN_BUDGET = env_int("AGENT_TOKEN_BUDGET", 200_000)
 AGENT_MODEL_ATTEMPTS = env_int("AGENT_MODEL_ATTEMPTS", 3)
-# Replaces the built-in system prompt (agents.runner.DEFAULT_SYSTEM_PROMPT) when set.
+# Replaces the built-in system prompt (agents.conversation.DEFAULT_SYSTEM_PROMPT) when set.
 AGENT_SYSTEM_PROMPT = os.environ.get("AGENT_SYSTEM_PROMPT", "")
 OFFLINE_MODEL_TOKEN_DELAY_MS = env_int("OFFLINE_MODEL_TOKEN_DELAY_MS", 0)
 AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 15)

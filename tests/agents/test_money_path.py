@@ -25,7 +25,6 @@ from agents import refunds as refund_module
 from agents.approval import arguments_digest
 from agents.models import (
     AgentRun,
-    ApprovalPolicy,
     CallStatus,
     ModelStep,
     Refund,
@@ -37,11 +36,12 @@ from agents.models import (
 from agents.offline_model import OfflineDeterministicModel
 from agents.runner import advance
 from approvals import services as approval_services
-from approvals.models import ApprovalRequest, ApprovalStatus
+from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
 from tests.agents.test_refunds import ScriptedRefund
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer, make_order
-from tests.workers import purge_broker, test_database_url, wait_until
+from tests.workers import purge_broker, wait_until
+from tests.workers import test_database_url as database_url
 from tickets import services as ticket_services
 from tickets.models import AuthorKind, Message, Ticket, TicketEvent, TicketStatus
 
@@ -236,6 +236,7 @@ def test_a_refund_asked_mid_answer_waits_for_approval_with_a_real_worker(sandbox
     make_order(bob, number="B-2003")
     ticket, _ = ticket_services.ticket_open(customer=bob, subject="Order", body="Where is my order B-2003?")
     cluster.worker(OFFLINE_MODEL_TOKEN_DELAY_MS="40")
+    cluster.beat()  # the sweeper re-rings a turn that failed: it must still not pay
     wait_until(
         lambda: ModelStep.objects.filter(ticket=ticket, status=StepStatus.STARTED, index=1).exists(),
         timeout=60,
@@ -249,7 +250,6 @@ def test_a_refund_asked_mid_answer_waits_for_approval_with_a_real_worker(sandbox
         what="the second turn to reach the refund",
         cluster=cluster,
     )
-    cluster.beat()
     time.sleep(1.5)
 
     assert paid(sandbox, order) == []
@@ -566,7 +566,7 @@ refund = REGISTRY["issue_refund"]
 apps = [a for a in settings.INSTALLED_APPS if a in ("agents", "approvals")]
 print(apps, refund.needs_approval is not None, getattr(refund, "precheck", None) is not None)
 """
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.agents.app_order_settings", DATABASE_URL=test_database_url())
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.agents.app_order_settings", DATABASE_URL=database_url())
     env["APPROVALS_FIRST"] = "1" if approvals_first else "0"
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
