@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 
-from agents.models import AgentRun, ModelStep, Refund, TicketLease, ToolCall
+from agents.models import AgentRun, ModelStep, Refund, RunStatus, TicketLease, ToolCall
 from agents.tasks import ring
 from tickets import services as ticket_services
 from tickets.admin import ReadOnlyInline, TicketAdmin
@@ -37,6 +37,42 @@ class RefundTicketInline(ReadOnlyInline):
 
 
 TicketAdmin.inlines = [*TicketAdmin.inlines, AgentRunInline, ToolCallTicketInline, RefundTicketInline]
+
+
+class FailingTicketsFilter(admin.SimpleListFilter):
+    """Tickets whose agent run is failing (retrying after errors) or was parked with a person."""
+
+    title = "agent failures"
+    parameter_name = "agent_failing"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [("failing", "Failing or parked")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Ticket]) -> QuerySet[Ticket]:
+        if self.value() != "failing":
+            return queryset
+        failing = AgentRun.objects.filter(
+            ticket=OuterRef("pk"),
+            failures__gt=0,
+            status__in=[RunStatus.RUNNING, RunStatus.WAITING_APPROVAL, RunStatus.FAILED],
+        )
+        return queryset.filter(Exists(failing))
+
+
+@admin.display(description="last agent error")
+def last_agent_error(ticket: Ticket) -> str:
+    error = (
+        AgentRun.objects.filter(ticket=ticket, failures__gt=0)
+        .exclude(last_error="")
+        .order_by("-id")
+        .values_list("last_error", flat=True)
+        .first()
+    )
+    return (error or "")[:200]
+
+
+TicketAdmin.list_filter = [*TicketAdmin.list_filter, FailingTicketsFilter]
+TicketAdmin.list_display = [*TicketAdmin.list_display, last_agent_error]
 
 
 @admin.action(description="Ring the agent for these tickets now")
@@ -108,7 +144,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(AgentRun)
 class AgentRunAdmin(ReadOnlyAdmin):
-    list_display = ["id", "ticket", "status", "model_name", "started_at", "ended_at", "wasted_tokens"]
+    list_display = ["id", "ticket", "status", "model_name", "started_at", "ended_at", "wasted_tokens", "failures"]
     list_filter = ["status", "model_name"]
     search_fields = ["ticket__id", "ticket__subject"]
     inlines = [ModelStepInline, ToolCallInline]

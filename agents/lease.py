@@ -1,9 +1,20 @@
-"""The per-ticket lease: one writer per ticket, with fencing.
+"""The per-ticket lease: one writer per ticket, with fencing, and a dead owner seen at once.
 
 A worker takes the lease with one conditional statement, renews it by
 heartbeat while it works, and proves it still holds it inside every write
 transaction (``Lease.guard``). A worker that was paused past its expiry finds
 the epoch moved on and its writes refused.
+
+The owner also holds a session-level PostgreSQL advisory lock keyed by the
+ticket (``lock_key``) for the life of its lease. PostgreSQL drops it the moment
+the owner's connection dies (a killed process, a crashed host once TCP
+keepalives give up), so the next worker to ring the ticket (the sweeper, every
+few seconds) takes the lease over at once instead of waiting for it to expire
+(DESIGN.md, invariant 15). Expiry stays the backstop: a worker paused alive
+(SIGSTOP, a long GC) keeps its connection and its lock, so it is taken over only
+once its lease expires, and the epoch fence refuses its writes when it wakes.
+Session-level advisory locks need a session per worker: not behind a
+transaction-pooling PgBouncer.
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,6 +45,23 @@ def lease_seconds() -> int:
     return int(getattr(settings, "AGENT_LEASE_SECONDS", 60))
 
 
+# The advisory lock of ticket N is the 64-bit key LOCK_NAMESPACE * 2**32 + N: in pg_locks,
+# classid = LOCK_NAMESPACE and objid = N (objsubid 1), which the sweeper's query reads.
+LOCK_NAMESPACE = 0x5A9E
+
+
+def lock_key(ticket_id: int) -> int:
+    return (LOCK_NAMESPACE << 32) + (int(ticket_id) & 0xFFFFFFFF)
+
+
+# SQL (on tickets_ticket): does a live session hold this ticket's advisory lock?
+LOCK_HELD_SQL = (
+    "EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    f"AND l.classid = {LOCK_NAMESPACE} AND l.objid::bigint = (\"tickets_ticket\".\"id\" & 4294967295))"
+)
+
+
 def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -44,6 +73,8 @@ class Lease:
     epoch: int
     # The owner this lease was taken from without a release (it died or lost the lease); "" if none.
     took_over_from: str = ""
+    # This worker's connection holds the ticket's advisory lock.
+    locked: bool = False
     _heartbeat: threading.Thread | None = field(default=None, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     lost: bool = False
@@ -98,6 +129,11 @@ class Lease:
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=5)
 
+    def unlock(self) -> None:
+        """Let go of the advisory lock only (a lease lost to another worker)."""
+        with connection.cursor() as cursor:
+            _unlock(cursor, self)
+
     def release(self) -> None:
         self.stop_heartbeat()
         with connection.cursor() as cursor:
@@ -106,26 +142,58 @@ class Lease:
                 "WHERE ticket_id = %s AND epoch = %s AND owner = %s",
                 [timezone.now(), self.ticket_id, self.epoch, self.owner],
             )
+            # The row first, then the lock: a worker ringing in between sees a released lease,
+            # not a dead owner, and takes the lock a moment later (lease_acquire).
+            _unlock(cursor, self)
+
+
+def _unlock(cursor: object, lease: Lease) -> None:
+    if lease.locked:
+        try:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_key(lease.ticket_id)])  # type: ignore[attr-defined]
+        finally:
+            lease.locked = False
 
 
 def lease_acquire(*, ticket_id: int, owner: str) -> Lease | None:
-    """Take the ticket's lease if it is free or expired; None if someone else holds it."""
+    """Take the ticket's lease if it is free, expired, or its owner's session is gone; None if
+    someone else holds it."""
     now = timezone.now()
     with connection.cursor() as cursor:
+        # Free only if no live session holds it: then a lease still marked as held by a
+        # locking owner belongs to a dead one, and may be taken over before it expires.
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [lock_key(ticket_id)])
+        locked = bool(cursor.fetchone()[0])
         cursor.execute(
             """
-            INSERT INTO agents_ticketlease (ticket_id, owner, epoch, expires_at, acquired_at, previous_owner)
-            VALUES (%s, %s, 1, %s, %s, '')
+            INSERT INTO agents_ticketlease
+                   (ticket_id, owner, epoch, expires_at, acquired_at, previous_owner, session_locked)
+            VALUES (%s, %s, 1, %s, %s, '', %s)
             ON CONFLICT (ticket_id) DO UPDATE
                SET owner = EXCLUDED.owner, epoch = agents_ticketlease.epoch + 1,
                    expires_at = EXCLUDED.expires_at, acquired_at = EXCLUDED.acquired_at,
-                   previous_owner = agents_ticketlease.owner
+                   previous_owner = agents_ticketlease.owner, session_locked = EXCLUDED.session_locked
              WHERE agents_ticketlease.owner = '' OR agents_ticketlease.expires_at < %s
+                OR (%s AND agents_ticketlease.session_locked)
             RETURNING epoch, previous_owner
             """,
-            [ticket_id, owner, now + timedelta(seconds=lease_seconds()), now, now],
+            [ticket_id, owner, now + timedelta(seconds=lease_seconds()), now, locked, now, locked],
         )
         row = cursor.fetchone()
-    if row is None:
-        return None
-    return Lease(ticket_id=ticket_id, owner=owner, epoch=int(row[0]), took_over_from=row[1] or "")
+        if row is None:
+            if locked:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_key(ticket_id)])
+            return None
+        if not locked:
+            # Taken from an owner that released the row and is about to release the lock.
+            for _ in range(5):
+                cursor.execute("SELECT pg_try_advisory_lock(%s)", [lock_key(ticket_id)])
+                if cursor.fetchone()[0]:
+                    locked = True
+                    cursor.execute(
+                        "UPDATE agents_ticketlease SET session_locked = TRUE WHERE ticket_id = %s AND epoch = %s",
+                        [ticket_id, row[0]],
+                    )
+                    break
+                time.sleep(0.01)
+    return Lease(ticket_id=ticket_id, owner=owner, epoch=int(row[0]), took_over_from=row[1] or "", locked=locked)

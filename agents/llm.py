@@ -42,6 +42,8 @@ class ToolCallRequest:
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # The server reported none; these are estimates (``estimate_tokens``).
+    estimated: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -58,12 +60,113 @@ class ModelResponse:
 
 
 class ModelError(Exception):
-    """The model could not answer. ``retryable`` says whether trying again later may help."""
+    """The model could not answer. ``retryable`` says whether trying again later may help;
+    ``retry_after`` is the server's own word on when (seconds), if it said."""
 
-    def __init__(self, message: str, *, retryable: bool, status_code: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+        usage: Usage | None = None,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status_code = status_code
+        self.retry_after = retry_after
+        # Tokens spent on an answer that could not be used (counted as wasted).
+        self.usage = usage
+
+
+class ModelOutputInvalid(ModelError):
+    """The model answered with something the agent cannot store or act on (poison output)."""
+
+    def __init__(self, message: str, *, usage: Usage | None = None) -> None:
+        # Another generation may well differ; the loop counts each one against its budgets.
+        super().__init__(message, retryable=True, usage=usage)
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens in ``text`` when the server reports none: about four characters a token for English
+    (OpenAI's rule of thumb), never zero for a non-empty text."""
+    return (len(text) + 3) // 4
+
+
+def _limit(name: str, default: int) -> int:
+    return int(getattr(settings, name, default))
+
+
+def _storable(text: str) -> str:
+    """Text PostgreSQL can store: no NUL characters, lone surrogates replaced."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def _printable_name(value: object, what: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise ModelOutputInvalid(f"{what} is {type(value).__name__}, not a string")
+    if not value or len(value) > limit:
+        raise ModelOutputInvalid(f"{what} has {len(value)} characters; 1 to {limit} are allowed")
+    if _storable(value) != value or any(ord(ch) < 32 for ch in value):
+        raise ModelOutputInvalid(f"{what} contains control characters or invalid Unicode")
+    return value
+
+
+def validate_response(response: ModelResponse) -> ModelResponse:
+    """The adapter boundary: what the model said, made safe to store, or ModelOutputInvalid.
+
+    Limits (settings): AGENT_MAX_REPLY_CHARS, AGENT_MAX_TOOL_CALLS_PER_STEP,
+    AGENT_MAX_TOOL_ARGUMENT_CHARS; call ids and tool names at most 100 characters.
+    Text loses NUL characters and lone surrogates; anything else out of bounds is
+    refused whole, so no half of a poison answer is acted on.
+    """
+    usage = response.usage if isinstance(response.usage, Usage) else Usage()
+    if not isinstance(response.text, str):
+        raise ModelOutputInvalid(f"the reply is {type(response.text).__name__}, not text", usage=usage)
+    text = _storable(response.text)
+    max_reply = _limit("AGENT_MAX_REPLY_CHARS", 16000)
+    if len(text) > max_reply:
+        raise ModelOutputInvalid(f"the reply has {len(text)} characters; at most {max_reply}", usage=usage)
+    calls = list(response.tool_calls or [])
+    max_calls = _limit("AGENT_MAX_TOOL_CALLS_PER_STEP", 16)
+    if len(calls) > max_calls:
+        raise ModelOutputInvalid(f"{len(calls)} tool calls in one step; at most {max_calls}", usage=usage)
+    max_args = _limit("AGENT_MAX_TOOL_ARGUMENT_CHARS", 16000)
+    seen: set[str] = set()
+    clean: list[ToolCallRequest] = []
+    for n, call in enumerate(calls, 1):
+        try:
+            call_id = _printable_name(getattr(call, "id", None), f"tool call {n}'s id", 100)
+            name = _printable_name(getattr(call, "name", None), f"tool call {n}'s name", 100)
+        except ModelOutputInvalid as exc:
+            raise ModelOutputInvalid(str(exc), usage=usage) from None
+        if call_id in seen:
+            raise ModelOutputInvalid(f"tool call id {call_id!r} is used twice in one step", usage=usage)
+        seen.add(call_id)
+        arguments = call.arguments
+        if not isinstance(arguments, str):
+            raise ModelOutputInvalid(f"tool call {n}'s arguments are not JSON text", usage=usage)
+        if len(arguments) > max_args:
+            raise ModelOutputInvalid(
+                f"tool call {n}'s arguments have {len(arguments)} characters; at most {max_args}", usage=usage
+            )
+        if _storable(arguments) != arguments:
+            raise ModelOutputInvalid(f"tool call {n}'s arguments contain NUL or invalid Unicode", usage=usage)
+        clean.append(ToolCallRequest(id=call_id, name=name, arguments=arguments))
+    return ModelResponse(
+        text=text,
+        tool_calls=clean,
+        usage=usage,
+        model=str(response.model or ""),
+        finish_reason=str(response.finish_reason or "")[:32],
+    )
 
 
 @runtime_checkable

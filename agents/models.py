@@ -24,6 +24,9 @@ class TicketLease(models.Model):
     # The owner this epoch took the lease from without a release: non-empty means the
     # previous holder died (or lost the lease), so its unfinished work is a recovery.
     previous_owner = models.CharField(max_length=200, blank=True, default="")
+    # The owner also holds the ticket's session-level advisory lock (agents.lease.lock_key):
+    # Postgres drops it the moment the owner's connection dies, so a dead owner is seen at once.
+    session_locked = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return f"lease on #{self.ticket_id}: {self.owner or 'free'} (epoch {self.epoch})"
@@ -65,6 +68,12 @@ class AgentRun(models.Model):
     completion_tokens = models.PositiveIntegerField(default=0)
     wasted_tokens = models.PositiveIntegerField(default=0)
     outcome = models.TextField(blank=True)
+    # Failures in a row (bad model output, a model outage, a tool or database error); reset by
+    # progress. At AGENT_MAX_CONSECUTIVE_FAILURES the ticket is parked with a person.
+    failures = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    # After a failure: the sweeper leaves the run alone until then (the backoff).
+    retry_not_before = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
 
@@ -103,6 +112,8 @@ class ModelStep(models.Model):
     finish_reason = models.CharField(max_length=32, blank=True)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
+    # The server reported no usage: the counts are estimated from the text (agents.llm.estimate_tokens).
+    usage_estimated = models.BooleanField(default=False)
     # Tokens of a generation cut off mid-stream, spent and thrown away.
     wasted_tokens = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)

@@ -14,17 +14,19 @@ Idempotent; any number of duplicate or concurrent deliveries are harmless:
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 
 from agents import faults
 from agents import services as agent_services
 from agents.approval import apply_decision, may_execute, pause_for_approval
 from agents.conversation import build_conversation
 from agents.lease import Lease, LeaseLost, lease_acquire, worker_identity
-from agents.llm import ChatModel, ModelError, get_model
+from agents.llm import ChatModel, ModelError, get_model, validate_response
 from agents.models import (
     ACTIVE_RUN_STATUSES,
     FINAL_CALL_STATUSES,
@@ -65,8 +67,17 @@ def token_budget() -> int:
     return int(getattr(settings, "AGENT_TOKEN_BUDGET", 200_000))
 
 
-def model_attempts() -> int:
-    return int(getattr(settings, "AGENT_MODEL_ATTEMPTS", 3))
+def max_failures() -> int:
+    """Failures in a row (of any kind) before the ticket is parked with a person."""
+    return max(1, int(getattr(settings, "AGENT_MAX_CONSECUTIVE_FAILURES", 3)))
+
+
+def retry_delay(failures: int, retry_after: float | None = None) -> float:
+    """Exponential backoff with jitter, at least what the server asked for, at most a minute."""
+    delay = min(60.0, 2.0**failures) * random.uniform(0.5, 1.0)
+    if retry_after is not None:
+        delay = max(delay, min(float(retry_after), 300.0))
+    return round(delay, 3)
 
 
 @dataclass
@@ -99,7 +110,12 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
             if run is None:
                 break
             outcome.runs += 1
-            state = _drive(lease, run, model)
+            try:
+                state = _drive(lease, run, model)
+            except (LeaseLost, RetryLater, _Stop):
+                raise
+            except Exception as exc:  # noqa: BLE001 - every failure is recorded and counted, none loops
+                state = _failed(lease, run, exc)
             outcome.state = state
             if state != RunStatus.COMPLETED:
                 break
@@ -115,6 +131,8 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
         lease.stop_heartbeat()
         if not lease.lost:
             lease.release()
+        else:
+            lease.unlock()
     if outcome.retry_in is None and has_pending_work(ticket_id):
         from agents.tasks import ring
 
@@ -247,7 +265,7 @@ def _drive(lease: Lease, run: AgentRun, model: ChatModel) -> str:
             agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.COMPLETED, outcome="replied")
             return RunStatus.COMPLETED
 
-        if len(steps) >= max_steps():
+        if ModelStep.objects.filter(run=run).count() >= max_steps():  # every model call counts, failed ones too
             agent_services.hand_off(lease=lease, run=run, reason=f"step limit reached ({max_steps()} steps)")
             return RunStatus.HANDED_OFF
         if agent_services.ticket_tokens_used(ticket_id=run.ticket_id) >= token_budget():
@@ -258,7 +276,6 @@ def _drive(lease: Lease, run: AgentRun, model: ChatModel) -> str:
 
 def _ask_model(lease: Lease, run: AgentRun, model: ChatModel, *, index: int) -> None:
     messages = build_conversation(run)
-    failures = ModelStep.objects.filter(run=run, index=index, status=StepStatus.FAILED).count()
     step = agent_services.step_start(lease=lease, run=run, index=index, model_name=model.name, messages=messages)
     offset = 0
 
@@ -269,15 +286,13 @@ def _ask_model(lease: Lease, run: AgentRun, model: ChatModel, *, index: int) -> 
         faults.hit("mid_stream")
 
     try:
-        response = model.complete(messages=messages, tools=tool_specs(), on_token=on_token)
+        response = validate_response(model.complete(messages=messages, tools=tool_specs(), on_token=on_token))
     except ModelError as exc:
         streamed = realtime.stream_text(run.ticket_id, step.pk)
-        agent_services.step_fail(lease=lease, step=step, error=str(exc), wasted=len(streamed) // 4)
+        wasted = exc.usage.total_tokens if exc.usage is not None else 0
+        agent_services.step_fail(lease=lease, step=step, error=str(exc), wasted=max(wasted, len(streamed) // 4))
         realtime.stream_finished(run.ticket_id, step.pk)
-        if exc.retryable and failures + 1 < model_attempts():
-            raise RetryLater(min(60.0, 2.0 ** (failures + 1))) from exc
-        agent_services.hand_off(lease=lease, run=run, reason=f"the model could not answer: {exc}")
-        raise _Stop() from exc
+        raise  # counted by _failed
     agent_services.step_complete(lease=lease, step=step, response=response)
     realtime.stream_finished(run.ticket_id, step.pk)
     faults.hit("after_step_stored")
@@ -285,6 +300,32 @@ def _ask_model(lease: Lease, run: AgentRun, model: ChatModel, *, index: int) -> 
 
 class _Stop(Exception):
     pass
+
+
+class _ToolCrashed(Exception):
+    """A tool raised something other than a ToolError; its call is recorded as failed."""
+
+
+def _failed(lease: Lease, run: AgentRun, exc: Exception) -> str:
+    """Record a failed step on the run; park the ticket with a person after too many in a row,
+    else try again after a backoff. Returns the run's state, or raises RetryLater."""
+    if isinstance(exc, ModelError):
+        error = f"the model could not answer: {exc}"
+    elif isinstance(exc, _ToolCrashed):
+        error = str(exc)
+    else:
+        logger.exception("ticket %s: the agent's step failed", run.ticket_id)
+        error = f"{type(exc).__name__}: {exc}"
+    # A database error may have left the connection unusable; the next query opens a new one.
+    connection.close_if_unusable_or_obsolete()
+    failures = agent_services.run_record_failure(lease=lease, run=run, error=error)
+    permanent = isinstance(exc, ModelError) and not exc.retryable
+    if permanent or failures >= max_failures():
+        agent_services.park(lease=lease, run=run, error=error, failures=failures)
+        return "parked"
+    delay = retry_delay(failures, getattr(exc, "retry_after", None))
+    agent_services.run_retry_after(lease=lease, run=run, seconds=delay)
+    raise RetryLater(delay) from exc
 
 
 def _run_calls(lease: Lease, run: AgentRun, step: ModelStep) -> str | None:
@@ -308,6 +349,8 @@ def _run_calls(lease: Lease, run: AgentRun, step: ModelStep) -> str | None:
         else:
             _execute(lease, call, REGISTRY[call.name], ToolContext(ticket=ticket, call=call))
         call.refresh_from_db()
+        if run.failures and call.status == CallStatus.SUCCEEDED:
+            agent_services.run_reset_failures(lease=lease, run=run)  # progress: the failures were not in a row
         if _ends_turn(call):
             agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=call.name)
             return RunStatus.HANDED_OFF
@@ -401,17 +444,13 @@ def _execute(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, agai
         return
     except LeaseLost:
         raise
-    except Exception as exc:  # noqa: BLE001 - any tool crash becomes a result the model sees
+    except Exception as exc:  # noqa: BLE001 - a tool crash is a result the model sees, and a failure counted
         logger.exception("tool %s failed on ticket %s", call.name, call.ticket_id)
-        if call.replay_policy == ReplayPolicy.NEVER:
-            agent_services.call_finish(
-                lease=lease, call=call, status=CallStatus.UNCERTAIN, result=None, error=f"{type(exc).__name__}: {exc}"
-            )
-        else:
-            agent_services.call_finish(
-                lease=lease, call=call, status=CallStatus.FAILED, result=None, error=f"{type(exc).__name__}: {exc}"
-            )
-        return
+        connection.close_if_unusable_or_obsolete()
+        error = f"{type(exc).__name__}: {exc}"
+        status = CallStatus.UNCERTAIN if call.replay_policy == ReplayPolicy.NEVER else CallStatus.FAILED
+        agent_services.call_finish(lease=lease, call=call, status=status, result=None, error=error)
+        raise _ToolCrashed(f"the tool {call.name} failed: {error}") from exc
     if call.replay_policy == ReplayPolicy.KEYED:
         faults.hit("after_keyed_effect")
     elif call.replay_policy == ReplayPolicy.NEVER:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import BooleanField, Exists, OuterRef, Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from agents.lease import LOCK_HELD_SQL
 from agents.models import AgentRun, CallStatus, RunStatus, TicketLease, ToolCall
 from tickets.models import AuthorKind, Message, Ticket, TicketStatus
 
@@ -16,12 +18,18 @@ def tickets_with_agent_work(*, ticket_id: int | None = None, limit: int = 500) -
     unhandled = Message.objects.filter(
         ticket=OuterRef("pk"), author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
     )
-    running = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING)
+    # A run that failed waits out its backoff (its retry is scheduled); then the sweeper may ring it.
+    running = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING).exclude(
+        retry_not_before__gt=now
+    )
     decided = ToolCall.objects.filter(
         ticket=OuterRef("pk"), status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False
     )
     paused = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.WAITING_APPROVAL)
     held = TicketLease.objects.filter(ticket=OuterRef("pk"), expires_at__gt=now).exclude(owner="")
+    # A lease whose owner took the advisory lock is held only while that session lives.
+    held_unlocked = held.filter(session_locked=False)
+    held_locked = held.filter(session_locked=True)
     tickets = Ticket.objects.all() if ticket_id is None else Ticket.objects.filter(pk=ticket_id)
     candidates = (
         tickets.annotate(
@@ -29,9 +37,12 @@ def tickets_with_agent_work(*, ticket_id: int | None = None, limit: int = 500) -
             running=Exists(running),
             paused=Exists(paused),
             decided=Exists(decided),
-            held=Exists(held),
+            held_unlocked=Exists(held_unlocked),
+            held_locked=Exists(held_locked),
+            owner_alive=RawSQL(LOCK_HELD_SQL, [], output_field=BooleanField()),
         )
-        .filter(held=False)
+        .filter(held_unlocked=False)
+        .exclude(held_locked=True, owner_alive=True)
         .filter(
             Q(running=True)
             | (

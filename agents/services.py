@@ -6,6 +6,7 @@ cannot write (fencing).
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import F, Sum
@@ -133,6 +134,7 @@ def step_complete(*, lease: Lease, step: ModelStep, response: ModelResponse) -> 
         step.finish_reason = response.finish_reason
         step.prompt_tokens = response.usage.prompt_tokens
         step.completion_tokens = response.usage.completion_tokens
+        step.usage_estimated = response.usage.estimated
         step.completed_at = timezone.now()
         # Where this step sits among the ticket's messages when a later turn rebuilds the conversation.
         step.ticket_seq = Ticket.objects.values_list("last_event_seq", flat=True).get(pk=step.ticket_id)
@@ -144,6 +146,7 @@ def step_complete(*, lease: Lease, step: ModelStep, response: ModelResponse) -> 
                 "finish_reason",
                 "prompt_tokens",
                 "completion_tokens",
+                "usage_estimated",
                 "completed_at",
                 "ticket_seq",
             ]
@@ -247,16 +250,37 @@ def call_retry(*, lease: Lease, call: ToolCall) -> ToolCall:
     return call
 
 
+def split_reply(text: str, limit: int) -> list[str]:
+    """A long answer as several messages of at most ``limit`` characters, cut at a paragraph,
+    line or word where one is near, so nothing is lost and nothing is too long to store."""
+    parts: list[str] = []
+    rest = text.strip()
+    while len(rest) > limit:
+        cut = max(rest.rfind(sep, limit // 2, limit) for sep in ("\n\n", "\n", " "))
+        cut = cut if cut > 0 else limit
+        parts.append(rest[:cut].strip())
+        rest = rest[cut:].strip()
+    if rest:
+        parts.append(rest)
+    return parts
+
+
 def reply_post(*, lease: Lease, run: AgentRun, step: ModelStep) -> Message:
-    """Post the model's final answer; keyed by the step, so a crash and retry posts it once."""
+    """Post the model's final answer; keyed by the step, so a crash and retry posts it once.
+
+    An answer longer than one message may be is posted whole, as consecutive messages."""
+    parts = split_reply(step.response_text, ticket_services.MESSAGE_MAX_CHARS)
+    posted: list[Message] = []
     with lease.guard():
-        message, _ = ticket_services.message_post(
-            ticket=run.ticket_id,
-            author_kind=AuthorKind.AGENT,
-            body=step.response_text,
-            client_msg_id=f"reply:{run.pk}:{step.index}",
-            actor_ref=_actor(run),
-        )
+        for n, part in enumerate(parts):
+            message, _ = ticket_services.message_post(
+                ticket=run.ticket_id,
+                author_kind=AuthorKind.AGENT,
+                body=part,
+                client_msg_id=f"reply:{run.pk}:{step.index}" + (f":{n + 1}" if n else ""),
+                actor_ref=_actor(run),
+            )
+            posted.append(message)
         ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
         # A customer who wrote while this answer was being written is not waited on: their turn comes next.
         unanswered = Message.objects.filter(
@@ -269,7 +293,7 @@ def reply_post(*, lease: Lease, run: AgentRun, step: ModelStep) -> Message:
                 actor_kind=ActorKind.AGENT,
                 actor_ref=_actor(run),
             )
-    return message
+    return posted[0]
 
 
 def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:
@@ -313,6 +337,74 @@ def escalate(*, lease: Lease, run: AgentRun, call: ToolCall, customer_text: str,
             payload={"call_id": call.pk, "tool": call.name, "status": call.status, "reason": reason[:500]},
         )
         hand_off(lease=lease, run=run, reason=f"{call.name} needs a person: {reason}")
+
+
+def run_record_failure(*, lease: Lease, run: AgentRun, error: str) -> int:
+    """Count a failed step on the run, with its error. Returns the failures in a row so far."""
+    with lease.guard():
+        AgentRun.objects.filter(pk=run.pk).update(failures=F("failures") + 1, last_error=error[:2000])
+        run.failures = AgentRun.objects.values_list("failures", flat=True).get(pk=run.pk)
+        run.last_error = error[:2000]
+        ticket_services.event_append(
+            ticket=run.ticket_id,
+            kind="agent_step_failed",
+            actor_kind=ActorKind.SYSTEM,
+            actor_ref=_actor(run),
+            payload={"run_id": run.pk, "failures": run.failures, "error": error[:500]},
+        )
+    return run.failures
+
+
+def run_retry_after(*, lease: Lease, run: AgentRun, seconds: float) -> None:
+    """The sweeper leaves the run alone until its backoff is over (the retry is scheduled)."""
+    with lease.guard():
+        run.retry_not_before = timezone.now() + timedelta(seconds=seconds)
+        AgentRun.objects.filter(pk=run.pk).update(retry_not_before=run.retry_not_before)
+
+
+def run_reset_failures(*, lease: Lease, run: AgentRun) -> None:
+    with lease.guard():
+        AgentRun.objects.filter(pk=run.pk).update(failures=0, retry_not_before=None)
+    run.failures, run.retry_not_before = 0, None
+
+
+PARKED_NOTE = "Sorry, something went wrong on our side. A person from our team will reply in this chat."
+
+
+def park(*, lease: Lease, run: AgentRun, error: str, failures: int) -> None:
+    """Too many failures in a row: the run ends failed and a person takes the ticket.
+
+    Staff read the error in an internal note; the customer reads a plain sentence; the
+    sweeper leaves the ticket alone (a person has it) until staff hand it back.
+    """
+    with lease.guard():
+        ticket_services.message_post(
+            ticket=run.ticket_id,
+            author_kind=AuthorKind.SYSTEM,
+            body=f"The agent stopped after {failures} failure(s) in a row and parked this ticket with a person. "
+            f"Last error: {error[:1500]}",
+            is_public=False,
+            client_msg_id=f"parked-note:{run.pk}",
+            actor_ref=_actor(run),
+        )
+        ticket_services.message_post(
+            ticket=run.ticket_id,
+            author_kind=AuthorKind.SYSTEM,
+            body=PARKED_NOTE,
+            client_msg_id=f"parked:{run.pk}",
+            actor_ref=_actor(run),
+        )
+        ticket_services.event_append(
+            ticket=run.ticket_id,
+            kind="agent_parked",
+            actor_kind=ActorKind.SYSTEM,
+            actor_ref=_actor(run),
+            payload={"run_id": run.pk, "failures": failures, "error": error[:500]},
+        )
+        ticket_services.ticket_hand_to_person(ticket=run.ticket_id, reason=f"the agent failed: {error[:200]}")
+        # Unanswered again: after staff hand the ticket back, the agent answers them afresh.
+        Message.objects.filter(pk__in=run.input_message_ids).update(agent_handled_at=None)
+        run_transition(lease=lease, run=run, to_status=RunStatus.FAILED, outcome=f"parked: {error[:500]}")
 
 
 def ticket_tokens_used(*, ticket_id: int) -> int:

@@ -126,6 +126,25 @@ def _validator(name: str, schema: dict[str, Any]) -> jsonschema.protocols.Valida
     return validator
 
 
+def _storable(value: Any, depth: int = 0) -> bool:
+    """Can PostgreSQL's jsonb hold this (no NUL, no lone surrogates, not absurdly deep)?"""
+    if depth > 32:
+        return False
+    if isinstance(value, str):
+        if "\x00" in value:
+            return False
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, dict):
+        return all(_storable(k, depth + 1) and _storable(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_storable(v, depth + 1) for v in value)
+    return True
+
+
 def parse_arguments(name: str, raw: str | dict[str, Any]) -> tuple[Tool, dict[str, Any]]:
     """Look up the tool and validate the model's arguments; ToolError on anything wrong."""
     tool = REGISTRY.get(name)
@@ -138,8 +157,12 @@ def parse_arguments(name: str, raw: str | dict[str, Any]) -> tuple[Tool, dict[st
             args = json.loads(raw or "{}")
         except json.JSONDecodeError as exc:
             raise ToolError(f"Arguments for {name} are not valid JSON: {exc.msg}.") from None
+        except RecursionError:
+            raise ToolError(f"Arguments for {name} are nested too deeply.") from None
     if not isinstance(args, dict):
         raise ToolError(f"Arguments for {name} must be a JSON object.")
+    if not _storable(args):
+        raise ToolError(f"Arguments for {name} contain NUL characters or invalid Unicode.")
     try:
         _validator(tool.name, tool.parameters).validate(args)
     except jsonschema.ValidationError as exc:

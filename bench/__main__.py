@@ -76,9 +76,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     group.add_argument("--samples", type=int, default=20, help="new tickets timed before and after (default 20)")
     group = parser.add_argument_group("recovery")
-    group.add_argument("--trials", type=int, default=20, help="kills (default 20)")
-    group.add_argument("--lease-seconds", type=int, default=2, help="AGENT_LEASE_SECONDS of its workers (default 2)")
-    group.add_argument("--sweep-seconds", type=int, default=1, help="AGENT_SWEEP_SECONDS of its beat (default 1)")
+    group.add_argument("--trials", type=int, default=30, help="kills (default 30)")
+    group.add_argument(
+        "--lease-seconds", type=int, default=60, help="AGENT_LEASE_SECONDS of its workers (default 60, the product's)"
+    )
+    group.add_argument(
+        "--sweep-seconds", type=int, default=3, help="AGENT_SWEEP_SECONDS of its beat (default 3, the product's)"
+    )
     group = parser.add_argument_group("first token")
     group.add_argument(
         "--first-token-messages",

@@ -234,11 +234,18 @@ REFUND_UNCERTAIN_AFTER_SECONDS = env_int("REFUND_UNCERTAIN_AFTER_SECONDS", 120)
 AGENT_LEASE_SECONDS = env_int("AGENT_LEASE_SECONDS", 60)
 AGENT_MAX_STEPS = env_int("AGENT_MAX_STEPS", 16)
 AGENT_TOKEN_BUDGET = env_int("AGENT_TOKEN_BUDGET", 200_000)
-AGENT_MODEL_ATTEMPTS = env_int("AGENT_MODEL_ATTEMPTS", 3)
+# Failures in a row (bad model output, a model outage, a tool or database error) before the
+# ticket is parked with a person; each is retried after an exponential, jittered backoff.
+AGENT_MAX_CONSECUTIVE_FAILURES = env_int("AGENT_MAX_CONSECUTIVE_FAILURES", env_int("AGENT_MODEL_ATTEMPTS", 3))
+# What the agent accepts from a model in one step (agents.llm.validate_response).
+AGENT_MAX_REPLY_CHARS = env_int("AGENT_MAX_REPLY_CHARS", 16000)
+AGENT_MAX_TOOL_CALLS_PER_STEP = env_int("AGENT_MAX_TOOL_CALLS_PER_STEP", 16)
+AGENT_MAX_TOOL_ARGUMENT_CHARS = env_int("AGENT_MAX_TOOL_ARGUMENT_CHARS", 16000)
 # Replaces the built-in system prompt (agents.conversation.DEFAULT_SYSTEM_PROMPT) when set.
 AGENT_SYSTEM_PROMPT = os.environ.get("AGENT_SYSTEM_PROMPT", "")
 OFFLINE_MODEL_TOKEN_DELAY_MS = env_int("OFFLINE_MODEL_TOKEN_DELAY_MS", 0)
-AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 15)
+# Short: the sweeper is also how a dead lease owner is noticed (its advisory lock is gone).
+AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 3)
 
 CELERY_BEAT_SCHEDULE = {
     "agents.sweep": {"task": "agents.sweep", "schedule": float(AGENT_SWEEP_SECONDS)},

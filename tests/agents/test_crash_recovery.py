@@ -200,3 +200,28 @@ def test_a_worker_stopped_past_its_lease_cannot_write_after_another_took_over(cl
     stale_steps = ModelStep.objects.filter(ticket=ticket, epoch=stale_epoch)
     assert stale_steps.exists()
     assert not stale_steps.filter(status=StepStatus.COMPLETED, index=1).exists()  # its late answer was refused
+
+
+def test_a_dead_owner_is_taken_over_before_its_lease_expires(cluster):
+    """At the default lease (60 s), a SIGKILLed owner's ticket is taken over as soon as the sweeper
+    rings: its advisory lock died with its connection, so nobody waits for the lease to expire."""
+    ticket = open_ticket("Where is my order A-8108?", "A-8108")
+    defaults = {"AGENT_LEASE_SECONDS": "60", "AGENT_SWEEP_SECONDS": "1"}
+    doomed = cluster.worker(faults="after_step_stored", **defaults)
+    doomed.wait_dead(timeout=60)
+    assert doomed.popen.returncode == -signal.SIGKILL, doomed.log()
+    dead_lease = TicketLease.objects.get(ticket=ticket)
+    assert dead_lease.owner and dead_lease.session_locked
+
+    cluster.worker(**defaults)
+    cluster.beat()
+    wait_until(lambda: at_rest(ticket), timeout=45, what="another worker to finish the turn", cluster=cluster)
+
+    taken = TicketLease.objects.get(ticket=ticket)
+    run = AgentRun.objects.get(ticket=ticket)
+    recovered = ticket.events.get(kind="agent_run_recovered")
+    assert taken.previous_owner == dead_lease.owner or taken.epoch > dead_lease.epoch + 1
+    assert recovered.created_at < dead_lease.expires_at  # taken over well before the 60 s lease ran out
+    assert len(run.epochs) == 2 and run.recovery_notes
+    assert len(replies(ticket)) == 1
+    assert_no_step_generated_twice(ticket)

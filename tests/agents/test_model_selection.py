@@ -95,7 +95,7 @@ class FailingModel:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_model_outage_is_retried_later_then_handed_to_a_person(settings):
-    settings.AGENT_MODEL_ATTEMPTS = 3
+    settings.AGENT_MAX_CONSECUTIVE_FAILURES = 3
     customer = make_customer()
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Hi", body="Hello?")
     model = FailingModel(retryable=True)
@@ -103,8 +103,9 @@ def test_a_model_outage_is_retried_later_then_handed_to_a_person(settings):
     first, second, third = (advance(ticket.pk, model=model) for _ in range(3))
 
     assert (first.state, second.state) == ("retry", "retry")
-    assert first.retry_in == 2.0 and second.retry_in == 4.0  # backoff, scheduled by the task
-    assert third.state == "handed_off"
+    # Exponential backoff with jitter, scheduled by the task.
+    assert 1.0 <= first.retry_in <= 2.0 and 2.0 <= second.retry_in <= 4.0
+    assert third.state == "parked"
     ticket.refresh_from_db()
     assert ticket.status == "with_human"
     assert "the model could not answer: upstream is down" in Message.objects.get(ticket=ticket, is_public=False).body
@@ -118,5 +119,5 @@ def test_a_model_refusing_the_request_hands_off_at_once():
 
     outcome = advance(ticket.pk, model=FailingModel(retryable=False))
 
-    assert outcome.state == "handed_off"
+    assert outcome.state == "parked"
     assert ModelStep.objects.filter(ticket=ticket, status="failed").count() == 1
