@@ -58,7 +58,7 @@ def lock_key(ticket_id: int) -> int:
 LOCK_HELD_SQL = (
     "EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
     "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-    f"AND l.classid = {LOCK_NAMESPACE} AND l.objid::bigint = (\"tickets_ticket\".\"id\" & 4294967295))"
+    f'AND l.classid = {LOCK_NAMESPACE} AND l.objid::bigint = ("tickets_ticket"."id" & 4294967295))'
 )
 
 

@@ -19,9 +19,7 @@ def tickets_with_agent_work(*, ticket_id: int | None = None, limit: int = 500) -
         ticket=OuterRef("pk"), author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
     )
     # A run that failed waits out its backoff (its retry is scheduled); then the sweeper may ring it.
-    running = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING).exclude(
-        retry_not_before__gt=now
-    )
+    running = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING).exclude(retry_not_before__gt=now)
     decided = ToolCall.objects.filter(
         ticket=OuterRef("pk"), status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False
     )
