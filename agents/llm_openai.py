@@ -15,10 +15,14 @@ decide (and meter the wasted tokens) before generating again.
 
 from __future__ import annotations
 
+import email.utils
+import json
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import openai
 from openai.types.chat import ChatCompletionChunk
 
@@ -30,6 +34,7 @@ from agents.llm import (
     ToolCallRequest,
     ToolSpec,
     Usage,
+    estimate_tokens,
 )
 
 # The SDK refuses to build a client without credentials. Local endpoints
@@ -45,21 +50,26 @@ _RETRYABLE_STATUSES = frozenset({408, 409, 429})
 
 @dataclass
 class _ToolCallParts:
-    """Pieces of one streamed tool call, keyed in the stream by its ``index``."""
+    """Pieces of one streamed tool call, keyed in the stream by its ``index``.
 
-    id: list[str] = field(default_factory=list)
-    name: list[str] = field(default_factory=list)
+    The id and the name come whole, once; some servers (llama.cpp's) repeat them
+    in every delta of the call, so only the first is kept. Only the argument
+    text arrives in fragments to be joined.
+    """
+
+    id: str = ""
+    name: str = ""
     arguments: list[str] = field(default_factory=list)
 
     def build(self) -> ToolCallRequest:
         # Some compatible servers omit the id; the loop needs one to pair the
         # tool result with the call, and the step is stored once, so a random
         # id is stable from then on.
-        call_id = "".join(self.id) or f"call_{uuid.uuid4().hex}"
+        call_id = self.id or f"call_{uuid.uuid4().hex}"
         # A tool without parameters may come back with no argument text at
         # all; "{}" is the JSON the model meant.
         arguments = "".join(self.arguments) or "{}"
-        return ToolCallRequest(id=call_id, name="".join(self.name), arguments=arguments)
+        return ToolCallRequest(id=call_id, name=self.name, arguments=arguments)
 
 
 class OpenAIChatModel:
@@ -105,7 +115,7 @@ class OpenAIChatModel:
         """
         request: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
+            "messages": [_compatible(message) for message in messages],
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -120,6 +130,7 @@ class OpenAIChatModel:
                 f"{self.name}: {exc.message}",
                 retryable=_is_retryable_status(exc.status_code),
                 status_code=exc.status_code,
+                retry_after=_retry_after(exc.response),
             ) from exc
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             raise ModelError(f"{self.name}: {exc.message}", retryable=True) from exc
@@ -130,7 +141,7 @@ class OpenAIChatModel:
 
         try:
             with stream:
-                return self._assemble(stream, on_token)
+                return self._assemble(stream, on_token, request["messages"])
         except openai.OpenAIError as exc:
             # The connection dropped, timed out, or the server sent an error
             # event after the response had started; a new generation may well
@@ -140,17 +151,21 @@ class OpenAIChatModel:
                 f"{self.name}: stream interrupted: {exc}", retryable=True, status_code=status_code
             ) from exc
 
-    def _assemble(self, stream: openai.Stream[ChatCompletionChunk], on_token: TokenCallback | None) -> ModelResponse:
+    def _assemble(
+        self, stream: openai.Stream[ChatCompletionChunk], on_token: TokenCallback | None, messages: list[Message]
+    ) -> ModelResponse:
         text_parts: list[str] = []
         calls: dict[int, _ToolCallParts] = {}
         usage = Usage()
         model = self.model
         finish_reason: str | None = None
 
+        reported = False
         for chunk in stream:
             if chunk.model:
                 model = chunk.model
             if chunk.usage is not None:
+                reported = True
                 usage = Usage(
                     prompt_tokens=chunk.usage.prompt_tokens or 0,
                     completion_tokens=chunk.usage.completion_tokens or 0,
@@ -169,11 +184,11 @@ class OpenAIChatModel:
                             on_token(piece)
                 for call in delta.tool_calls or ():
                     parts = calls.setdefault(call.index, _ToolCallParts())
-                    if call.id:
-                        parts.id.append(call.id)
+                    if call.id and not parts.id:
+                        parts.id = call.id
                     if call.function is not None:
-                        if call.function.name:
-                            parts.name.append(call.function.name)
+                        if call.function.name and not parts.name:
+                            parts.name = call.function.name
                         if call.function.arguments:
                             parts.arguments.append(call.function.arguments)
                 if choice.finish_reason is not None:
@@ -184,13 +199,46 @@ class OpenAIChatModel:
             # was done: the answer is truncated, not short.
             raise ModelError(f"{self.name}: stream ended before a finish_reason", retryable=True)
 
-        return ModelResponse(
-            text="".join(text_parts),
-            tool_calls=[calls[index].build() for index in sorted(calls)],
-            usage=usage,
-            model=model,
-            finish_reason=finish_reason,
-        )
+        text = "".join(text_parts)
+        tool_calls = [calls[index].build() for index in sorted(calls)]
+        if not reported:
+            # The server sent no usage (llama.cpp, even when asked): estimate it, so the
+            # token budget still advances, and say so on the step.
+            generated = text + "".join(call.name + call.arguments for call in tool_calls)
+            usage = Usage(
+                prompt_tokens=estimate_tokens(json.dumps(messages, default=str)),
+                completion_tokens=estimate_tokens(generated),
+                estimated=True,
+            )
+        return ModelResponse(text=text, tool_calls=tool_calls, usage=usage, model=model, finish_reason=finish_reason)
+
+
+def _compatible(message: Message) -> Message:
+    """A message every compatible server accepts: an assistant turn with tool calls and no text
+    has ``content: ""``, not null (llama.cpp's server answers 500 to null)."""
+    if message.get("role") == "assistant" and message.get("content") is None:
+        return {**message, "content": ""}
+    return message
+
+
+def _retry_after(response: httpx.Response | None) -> float | None:
+    """The server's Retry-After (``retry-after-ms``, or ``retry-after`` in seconds or as a date)."""
+    if response is None:
+        return None
+    headers = response.headers
+    try:
+        if headers.get("retry-after-ms"):
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        value = headers.get("retry-after")
+        if not value:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _is_retryable_status(status_code: int) -> bool:

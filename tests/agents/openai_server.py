@@ -9,6 +9,15 @@ that makes more calls than it planned fails loudly instead of hanging.
 Streams are sent with chunked transfer encoding, as real servers do, so that
 closing the connection mid-stream is a protocol error the client can see
 rather than an ordinary end of body.
+
+``dialect`` switches on the habits of servers written by others:
+
+- ``"openai"`` (default): as OpenAI's API streams.
+- ``"llama.cpp"``: as llama-cpp-python's server: every tool-call delta repeats
+  the call's ``id`` and ``function.name``; no usage in streams even when asked;
+  a 500 to an assistant message with tool calls and ``content: null``.
+- ``"litellm"``: as LiteLLM's proxy: no ``finish_reason`` key on non-final
+  chunks, usage on the finishing chunk itself, errors with ``type: null``.
 """
 
 from __future__ import annotations
@@ -85,6 +94,7 @@ class OpenAIServer:
     """Scripted server; ``url`` is the base URL to give the SDK (ends in /v1)."""
 
     host: str = "127.0.0.1"
+    dialect: str = "openai"
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     # How many stalled streams the client abandoned before the stall ended.
@@ -227,6 +237,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.owner._record(body, {k.lower(): v for k, v in self.headers.items()})
 
+        if self.owner.dialect == "llama.cpp" and any(
+            m.get("role") == "assistant" and m.get("tool_calls") and m.get("content", None) is None
+            for m in body.get("messages", [])
+        ):
+            self._send_error(500, "llama.cpp: content must be a string")
+            return
         item = self.owner._pop()
         if item is None:
             self._send_error(400, "openai_server: no scripted response left for this request")
@@ -266,6 +282,8 @@ class _Handler(BaseHTTPRequestHandler):
             404: "not_found_error",
             429: "rate_limit_exceeded",
         }.get(status, "server_error")
+        if self.owner.dialect == "litellm":
+            error_type = None
         payload = {"error": {"message": message, "type": error_type, "param": None, "code": None}}
         headers = {} if retry_after is None else {"Retry-After": _format_seconds(retry_after)}
         self._send_json(status, payload, headers)
@@ -289,7 +307,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _stream(self, body: dict[str, Any], item: _Text | _ToolCalls) -> None:
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         self._start_stream()
-        chunks = _Chunks(body, include_usage)
+        chunks = _Chunks(body, include_usage, self.owner.dialect)
         for chunk in chunks.for_script(item):
             self._send_event(json.dumps(chunk))
         self._send_event("[DONE]")
@@ -328,22 +346,27 @@ class _Handler(BaseHTTPRequestHandler):
 class _Chunks:
     """Builds chat.completion.chunk objects sharing one id, timestamp and model."""
 
-    def __init__(self, body: dict[str, Any], include_usage: bool) -> None:
+    def __init__(self, body: dict[str, Any], include_usage: bool, dialect: str = "openai") -> None:
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.model = str(body.get("model", ""))
-        self.include_usage = include_usage
+        self.dialect = dialect
+        # llama.cpp's server sends no usage in streams, asked or not.
+        self.include_usage = include_usage and dialect != "llama.cpp"
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        if self.dialect == "litellm" and finish_reason is None:
+            del choice["finish_reason"]
         chunk: dict[str, Any] = {
             "id": self.id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
             "system_fingerprint": "fp_test",
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            "choices": [choice],
         }
-        if self.include_usage:
+        if self.include_usage and self.dialect != "litellm":
             chunk["usage"] = None
         return chunk
 
@@ -371,12 +394,21 @@ class _Chunks:
                 )
                 for piece in split_arguments(arguments):
                     pieces += 1
-                    yield self.chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-            yield self.chunk({}, finish_reason="tool_calls")
-        else:
-            yield self.chunk({}, finish_reason="stop")
+                    fragment: dict[str, Any] = {"index": index, "function": {"arguments": piece}}
+                    if self.dialect == "llama.cpp":  # the id and the name again, in every delta
+                        fragment = {"index": index, "id": call_id, "type": "function",
+                                    "function": {"name": name, "arguments": piece}}  # fmt: skip
+                    yield self.chunk({"tool_calls": [fragment]})
+        finish = "tool_calls" if isinstance(item, _ToolCalls) else "stop"
+        completion_tokens = item.completion_tokens if item.completion_tokens is not None else pieces
+        if self.dialect == "litellm":
+            final = self.chunk({}, finish_reason=finish)
+            if self.include_usage:
+                final["usage"] = _usage(item.prompt_tokens, completion_tokens)
+            yield final
+            return
+        yield self.chunk({}, finish_reason=finish)
         if self.include_usage:
-            completion_tokens = item.completion_tokens if item.completion_tokens is not None else pieces
             yield {
                 "id": self.id,
                 "object": "chat.completion.chunk",

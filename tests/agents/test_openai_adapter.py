@@ -225,3 +225,99 @@ def test_an_endpoint_without_a_key_is_reached_with_a_placeholder_key(openai_serv
     assert response.text == "Hello there"
     assert openai_server.headers[0]["authorization"].startswith("Bearer ")
     assert openai_server.headers[0]["authorization"] != "Bearer "
+
+
+# --- servers written by others (tests/agents/openai_server.py dialects) -------------------------
+
+TWO_CALLS = [("lookup_order", {"order_number": "A-1001"}), ("lookup_order", {"order_number": "B-2002"})]
+
+
+@pytest.mark.parametrize("dialect", ["openai", "llama.cpp", "litellm"])
+def test_tool_calls_are_assembled_by_index_whatever_the_server_repeats(dialect):
+    server = OpenAIServer(dialect=dialect).start()
+    try:
+        call_ids = server.enqueue_tool_calls(TWO_CALLS, prompt_tokens=21, completion_tokens=9)
+
+        response = make_model(server).complete(messages=MESSAGES, tools=[LOOKUP_ORDER_TOOL])
+    finally:
+        server.stop()
+
+    assert [(c.id, c.name) for c in response.tool_calls] == [
+        (call_ids[0], "lookup_order"),
+        (call_ids[1], "lookup_order"),
+    ]
+    assert [json.loads(c.arguments) for c in response.tool_calls] == [args for _, args in TWO_CALLS]
+    assert response.finish_reason == "tool_calls"
+
+
+def test_a_server_that_reports_no_usage_gets_an_estimate_marked_as_such():
+    server = OpenAIServer(dialect="llama.cpp").start()
+    try:
+        server.enqueue_text("Your order is on its way and should arrive on Friday.")
+        response = make_model(server).complete(messages=MESSAGES, tools=[])
+    finally:
+        server.stop()
+
+    assert response.usage.estimated is True
+    assert response.usage.prompt_tokens > 0 and response.usage.completion_tokens > 0
+
+
+def test_usage_on_the_finishing_chunk_is_read_and_not_estimated():
+    server = OpenAIServer(dialect="litellm").start()
+    try:
+        server.enqueue_text("Done.", prompt_tokens=33, completion_tokens=2)
+        response = make_model(server).complete(messages=MESSAGES, tools=[])
+    finally:
+        server.stop()
+
+    assert response.usage == Usage(prompt_tokens=33, completion_tokens=2)
+    assert response.text == "Done." and response.finish_reason == "stop"
+
+
+def test_an_assistant_turn_with_tool_calls_is_sent_with_empty_text_not_null():
+    server = OpenAIServer(dialect="llama.cpp").start()
+    history = [
+        *MESSAGES,
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "lookup_order", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "{}"},
+    ]  # fmt: skip
+    try:
+        server.enqueue_text("Found it.")
+        response = make_model(server, max_retries=0).complete(messages=history, tools=[LOOKUP_ORDER_TOOL])
+    finally:
+        server.stop()
+
+    assert response.text == "Found it."
+    assert server.requests[0]["messages"][2]["content"] == ""
+
+
+def test_an_error_with_a_null_type_is_still_a_model_error_with_its_status():
+    server = OpenAIServer(dialect="litellm").start()
+    try:
+        server.enqueue_error(400, message="litellm.BadRequestError: unknown model")
+        with pytest.raises(ModelError) as caught:
+            make_model(server).complete(messages=MESSAGES, tools=[])
+    finally:
+        server.stop()
+
+    assert (caught.value.status_code, caught.value.retryable) == (400, False)
+    assert "unknown model" in str(caught.value)
+
+
+def test_retry_after_from_the_server_reaches_the_loop(openai_server):
+    for _ in range(2):
+        openai_server.enqueue_error(429, message="slow down", retry_after=7)
+
+    with pytest.raises(ModelError) as caught:
+        make_model(openai_server, max_retries=1).complete(messages=MESSAGES, tools=[])
+
+    assert caught.value.retryable is True and caught.value.retry_after == 7.0
+
+
+def test_the_loop_waits_at_least_what_the_server_asked_with_jitter_otherwise():
+    from agents.runner import retry_delay
+
+    assert retry_delay(1, retry_after=7.0) >= 7.0
+    delays = {retry_delay(3) for _ in range(20)}
+    assert all(4.0 <= d <= 8.0 for d in delays) and len(delays) > 1
