@@ -5,6 +5,8 @@ from django.urls import include, path
 
 from support import views
 
+handler500 = "support.views.server_error"
+
 admin.site.site_header = "Support operations"
 admin.site.site_title = "Support operations"
 

@@ -1,9 +1,15 @@
 from __future__ import annotations
 
+import sys
+
 from django.conf import settings
-from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
+
+# How long a browser or load balancer should wait before asking again while the database is away.
+RETRY_AFTER_SECONDS = 5
 
 
 def _check_database() -> dict[str, object]:
@@ -45,3 +51,20 @@ def health(request: HttpRequest) -> JsonResponse:
     healthy = body["database"]["ok"] and body["redis"]["ok"]
     body["status"] = "ok" if healthy else "unavailable"
     return JsonResponse(body, status=200 if healthy else 503)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """The 500 handler: a database that cannot be reached (down, restarting, cut off) is a 503
+    with a page that says so and a Retry-After, not an error. Rendered without the request's
+    context, so it needs neither the session nor the user (both live in that database)."""
+    exc = sys.exc_info()[1]
+    unavailable = isinstance(exc, OperationalError | InterfaceError) or (
+        isinstance(exc, DatabaseError) and "connection" in str(exc).lower()
+    )
+    if unavailable:
+        # The broken connection is dropped, so the next request connects afresh.
+        connection.close_if_unusable_or_obsolete()
+        response = HttpResponse(render_to_string("503.html"), status=503)
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
+    return HttpResponse(render_to_string("500.html"), status=500)

@@ -199,3 +199,77 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str, clus
         time.sleep(0.1)
     detail = f"\n{cluster.logs()}" if cluster else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+
+
+class TcpProxy:
+    """A TCP forwarder on loopback that a test can cut and restore, as a database that goes away.
+
+    ``down()`` closes the listening socket and every forwarded connection; ``up()`` listens
+    again on the same port.
+    """
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        import threading
+
+        self.target = (target_host, target_port)
+        self.port = free_port()
+        self._threading = threading
+        self._conns: list[socket.socket] = []
+        self._listener: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    def up(self) -> TcpProxy:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        self._threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def down(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+            conns, self._conns = self._conns, []
+        if listener is not None:
+            try:
+                listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread; close alone does not
+            except OSError:
+                pass
+            listener.close()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                self._threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
