@@ -13,6 +13,7 @@ from tests.workers import test_database_url as database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.workers, pytest.mark.timeout(120)]
 
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         return None
