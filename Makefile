@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install lint format bench manage clean
+.PHONY: run test install lint format bench manage clean drill
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -47,3 +47,8 @@ bench-overhead: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -r requirements-bench.txt
 	$(PY) -m support.embedded -- $(PY) -m bench $(BENCH_ARGS)
+
+## Crash drill: a fresh stack, customers over HTTP, workers SIGKILLed, the broker flushed, database
+## connections dropped; then every invariant checked in SQL and at the payment provider (exit 1 if broken).
+drill: $(STAMP)
+	$(PY) -m support.embedded -- $(PY) -m drill $(DRILL_ARGS)

@@ -8,6 +8,10 @@ Unset in production: ``hit`` is then a dictionary lookup and nothing more.
 
 Points: after_step_stored, after_call_started, after_keyed_effect,
 after_never_effect, after_provider_refund, mid_stream, before_lease_release.
+
+Faults that break the product on purpose, for drills that must show they catch it
+(``armed``): ``skip_idempotency_key`` makes refunds reach the provider under a new key
+each time, as a bug that lost the key would.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ def _configured() -> dict[str, int]:
 
 _POINTS = _configured()
 _COUNTS: dict[str, int] = {}
+
+
+def armed(fault: str) -> bool:
+    """Is this deliberate breakage switched on (drills only)?"""
+    return fault in _POINTS
 
 
 def hit(point: str) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -324,6 +325,8 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         _set_status(refund, RefundStatus.SUBMITTED, attempts=refund.attempts + 1)
     # Committed: the provider may now act under the key; a crash from here on is reconciled.
     metadata = {"ticket_id": str(ctx.ticket.pk), "order_number": order.number, "tool_call_id": str(ctx.call.pk)}
+    if faults.armed("skip_idempotency_key"):  # a drill breaking the money path on purpose
+        key = f"{key}-{uuid.uuid4().hex[:8]}"
     try:
         for attempt in _retrying():
             with attempt:

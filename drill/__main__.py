@@ -1,0 +1,554 @@
+"""``make drill``: a crash drill against a fresh stack, then the product's promises checked.
+
+    python -m support.embedded -- python -m drill        # make drill: the embedded servers
+    python -m drill --customers 4 --kills 2              # on DATABASE_URL / REDIS_URL
+
+What it does, on a scratch database (``drill_run``) and a Celery queue of its own,
+traffic on loopback only:
+
+1. migrates and seeds the scratch database, adds drill customers with orders, and
+   starts the payment sandbox (its own process, on that database), the web server
+   (daphne), three worker processes and beat;
+2. every customer signs in over HTTP and opens three tickets (a small refund, a
+   refund above the approval threshold, an order question), each POST sent twice,
+   then writes a follow-up on the small refund, also sent twice;
+3. meanwhile: the workers are armed with the named fault points (each fires once,
+   SIGKILL), random workers are SIGKILLed ``--kills`` times, the broker's queue is
+   flushed once, every connection to the database is dropped once (what a restart
+   of PostgreSQL does to its clients), dead workers are started again, and a staff
+   member approves every request that waits;
+4. when every ticket is at rest (or ``--timeout`` passes), it checks the ledger in
+   SQL and the payment provider's own records and prints one line per invariant.
+
+Exit status 0 when every invariant holds, 1 when one is broken, 2 when the drill
+itself could not run. ``--break skip_idempotency_key`` breaks the money path on
+purpose (agents/faults.py), to see the drill catch it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+LOG_DIR = ROOT / "drill-results"
+SCRATCH_DB = "drill_run"
+WORKERS = 3
+# Each point fires once in the whole drill (a marker file in a shared folder).
+WORKER_FAULTS = [
+    "after_call_started:3,after_provider_refund",
+    "after_step_stored:2,after_keyed_effect,after_provider_refund",
+    "mid_stream:4,before_lease_release:5,after_provider_refund",
+]
+
+
+class DrillError(Exception):
+    """The drill itself could not run (not a broken invariant)."""
+
+
+@dataclass
+class Check:
+    name: str
+    checked: int = 0
+    violations: list[str] = field(default_factory=list)
+
+
+def _setup_environment(args: argparse.Namespace) -> None:
+    os.environ["DJANGO_SETTINGS_MODULE"] = "drill.settings"
+    os.environ["DRILL_DATABASE"] = SCRATCH_DB
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    os.environ["DEBUG"] = "0"
+    os.environ.setdefault("SECRET_KEY", "drill-only-secret-key-not-for-production")
+    os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
+    for name in ("AGENT_FAULT_POINTS", "AGENT_FAULT_ONCE_DIR", "AGENT_FAULT_KILL_PARENT"):
+        os.environ.pop(name, None)
+
+
+# --- the stack ------------------------------------------------------------------------------
+
+
+class Stack:
+    def __init__(self, args: argparse.Namespace, log_dir: Path) -> None:
+        from bench.common import Cluster
+
+        self.args = args
+        self.log_dir = log_dir
+        self.fault_dir = log_dir / "faults"
+        self.fault_dir.mkdir(parents=True, exist_ok=True)
+        self.sandbox: Any = None
+        self.cluster: Cluster | None = None
+        self.base_url = ""
+        self.events: list[str] = []
+
+    def child_env(self) -> dict[str, str]:
+        from django.conf import settings
+
+        env = dict(os.environ)
+        env.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "drill.settings",
+                "DRILL_DATABASE": SCRATCH_DB,
+                "DATABASE_URL": settings.DATABASE_URL,
+                "REDIS_URL": settings.REDIS_URL,
+                "STRIPE_API_BASE": self.sandbox.base_url,
+                "AGENT_MODEL": "offline",
+                "OFFLINE_MODEL_TOKEN_DELAY_MS": "3",
+                "REFUND_RECONCILE_SECONDS": "5",
+                "REFUND_UNCERTAIN_AFTER_SECONDS": "20",
+                "LOG_LEVEL": "INFO",
+                "PYTHONUNBUFFERED": "1",
+                "AGENT_FAULT_ONCE_DIR": str(self.fault_dir),
+            }
+        )
+        return env
+
+    def start(self) -> None:
+        from django.conf import settings
+
+        from bench.common import Cluster, free_port, wait_http, wait_worker_ready
+        from payments.sandbox_process import SandboxProcess
+
+        self.sandbox = SandboxProcess(database_url=_libpq_url(settings), log_path=self.log_dir / "sandbox.log")
+        self.sandbox.start()
+        self.cluster = Cluster("drill", self.log_dir, self.child_env())
+        broken = f",{self.args.break_}" if self.args.break_ else ""
+        started = [self.cluster.worker(AGENT_FAULT_POINTS=faults + broken) for faults in WORKER_FAULTS[:WORKERS]]
+        self.cluster.beat()
+        port = free_port()
+        self.base_url = f"http://127.0.0.1:{port}"
+        wait_http(f"{self.base_url}/accounts/login/", timeout=60, proc=self.cluster.web(port))
+        for proc in started:
+            wait_worker_ready(proc)
+
+    def revive_dead_workers(self) -> None:
+        from bench.common import wait_worker_ready
+
+        assert self.cluster is not None
+        for proc in self.cluster.workers():
+            if not proc.alive():
+                self.events.append(f"{proc.name} died (exit {proc.popen.returncode}); started again")
+                offset = len(proc.log())
+                wait_worker_ready(self.cluster.restart(proc), after=offset)
+
+    def kill_random_worker(self) -> None:
+        import signal
+
+        assert self.cluster is not None
+        alive = [p for p in self.cluster.workers() if p.alive()]
+        if alive:
+            victim = random.choice(alive)
+            victim._signal(signal.SIGKILL)
+            self.events.append(f"SIGKILLed {victim.name}")
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop_all()
+        if self.sandbox is not None:
+            self.sandbox.stop()
+
+
+def _libpq_url(settings: Any) -> str:
+    from psycopg.conninfo import make_conninfo
+
+    db = settings.DATABASES["default"]
+    parts = {"host": db.get("HOST"), "port": db.get("PORT"), "user": db.get("USER"), "password": db.get("PASSWORD")}
+    return make_conninfo("", dbname=db["NAME"], **{k: str(v) for k, v in parts.items() if v})
+
+
+def _drop_database_connections() -> int:
+    """Terminate every other session on the scratch database, as a PostgreSQL restart would."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def _flush_broker() -> int:
+    from bench.common import redis_purge_queue
+    from drill.settings import DRILL_NAME
+
+    return redis_purge_queue(DRILL_NAME)
+
+
+# --- the customers --------------------------------------------------------------------------
+
+
+def _make_customers(count: int, sandbox: Any) -> list[dict[str, Any]]:
+    """Drill customers, each with a small order, a large one (above the approval threshold) and one to ask about."""
+    from django.contrib.auth import get_user_model
+
+    from tickets.demo import DEMO_PASSWORD
+    from tickets.models import Customer, Order, OrderLine, OrderStatus
+
+    people = []
+    for n in range(count):
+        username = f"drill{n}"
+        user = get_user_model().objects.create_user(username=username, password=DEMO_PASSWORD)
+        customer = Customer.objects.create(user=user, name=f"Drill Customer {n}", email=f"{username}@example.test")
+        orders = {}
+        for kind, cents in (("S", 3000), ("L", 45000), ("Q", 1500)):
+            number = f"{kind}-{n:02d}{random.randint(100, 999)}"
+            order = Order.objects.create(
+                customer=customer,
+                number=number,
+                status=OrderStatus.DELIVERED,
+                total_cents=cents,
+                currency="usd",
+                payment_reference=f"pi_drill_{number}",
+            )
+            OrderLine.objects.create(
+                order=order, sku=kind, description="Drill item", quantity=1, unit_price_cents=cents
+            )
+            sandbox.seed_payment(order.payment_reference, cents, "usd")
+            orders[kind] = number
+        people.append({"username": username, "orders": orders})
+    return people
+
+
+async def _customer_traffic(base_url: str, person: dict[str, Any]) -> list[int]:
+    from bench.common import Customer
+
+    customer = Customer(base_url, person["username"])
+    tickets = []
+    try:
+        await customer.login()
+        asks = [
+            f"Please refund order {person['orders']['S']}",
+            f"Please refund order {person['orders']['L']}",
+            f"Where is my order {person['orders']['Q']}?",
+        ]
+        for body in asks:
+            ref = uuid.uuid4().hex
+            ticket_id, _ = await customer.open_ticket(body, client_ref=ref)
+            again, _ = await customer.open_ticket(body, client_ref=ref)  # the same POST, sent twice
+            if again != ticket_id:
+                raise DrillError(f"a retried ticket POST opened ticket {again} beside {ticket_id}")
+            tickets.append(ticket_id)
+        await asyncio.sleep(random.uniform(0.1, 0.6))
+        token = customer.client.cookies["csrftoken"]
+        follow_up = {"client_msg_id": uuid.uuid4().hex, "body": "Thank you!"}
+        for _ in range(2):  # the same message, sent twice
+            answer = await customer.client.post(
+                f"/tickets/{tickets[0]}/messages",
+                json=follow_up,
+                headers={"X-CSRFToken": token, "Referer": f"{base_url}/tickets/{tickets[0]}/"},
+            )
+            if answer.status_code not in (200, 201):
+                raise DrillError(f"posting a message: HTTP {answer.status_code} {answer.text[:200]}")
+    finally:
+        await customer.close()
+    return tickets
+
+
+async def _all_traffic(base_url: str, people: list[dict[str, Any]]) -> list[int]:
+    results = await asyncio.gather(*(_customer_traffic(base_url, p) for p in people))
+    return [ticket for tickets in results for ticket in tickets]
+
+
+# --- chaos and staff, while the drill runs -------------------------------------------------------
+
+
+def _approve_waiting(staff: Any) -> int:
+    from approvals import services as approval_services
+    from approvals.models import ApprovalRequest, ApprovalStatus
+
+    approved = 0
+    for approval_id in ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING).values_list("pk", flat=True):
+        try:
+            approval_services.approval_decide(approval_id=approval_id, user=staff, approve=True, note="drill")
+            approved += 1
+        except Exception:  # noqa: BLE001 - decided meanwhile, or expired: the checks will tell
+            pass
+    return approved
+
+
+def _at_rest(ticket_ids: list[int]) -> bool:
+    from agents.models import OPEN_REFUND_STATUSES, AgentRun, Refund, RunStatus
+    from approvals.models import ApprovalRequest, ApprovalStatus
+    from tickets.models import AuthorKind, Message, TicketStatus
+
+    if AgentRun.objects.filter(ticket_id__in=ticket_ids, status=RunStatus.RUNNING).exists():
+        return False
+    if ApprovalRequest.objects.filter(ticket_id__in=ticket_ids, status=ApprovalStatus.PENDING).exists():
+        return False
+    if Refund.objects.filter(ticket_id__in=ticket_ids, status__in=OPEN_REFUND_STATUSES).exists():
+        return False
+    waiting = Message.objects.filter(
+        ticket_id__in=ticket_ids, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
+    ).exclude(ticket__status__in=[TicketStatus.WITH_HUMAN, TicketStatus.CLOSED])
+    return not waiting.exists()
+
+
+def _chaos(
+    stack: Stack,
+    args: argparse.Namespace,
+    stop: threading.Event,
+    traffic_done: threading.Event,
+    chaos_done: threading.Event,
+    staff: Any,
+) -> None:
+    from django.db import close_old_connections
+
+    kills_left = args.kills
+    flushed = dropped = False
+    started = time.monotonic()
+    next_kill = started + random.uniform(0.5, 2)
+    while not stop.wait(0.3):
+        try:
+            close_old_connections()
+            stack.revive_dead_workers()
+            now = time.monotonic()
+            if kills_left and now >= next_kill:
+                stack.kill_random_worker()
+                kills_left -= 1
+                next_kill = now + random.uniform(1, 3)
+            if not flushed and now - started > 2:
+                stack.events.append(f"flushed the broker ({_flush_broker()} doorbells dropped)")
+                flushed = True
+            if not dropped and traffic_done.is_set() and now - started > 3:
+                stack.events.append(f"dropped every database connection ({_drop_database_connections()} sessions)")
+                dropped = True
+            approved = _approve_waiting(staff)
+            if approved:
+                stack.events.append(f"staff approved {approved} request(s)")
+            if not kills_left and flushed and dropped:
+                chaos_done.set()
+        except Exception as exc:  # noqa: BLE001 - the chaos goes on; a dropped connection hits us too
+            stack.events.append(f"chaos step failed: {type(exc).__name__}: {str(exc)[:120]}")
+            from django.db import connection
+
+            connection.close()
+
+
+# --- the checks -----------------------------------------------------------------------------------
+
+
+def check_invariants(ticket_ids: list[int], provider_refunds: list[dict[str, Any]]) -> list[Check]:
+    from agents.approval import arguments_digest
+    from agents.models import AgentRun, ApprovalPolicy, Refund, RunStatus, TicketLease
+    from approvals.models import ApprovalRequest, ApprovalStatus
+    from tickets.models import AuthorKind, Message, Ticket, TicketEvent, TicketStatus
+
+    drill_refunds = [r for r in provider_refunds if r["payment_intent"].startswith("pi_drill_")]
+    checks: list[Check] = []
+
+    keys = Check("one refund per idempotency key at the provider", checked=len(drill_refunds))
+    for key, count in Counter(r["metadata"].get("idempotency_key", "") for r in drill_refunds).items():
+        if count > 1:
+            keys.violations.append(f"{count} refunds under key {key}")
+    checks.append(keys)
+
+    ledger = {r.provider_refund_id: r for r in Refund.objects.exclude(provider_refund_id=None).select_related("order")}
+    match = Check("the provider's refunds are the ledger's", checked=len(drill_refunds))
+    for refund in drill_refunds:
+        ours = ledger.get(refund["id"])
+        if ours is None:
+            match.violations.append(f"{refund['id']} ({refund['amount']} cents) is not in the ledger")
+        elif ours.amount_cents != refund["amount"]:
+            match.violations.append(f"{refund['id']}: {refund['amount']} at the provider, {ours.amount_cents} ours")
+    at_provider = {r["id"] for r in drill_refunds}
+    for refund_id in ledger:
+        if refund_id not in at_provider:
+            match.violations.append(f"ledger refund {refund_id} is not at the provider")
+    checks.append(match)
+
+    policy = ApprovalPolicy.current()
+    approval = Check("no refund without its approval", checked=len(drill_refunds))
+    for refund in drill_refunds:
+        ours = ledger.get(refund["id"])
+        call = ours.tool_call if ours else None
+        needed = refund["amount"] > policy.refund_threshold_cents or (call is not None and call.approval_required)
+        if not needed:
+            continue
+        approved = (
+            call is not None
+            and ApprovalRequest.objects.filter(
+                tool_call=call, status=ApprovalStatus.APPROVED, arguments_digest=arguments_digest(call.arguments)
+            ).exists()
+        )
+        if not approved:
+            approval.violations.append(f"{refund['id']} ({refund['amount']} cents) has no approval for its arguments")
+    checks.append(approval)
+
+    twice = Check("no request refunded twice", checked=len(ticket_ids))
+    per_ticket_order: dict[tuple[str, str], int] = defaultdict(int)
+    for refund in drill_refunds:
+        ticket = refund["metadata"].get("ticket_id", "?")
+        per_ticket_order[(ticket, refund["metadata"].get("order_number", "?"))] += 1
+    for (ticket, order), count in per_ticket_order.items():
+        if count > 1:
+            twice.violations.append(f"ticket {ticket}: order {order} refunded {count} times")
+    checks.append(twice)
+
+    answered = Check("every customer message answered or handed to a person", checked=0)
+    stuck = Check("no ticket stuck", checked=len(ticket_ids))
+    gapless = Check("gapless timeline on every ticket", checked=len(ticket_ids))
+    for ticket in Ticket.objects.filter(pk__in=ticket_ids):
+        messages = list(Message.objects.filter(ticket=ticket).order_by("created_at", "id"))
+        for n, message in enumerate(messages):
+            if message.author_kind != AuthorKind.CUSTOMER:
+                continue
+            answered.checked += 1
+            later = [m for m in messages[n + 1 :] if m.is_public and m.author_kind != AuthorKind.CUSTOMER]
+            if not later and ticket.status not in {TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}:
+                answered.violations.append(f"ticket {ticket.pk}: message {message.pk} has no answer")
+        if AgentRun.objects.filter(ticket=ticket, status=RunStatus.RUNNING).exists():
+            stuck.violations.append(f"ticket {ticket.pk}: a run is still running")
+        if TicketLease.objects.filter(ticket=ticket).exclude(owner="").exists():
+            lease = TicketLease.objects.get(ticket=ticket)
+            if lease.expires_at.timestamp() > time.time():
+                stuck.violations.append(f"ticket {ticket.pk}: its lease is still held by {lease.owner}")
+        unhandled = Message.objects.filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER, agent_handled_at=None)
+        if unhandled.exists() and ticket.status not in {TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}:
+            stuck.violations.append(f"ticket {ticket.pk}: {unhandled.count()} message(s) never taken in")
+        seqs = list(TicketEvent.objects.filter(ticket=ticket).order_by("seq").values_list("seq", flat=True))
+        if seqs != list(range(1, len(seqs) + 1)) or (seqs and seqs[-1] != ticket.last_event_seq):
+            gapless.violations.append(f"ticket {ticket.pk}: sequence {seqs[:5]}... last {ticket.last_event_seq}")
+        customer_bodies = Counter(m.body for m in messages if m.author_kind == AuthorKind.CUSTOMER)
+        for body, count in customer_bodies.items():
+            if count > 1:
+                answered.violations.append(f"ticket {ticket.pk}: the message {body!r} was stored {count} times")
+    checks += [answered, stuck, gapless]
+    return checks
+
+
+def _table(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = [f"{'invariant'.ljust(width)}  checked  violations", f"{'-' * width}  -------  ----------"]
+    for check in checks:
+        lines.append(f"{check.name.ljust(width)}  {check.checked:7d}  {len(check.violations):10d}")
+        lines += [f"    ! {violation}" for violation in check.violations[:10]]
+    return "\n".join(lines)
+
+
+# --- the run ----------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m drill", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--customers", type=int, default=6, help="drill customers, 3 tickets each (default 6)")
+    parser.add_argument("--kills", type=int, default=3, help="random worker SIGKILLs (default 3)")
+    parser.add_argument("--timeout", type=float, default=200, help="seconds to wait for rest (default 200)")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: a new one, printed)")
+    parser.add_argument(
+        "--break", dest="break_", default="", choices=["", "skip_idempotency_key"], help="break the product on purpose"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database afterwards")
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(1_000_000)
+    random.seed(seed)
+    _setup_environment(args)
+
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from bench.common import redis_cleanup
+    from bench.overhead import Server
+    from drill.settings import DRILL_ADMIN_DATABASE, DRILL_NAME
+
+    if DRILL_ADMIN_DATABASE == SCRATCH_DB:
+        raise SystemExit(f"DATABASE_URL names {SCRATCH_DB!r}, the database the drill drops; use another")
+    server = Server.from_django({**settings.DATABASES["default"], "NAME": DRILL_ADMIN_DATABASE})
+    log_dir = LOG_DIR / time.strftime("%Y%m%d-%H%M%S")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    print(f"Drill (seed {seed}) on {server.host or 'a socket'}:{server.port or 5432}, logs in {log_dir}", flush=True)
+    began = time.monotonic()
+    server.recreate(SCRATCH_DB)
+    stack = Stack(args, log_dir)
+    stop = threading.Event()
+    traffic_done = threading.Event()
+    chaos_done = threading.Event()
+    chaos: threading.Thread | None = None
+    try:
+        call_command("migrate", verbosity=0, interactive=False)
+        call_command("seed_demo", stdout=open(os.devnull, "w"))  # noqa: SIM115
+        stack.start()
+        people = _make_customers(args.customers, stack.sandbox)
+        staff = get_user_model().objects.filter(is_superuser=True).first() or get_user_model().objects.create_superuser(
+            "drill-staff", "drill-staff@example.test", uuid.uuid4().hex
+        )
+        chaos = threading.Thread(
+            target=_chaos,
+            args=(stack, args, stop, traffic_done, chaos_done, staff),
+            name="drill-chaos",
+            daemon=True,
+        )
+        chaos.start()
+        ticket_ids = asyncio.run(_all_traffic(stack.base_url, people))
+        traffic_done.set()
+        print(f"{len(ticket_ids)} tickets opened by {len(people)} customers over HTTP; waiting for rest", flush=True)
+        deadline = time.monotonic() + args.timeout
+        rested = False
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            from django.db import close_old_connections
+
+            close_old_connections()
+            try:
+                if chaos_done.is_set() and _at_rest(ticket_ids):
+                    rested = True
+                    break
+            except Exception:  # noqa: BLE001 - our own connection may have been dropped by the drill
+                from django.db import connection
+
+                connection.close()
+        stop.set()
+        chaos.join(timeout=10)
+        from django.db import connection
+
+        connection.close()
+        checks = check_invariants(ticket_ids, stack.sandbox.refunds())
+        if not rested:
+            checks[-2].violations.append(f"the tickets did not come to rest within {args.timeout:g} s")
+    except DrillError as exc:
+        print(f"The drill could not run: {exc}", file=sys.stderr)
+        return 2
+    except Exception:  # noqa: BLE001 - report, clean up, exit 2
+        traceback.print_exc()
+        return 2
+    finally:
+        stop.set()
+        stack.stop()
+        redis_cleanup([DRILL_NAME], DRILL_NAME)
+        if not args.keep:
+            from django.db import connections
+
+            connections.close_all()
+            try:
+                server.drop(SCRATCH_DB)
+            except Exception as exc:  # noqa: BLE001
+                print(f"could not drop {SCRATCH_DB}: {exc}", file=sys.stderr)
+    print("\nWhat happened:")
+    for event in stack.events:
+        print(f"  - {event}")
+    fired = sorted(p.stem.removesuffix(".fired") for p in stack.fault_dir.glob("*.fired"))
+    print(f"  - fault points fired: {', '.join(fired) or 'none'}")
+    print(f"\n{_table(checks)}\n")
+    broken = sum(len(c.violations) for c in checks)
+    took = time.monotonic() - began
+    verdict = "every invariant holds" if not broken else f"{broken} violation(s)"
+    print(f"Drill finished in {took:.0f} s: {verdict}.")
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

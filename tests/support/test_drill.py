@@ -1,0 +1,36 @@
+"""``make drill`` passes on the product as it is, and fails when the money path is broken on purpose."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.workers, pytest.mark.timeout(400)]
+
+
+def drill(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DATABASE_URL": settings.DATABASE_URL, "REDIS_URL": settings.REDIS_URL}
+    for name in ("DJANGO_SETTINGS_MODULE", "AGENT_FAULT_POINTS", "AGENT_FAULT_ONCE_DIR"):
+        env.pop(name, None)
+    argv = [sys.executable, "-m", "drill", "--customers", "3", "--kills", "2", "--timeout", "150", *args]
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=380)
+
+
+def test_the_drill_passes_on_the_product_and_fails_when_refunds_lose_their_key():
+    passed = drill("--seed", "11")
+    assert passed.returncode == 0, passed.stdout[-4000:] + passed.stderr[-4000:]
+    assert "every invariant holds" in passed.stdout
+    for invariant in ("no refund without its approval", "no request refunded twice", "gapless timeline"):
+        assert invariant in passed.stdout
+    assert "fault points fired: after_call_started" in passed.stdout or "fault points fired: after" in passed.stdout
+
+    broken = drill("--seed", "11", "--break", "skip_idempotency_key")
+    assert broken.returncode == 1, broken.stdout[-4000:] + broken.stderr[-4000:]
+    assert "violation(s)" in broken.stdout
+    assert "is not in the ledger" in broken.stdout or "refunded 2 times" in broken.stdout
