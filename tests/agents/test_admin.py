@@ -62,3 +62,25 @@ def test_staff_hand_a_ticket_back_to_the_agent_and_illegal_moves_are_explained(a
     ticket.refresh_from_db()
     assert ticket.status == "closed"
     assert ticket.events.filter(kind="status_changed", actor_kind="staff").count() == 2
+
+
+def test_the_failing_tickets_filter_lists_a_parked_ticket_with_its_last_error(admin_client):
+    from agents.llm import ModelResponse, ToolCallRequest
+
+    class SaysNonsense:
+        name = "nonsense"
+
+        def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+            return ModelResponse(text="", tool_calls=[ToolCallRequest("c" * 150, "list_orders", "{}")])
+
+    parked, _ = ticket_services.ticket_open(customer=make_customer(), subject="Broken", body="Hello?")
+    healthy, _ = ticket_services.ticket_open(customer=make_customer(), subject="Fine", body="Hello there")
+    for _ in range(3):
+        advance(parked.pk, model=SaysNonsense())
+    advance(healthy.pk)
+
+    page = admin_client.get("/admin/tickets/ticket/?agent_failing=failing").content.decode()
+
+    assert f"/admin/tickets/ticket/{parked.pk}/change/" in page
+    assert f"/admin/tickets/ticket/{healthy.pk}/change/" not in page
+    assert "150 characters" in page  # the last error, in its column
