@@ -1,5 +1,8 @@
 # The two commands a newcomer needs:  make run   and   make test
 PYTHON ?= python3
+# DEBUG is off unless turned on; make run (demo mode) and make test turn it on, unless told otherwise.
+DEBUG ?= 1
+export DEBUG
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed

@@ -3,12 +3,12 @@ from __future__ import annotations
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from approvals.services import STAFF_GROUP, can_decide
+from support.websocket import SafeJsonConsumer
 
 
-class ApprovalsConsumer(AsyncJsonWebsocketConsumer):
+class ApprovalsConsumer(SafeJsonConsumer):
     """Tells an open dashboard that the pending list changed; the page then reloads it over HTTP."""
 
     async def connect(self) -> None:

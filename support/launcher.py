@@ -77,6 +77,11 @@ def _seed_sandbox(manage: list[str], env: dict[str, str]) -> None:
     subprocess.run([*manage, "sandbox_seed_orders"], env=env, cwd=BASE_DIR, check=True)
 
 
+def _flag(name: str, default: bool) -> bool:
+    raw = (os.environ.get(name) or "").strip().lower()
+    return default if not raw else raw in {"1", "true", "yes", "on"}
+
+
 def main() -> int:
     host = os.environ.get("HOST", "127.0.0.1")
     port = int(os.environ.get("PORT", "8000"))
@@ -111,6 +116,13 @@ def main() -> int:
             raise
 
         base = f"http://{host}:{port}"
+        debug = _flag("DEBUG", False)
+        demo = _flag("DEMO_DATA", debug)
+        logins = (
+            "  Demo mode (DEBUG on): customers alice, bob, carol; staff user 'staff'; password 'support-demo'"
+            if demo
+            else "  Not demo mode: no demo logins (create one with make manage ARGS=createsuperuser)"
+        )
         print(
             "\n".join(
                 [
@@ -120,7 +132,7 @@ def main() -> int:
                     f"  Approval dashboard:  {base}/staff/approvals/",
                     f"  Admin:               {base}/admin/",
                     f"  Health:              {base}/healthz",
-                    "  Logins: customers alice, bob, carol; staff user 'staff'; password 'support-demo'",
+                    logins,
                     "  Ctrl-C stops everything.",
                     "",
                 ]

@@ -8,6 +8,7 @@ with a message that names the variable to set.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -48,13 +49,18 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-DEBUG = env_bool("DEBUG", True)
+# Off unless asked for: `make run` and `make test` turn it on; production never should.
+DEBUG = env_bool("DEBUG", False)
 
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY is not set; it is required when DEBUG is off")
     SECRET_KEY = "dev-only-insecure-secret-key-set-SECRET_KEY-in-production"
+
+# Demo customers, orders and the `staff` login (tickets.demo): only in demo mode, never with DEBUG
+# off unless asked for with DEMO_DATA=1.
+DEMO_DATA = env_bool("DEMO_DATA", DEBUG)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -73,18 +79,29 @@ INSTALLED_APPS = [
     "agents",
     "approvals",
     "payments",
+    "axes",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     # Serves the admin's and the pages' static files from the ASGI process.
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # NUL characters, lone surrogates, JSON nested beyond reason: a clear 400 before any view.
+    "support.middleware.RejectUnstorableInput",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: locks out repeated failed logins (customers, staff, admin).
+    "axes.middleware.AxesMiddleware",
+]
+
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "support.urls"
@@ -136,6 +153,15 @@ if not REDIS_URL:
     )
 if urlparse(REDIS_URL).scheme not in {"redis", "rediss"}:
     raise ImproperlyConfigured(f"REDIS_URL must start with redis:// or rediss://; got {REDIS_URL!r}")
+
+# Shared by every web process: login lockouts and rate limits count across all of them.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": os.environ.get("CACHE_PREFIX", "support"),
+    }
+}
 
 # Prefix of the Channels layer's Redis keys (and of the streamed-answer buffers).
 CHANNELS_PREFIX = os.environ.get("CHANNELS_PREFIX", "asgi")
@@ -201,7 +227,16 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 # Files are found where they live (no collectstatic step needed to run).
 WHITENOISE_USE_FINDERS = True
 
-EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# The console backend prints mail, password-reset links included, to the log: only when DEBUG is on.
+EMAIL_BACKEND = os.environ.get(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend" if DEBUG else "django.core.mail.backends.smtp.EmailBackend",
+)
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "support@example.com")
 EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH", str(embedded.VAR_DIR / "mail"))
 
@@ -252,3 +287,59 @@ CELERY_BEAT_SCHEDULE = {
     "agents.reconcile_refunds": {"task": "agents.reconcile_refunds", "schedule": float(REFUND_RECONCILE_SECONDS)},
     "approvals.expire_due": {"task": "approvals.expire_due", "schedule": float(env_int("APPROVAL_EXPIRY_SECONDS", 60))},
 }
+
+
+# --- HTTPS, cookies, content security policy (check --deploy clean in production) ------------
+# On by default when DEBUG is off; each can be turned off for a plain-HTTP setup (say, behind a
+# proxy that redirects itself) by its variable.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+# A load balancer's health check may come over plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# Behind a TLS-terminating proxy: SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO,https
+_proxy_header = env_list("SECURE_PROXY_SSL_HEADER", [])
+if _proxy_header:
+    if len(_proxy_header) != 2:
+        raise ImproperlyConfigured("SECURE_PROXY_SSL_HEADER must be HEADER,VALUE, e.g. HTTP_X_FORWARDED_PROTO,https")
+    SECURE_PROXY_SSL_HEADER = (_proxy_header[0], _proxy_header[1])
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+
+# django-csp: scripts, styles and connections from our own origin only (the pages have no inline
+# script); WebSockets to the same host are 'self' in CSP level 3, listed for older browsers.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        # The admin sets a few inline style attributes.
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'", "ws:", "wss:"] if DEBUG else ["'self'", "wss:"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+
+# --- Logins and volume ------------------------------------------------------------------------
+# django-axes: after AXES_FAILURE_LIMIT failed logins for one username from one address, that
+# pair is locked out for AXES_COOLOFF_MINUTES (customers, staff and the admin alike).
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_VERBOSE = False
+# Per-customer limits (django-ratelimit rates, e.g. "8/10s", "20/h"): over them, 429 and Retry-After.
+CUSTOMER_MESSAGE_RATE = os.environ.get("CUSTOMER_MESSAGE_RATE", "8/10s")
+CUSTOMER_TICKET_RATE = os.environ.get("CUSTOMER_TICKET_RATE", "10/h")
+# Password-reset requests, per address asked for and per client address.
+PASSWORD_RESET_RATE_PER_EMAIL = os.environ.get("PASSWORD_RESET_RATE_PER_EMAIL", "3/h")
+PASSWORD_RESET_RATE_PER_IP = os.environ.get("PASSWORD_RESET_RATE_PER_IP", "10/h")
+RATELIMIT_USE_CACHE = "default"

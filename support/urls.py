@@ -13,6 +13,7 @@ admin.site.site_title = "Support operations"
 urlpatterns = [
     path("healthz", views.health, name="health"),
     path("admin/", admin.site.urls),
+    path("accounts/password_reset/", views.ThrottledPasswordResetView.as_view(), name="password_reset"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("staff/approvals/", include("approvals.urls")),
     path("", include("tickets.urls")),

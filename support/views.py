@@ -3,10 +3,13 @@ from __future__ import annotations
 import sys
 
 from django.conf import settings
+from django.contrib.auth.views import PasswordResetView
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
+
+from support.throttle import over_limit, too_many
 
 # How long a browser or load balancer should wait before asking again while the database is away.
 RETRY_AFTER_SECONDS = 5
@@ -44,13 +47,46 @@ def _check_workers() -> dict[str, object]:
     return {"ok": bool(names), "workers": names}
 
 
+def _may_see_details(request: HttpRequest) -> bool:
+    """Details (errors, worker host names) for staff and for checks run on this host only."""
+    if request.META.get("REMOTE_ADDR") in {"127.0.0.1", "::1"}:
+        return True
+    try:
+        return bool(request.user.is_authenticated and request.user.is_staff)
+    except Exception:  # noqa: BLE001 - the session lives in the database, which may be what is down
+        return False
+
+
 @require_GET
 def health(request: HttpRequest) -> JsonResponse:
-    """Database, Redis and worker status. 200 when the database and Redis answer."""
-    body = {"database": _check_database(), "redis": _check_redis(), "worker": _check_workers()}
+    """200 when the database and Redis answer, 503 when not. Anyone gets the status; staff and
+    local checks also get each part's state and the workers' names."""
+    body = {"database": _check_database(), "redis": _check_redis()}
     healthy = body["database"]["ok"] and body["redis"]["ok"]
+    status = 200 if healthy else 503
+    if not _may_see_details(request):
+        return JsonResponse({"status": "ok" if healthy else "unavailable"}, status=status)
+    body["worker"] = _check_workers()
     body["status"] = "ok" if healthy else "unavailable"
-    return JsonResponse(body, status=200 if healthy else 503)
+    return JsonResponse(body, status=status)
+
+
+class ThrottledPasswordResetView(PasswordResetView):
+    """Django's password reset, with requests limited per address asked for and per client address."""
+
+    def post(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        email = str(request.POST.get("email", "")).strip().lower()
+        per_ip = over_limit(request, group="password_reset.ip", key="ip", rate_setting="PASSWORD_RESET_RATE_PER_IP")
+        per_email = over_limit(
+            request,
+            group="password_reset.email",
+            key=lambda group, req: email,
+            rate_setting="PASSWORD_RESET_RATE_PER_EMAIL",
+        )
+        wait = per_ip or per_email
+        if wait is not None:
+            return too_many(wait, f"Too many password reset requests; please try again in {wait} s.", json=False)
+        return super().post(request, *args, **kwargs)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

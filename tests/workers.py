@@ -150,6 +150,11 @@ class Cluster:
             DEBUG="0",
             SECRET_KEY="test-only-secret-key-of-the-web-process",
             ALLOWED_HOSTS="127.0.0.1,localhost",
+            # Plain HTTP on loopback: no redirect to HTTPS, cookies that travel over HTTP.
+            SECURE_SSL_REDIRECT="0",
+            SESSION_COOKIE_SECURE="0",
+            CSRF_COOKIE_SECURE="0",
+            SECURE_HSTS_SECONDS="0",
             **extra,
         )
         # The test process may allow sync ORM calls beside Playwright's loop; the server must not.

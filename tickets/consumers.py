@@ -27,9 +27,9 @@ from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.http import Http404
 
+from support.websocket import SafeJsonConsumer
 from tickets import presenters, realtime, selectors
 from tickets.models import Ticket
 
@@ -46,7 +46,7 @@ def _after(query_string: bytes) -> int:
         return 0
 
 
-class TicketConsumer(AsyncJsonWebsocketConsumer):
+class TicketConsumer(SafeJsonConsumer):
     ticket: Ticket | None = None
     group: str | None = None
     last_seq: int = 0

@@ -48,3 +48,8 @@ def ticket_timeline(*, ticket: Ticket, after_seq: int = 0, public_only: bool = F
 
 def public_messages(*, ticket: Ticket) -> QuerySet[Message]:
     return Message.objects.filter(ticket=ticket, is_public=True).order_by("created_at", "id")
+
+
+def ticket_for_client_ref(*, customer: Customer, client_ref: str) -> Ticket | None:
+    """The ticket a retried "open ticket" submit already opened, if any."""
+    return Ticket.objects.filter(customer=customer, client_ref=client_ref).first()

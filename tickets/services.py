@@ -84,10 +84,21 @@ def event_append(
     return event
 
 
+def _storable_or_refuse(text: str, what: str) -> None:
+    """PostgreSQL stores neither NUL characters nor lone surrogates: refuse them, before any write."""
+    if "\x00" in text:
+        raise ValidationError(f"{what} contains a NUL character; please remove it.", code="nul")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(f"{what} contains characters that are not valid Unicode.", code="bad_unicode") from None
+
+
 def _clean_body(body: str) -> str:
     text = (body or "").strip()
     if not text:
         raise ValidationError("A message cannot be empty.", code="empty")
+    _storable_or_refuse(text, "The message")
     if len(text) > MESSAGE_MAX_CHARS:
         raise ValidationError(
             f"A message can be at most {MESSAGE_MAX_CHARS} characters; this one has {len(text)}.",
@@ -192,6 +203,9 @@ def ticket_open(
         subject = _clean_body(body)[:80]
     if len(subject) > SUBJECT_MAX_CHARS:
         raise ValidationError(f"A subject can be at most {SUBJECT_MAX_CHARS} characters.", code="subject_too_long")
+    _storable_or_refuse(subject, "The subject")
+    if client_ref is not None:
+        _storable_or_refuse(client_ref, "The form")
     if client_ref is not None:
         existing = Ticket.objects.filter(customer=customer, client_ref=client_ref).first()
         if existing is not None:

@@ -16,6 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from support.throttle import over_limit, too_many
 from tickets import presenters, selectors, services
 from tickets.models import AuthorKind, Customer, Message
 
@@ -60,6 +61,12 @@ def ticket_new(request: HttpRequest) -> HttpResponse:
     body = request.POST.get("body", "")
     # Generated per form render: a double submit of the same form opens one ticket.
     client_ref = request.POST.get("client_ref", "").strip()[:CLIENT_REF_MAX_CHARS] or None
+    existing = selectors.ticket_for_client_ref(customer=customer, client_ref=client_ref) if client_ref else None
+    if existing is not None:
+        return redirect("tickets:chat", ticket_id=existing.pk)  # a retried submit: the same ticket, not counted
+    wait = over_limit(request, group="tickets.new", key="user", rate_setting="CUSTOMER_TICKET_RATE")
+    if wait is not None:
+        return too_many(wait, f"You have opened many tickets just now; please try again in {wait} s.", json=False)
     try:
         ticket, _ = services.ticket_open(customer=customer, subject=subject, body=body, client_ref=client_ref)
     except ValidationError as exc:
@@ -139,6 +146,11 @@ def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
         or not isinstance(data.get("client_msg_id"), str)
     ):
         return JsonResponse({"error": "Send a JSON object with a client_msg_id and a body."}, status=400)
+    retried = Message.objects.filter(ticket=ticket, client_msg_id=data["client_msg_id"].strip()).exists()
+    if not retried:  # a retried send returns the original and is not counted
+        wait = over_limit(request, group="tickets.message", key="user", rate_setting="CUSTOMER_MESSAGE_RATE")
+        if wait is not None:
+            return too_many(wait, f"You are sending messages quickly; please wait {wait} s and send again.", json=True)
     try:
         message, created = services.message_post(
             ticket=ticket,

@@ -26,7 +26,7 @@ def start_django(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({}, "DATABASE_URL is not set"),
+        ({"DEBUG": "1"}, "DATABASE_URL is not set"),
         ({"DATABASE_URL": "mysql://u:p@localhost/db", "REDIS_URL": "redis://x/0"}, "must point at PostgreSQL"),
         ({"DATABASE_URL": "postgres://u@h/db", "REDIS_URL": "http://nope"}, "REDIS_URL must start with redis://"),
         ({"DATABASE_URL": "postgres://u@h/db", "REDIS_URL": "redis://h/0", "DEBUG": "maybe"}, "DEBUG='maybe'"),

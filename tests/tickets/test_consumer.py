@@ -3,6 +3,7 @@ Redis channel layer), with Channels' WebsocketCommunicator."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,7 +36,7 @@ def ticket(customer: Customer) -> Ticket:
 
 
 def session_cookie(customer: Customer | None) -> list[tuple[bytes, bytes]]:
-    headers = [(b"origin", b"http://127.0.0.1")]
+    headers = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
     if customer is not None:
         client = Client()
         client.force_login(customer.user)
@@ -124,7 +125,7 @@ def test_an_anonymous_visitor_is_refused_with_4403(ticket):
 
 
 def test_a_socket_from_another_site_is_refused_before_the_consumer(customer, ticket):
-    headers = [(b"origin", b"http://evil.example"), *session_cookie(customer)[1:]]
+    headers = [(b"origin", b"http://evil.example"), *session_cookie(customer)[1:]]  # host 127.0.0.1, cookie
 
     async def scenario() -> None:
         ws = socket(ticket.pk, headers=headers)
@@ -302,3 +303,90 @@ def test_streamed_tokens_reach_the_watcher_with_their_step_and_offset(customer, 
         run(scenario)
     finally:
         realtime.stream_finished(ticket.pk, step_id)
+
+
+# --- origins: scheme, host and port must all match ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("origin", "host", "allowed"),
+    [
+        ("http://127.0.0.1:8000", "127.0.0.1:8000", True),
+        ("http://127.0.0.1:9876", "127.0.0.1:8000", False),  # another port on the same host
+        ("https://127.0.0.1:8000", "127.0.0.1:8000", False),  # another scheme
+        ("http://localhost:8000", "127.0.0.1:8000", False),  # another host name
+        ("", "127.0.0.1:8000", False),  # no Origin at all
+        ("null", "127.0.0.1:8000", False),
+        ("http://evil.example:8000", "evil.example:8000", False),  # not in ALLOWED_HOSTS
+        ("https://support.example.com", "127.0.0.1:8000", True),  # CSRF_TRUSTED_ORIGINS
+        ("https://support.example.com:8443", "127.0.0.1:8000", False),
+    ],
+)
+def test_a_socket_opens_only_from_an_exactly_allowed_origin(customer, ticket, settings, origin, host, allowed):
+    settings.CSRF_TRUSTED_ORIGINS = ["https://support.example.com"]
+    cookie = session_cookie(customer)[-1]
+    headers = [(b"host", host.encode()), cookie] + ([(b"origin", origin.encode())] if origin else [])
+
+    async def scenario() -> None:
+        ws = socket(ticket.pk, headers=headers)
+        connected, code = await ws.connect()
+        if allowed:
+            assert connected
+            assert (await until_ready(ws)) is not None
+            await ws.disconnect()
+        else:
+            assert not connected and code == 4403
+
+    run(scenario)
+
+
+# --- bad frames and paths: an error frame, a live connection ------------------------------------
+
+
+def test_unknown_socket_paths_are_closed_with_not_found(customer):
+    headers = session_cookie(customer)
+
+    async def scenario() -> None:
+        for path in ("/ws/nowhere/", "/ws/tickets/abc/"):
+            ws = WebsocketCommunicator(application, path, headers=headers)
+            connected, _ = await ws.connect()
+            assert connected
+            assert await ws.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
+
+    run(scenario)
+
+
+def _nested(depth: int) -> list:
+    value: list = [1]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_binary_broken_and_deeply_nested_frames_get_an_error_and_the_socket_stays_open(customer, ticket):
+    headers = session_cookie(customer)
+
+    async def scenario() -> None:
+        ws = socket(ticket.pk, after=0, headers=headers)
+        await ws.connect()
+        await until_ready(ws)
+        bad = [
+            {"bytes_data": b"\x00\xff binary"},
+            {"text_data": "not json {"},
+            {"text_data": "[" * 50_000 + "]" * 50_000},
+            {"text_data": json.dumps({"type": "resync", "nested": _nested(30)})},
+            {"text_data": "x" * 100_000},
+        ]
+        for frame in bad:
+            await ws.send_to(**frame)
+            answer = await ws.receive_json_from(timeout=5)
+            assert answer["type"] == "error" and answer["error"], frame
+        # Still open and still serving: a new message reaches it live.
+        await database_sync_to_async(services.message_post)(
+            ticket=ticket.pk, author_kind=AuthorKind.AGENT, body="Still here."
+        )
+        frame = await ws.receive_json_from(timeout=5)
+        assert frame["type"] == "event" and "Still here." in json.dumps(frame)
+        await ws.disconnect()
+
+    run(scenario)

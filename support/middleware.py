@@ -1,0 +1,92 @@
+"""Input the database cannot store is refused at the door with a clear 400, before any view
+writes half of it: NUL characters, lone surrogates, JSON nested beyond reason."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
+
+MAX_JSON_DEPTH = 32
+
+
+def unstorable(value: Any, depth: int = 0) -> str | None:
+    """Why PostgreSQL could not store this (text or parsed JSON), or None."""
+    if depth > MAX_JSON_DEPTH:
+        return "is nested too deeply"
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "contains a NUL character"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "contains characters that are not valid Unicode"
+        return None
+    if isinstance(value, dict):
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        return None
+    for item in items:
+        reason = unstorable(item, depth + 1)
+        if reason:
+            return reason
+    return None
+
+
+class RejectUnstorableInput:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        refusal = self._refusal(request)
+        if refusal is not None:
+            return refusal
+        return self.get_response(request)
+
+    def _refusal(self, request: HttpRequest) -> HttpResponse | None:
+        wants_json = "json" in (request.content_type or "") or "json" in request.headers.get("Accept", "")
+        where, reason = "", None
+        reason = unstorable(request.path)
+        if reason:
+            where = "The address"
+        if not reason:
+            for key, values in request.GET.lists():
+                reason = unstorable([key, *values])
+                if reason:
+                    where = f"The parameter {key[:40]!r}" if not unstorable(key) else "A parameter"
+                    break
+        if not reason and request.method in {"POST", "PUT", "PATCH"}:
+            if "json" in (request.content_type or ""):
+                try:
+                    data = json.loads(request.body or b"null")
+                except RecursionError:
+                    reason, where = "is nested too deeply", "The request body"
+                except (ValueError, UnicodeDecodeError):
+                    data = None  # not JSON: the view answers that itself
+                else:
+                    reason = unstorable(data)
+                    where = "The request body"
+            elif request.content_type in {"application/x-www-form-urlencoded", "multipart/form-data"}:
+                try:
+                    fields = list(request.POST.lists())
+                except MultiPartParserError:
+                    return self._answer(wants_json, "The form could not be read.")
+                for key, values in fields:
+                    reason = unstorable([key, *values])
+                    if reason:
+                        where = f"The field {key[:40]!r}" if not unstorable(key) else "A field"
+                        break
+        if reason:
+            return self._answer(wants_json, f"{where} {reason}; nothing was saved. Please remove it and try again.")
+        return None
+
+    @staticmethod
+    def _answer(wants_json: bool, message: str) -> HttpResponse:
+        if wants_json:
+            return JsonResponse({"error": message}, status=400)
+        return HttpResponse(message, status=400, content_type="text/plain; charset=utf-8")

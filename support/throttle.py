@@ -1,0 +1,30 @@
+"""Rate limits over the shared cache (django-ratelimit): over the limit, 429 with Retry-After."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django_ratelimit.core import get_usage
+
+
+def over_limit(request: HttpRequest, *, group: str, key: str | Callable[..., str], rate_setting: str) -> int | None:
+    """Count this request against ``group``'s limit; None if within it, else seconds until it resets.
+
+    ``key`` is django-ratelimit's: ``"user"``, ``"ip"``, ``"post:email"``...
+    """
+    usage = get_usage(request, group=group, key=key, rate=getattr(settings, rate_setting), increment=True)
+    if usage is None or not usage["should_limit"]:
+        return None
+    return max(1, int(usage["time_left"]))
+
+
+def too_many(retry_after: int, message: str, *, json: bool) -> HttpResponse:
+    response: HttpResponse
+    if json:
+        response = JsonResponse({"error": message, "retry_after": retry_after}, status=429)
+    else:
+        response = HttpResponse(message, status=429, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = str(retry_after)
+    return response
