@@ -75,7 +75,7 @@ def test_anonymous_visitors_are_sent_to_sign_in(sandbox, client):
 
 async def _ws_accepted(user) -> bool:  # noqa: ANN001
     communicator = WebsocketCommunicator(
-        application, "/ws/staff/approvals/", headers=[(b"origin", b"http://localhost")]
+        application, "/ws/staff/approvals/", headers=[(b"origin", b"http://localhost"), (b"host", b"localhost")]
     )
     communicator.scope["user"] = user
     connected, _ = await communicator.connect()

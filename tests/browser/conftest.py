@@ -112,6 +112,11 @@ def sign_in(browser, stack: Stack, customer: Customer):  # noqa: ANN001, ANN201
     """A fresh browser context signed in as ``customer`` through the login form; returns its page."""
     context = browser.new_context(viewport={"width": 1100, "height": 820})
     context.set_default_timeout(15_000)
+    # Every page records what its Content-Security-Policy blocked (tests assert it stays empty).
+    context.add_init_script(
+        "window.__csp = []; document.addEventListener('securitypolicyviolation', "
+        "e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));"
+    )
     page = context.new_page()
     page.goto(stack.url("/accounts/login/"))
     page.fill("#id_username", customer.user.username)

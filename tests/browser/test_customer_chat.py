@@ -99,12 +99,14 @@ def test_a_customer_asks_about_an_order_and_sees_the_answer_stream_in(live: Stac
     page.wait_for_function("() => document.getElementById('chat-status-text').textContent === 'Waiting for your reply'")
     assert not page.locator("#chat-typing").is_visible()  # the typing dots go once the answer is in
     page.screenshot(path=str(SCREENSHOTS / "chat.png"))
+    assert page.evaluate("window.__csp") == []  # the chat, its script and its socket pass the policy
 
     page.goto(live.url("/tickets/"))
     assert page.locator(".ticket-row", has_text="Question about my order").locator(".badge").text_content() == (
         "Waiting for your reply"
     )
     page.screenshot(path=str(SCREENSHOTS / "tickets.png"))
+    assert page.evaluate("window.__csp") == []
     page.context.close()
 
 

@@ -27,8 +27,14 @@ def start_django(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]
     ("env", "message"),
     [
         ({"DEBUG": "1"}, "DATABASE_URL is not set"),
-        ({"DATABASE_URL": "mysql://u:p@localhost/db", "REDIS_URL": "redis://x/0"}, "must point at PostgreSQL"),
-        ({"DATABASE_URL": "postgres://u@h/db", "REDIS_URL": "http://nope"}, "REDIS_URL must start with redis://"),
+        (
+            {"DATABASE_URL": "mysql://u:p@localhost/db", "REDIS_URL": "redis://x/0", "DEBUG": "1"},
+            "must point at PostgreSQL",
+        ),
+        (
+            {"DATABASE_URL": "postgres://u@h/db", "REDIS_URL": "http://nope", "DEBUG": "1"},
+            "REDIS_URL must start with redis://",
+        ),
         ({"DATABASE_URL": "postgres://u@h/db", "REDIS_URL": "redis://h/0", "DEBUG": "maybe"}, "DEBUG='maybe'"),
         ({"DATABASE_URL": "postgres://u@h/db", "REDIS_URL": "redis://h/0", "DEBUG": "0"}, "SECRET_KEY is not set"),
     ],
