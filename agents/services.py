@@ -319,21 +319,25 @@ def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:
         run_transition(lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=reason)
 
 
+def _tell_customer(*, run: AgentRun, body: str, key: str, event: str, payload: dict[str, Any]) -> None:
+    """A plain sentence for the customer (once per key) and the system event that says why.
+    Caller: inside ``lease.guard()``."""
+    ticket_services.message_post(
+        ticket=run.ticket_id, author_kind=AuthorKind.SYSTEM, body=body, client_msg_id=key, actor_ref=_actor(run)
+    )
+    ticket_services.event_append(
+        ticket=run.ticket_id, kind=event, actor_kind=ActorKind.SYSTEM, actor_ref=_actor(run), payload=payload
+    )
+
+
 def escalate(*, lease: Lease, run: AgentRun, call: ToolCall, customer_text: str, reason: str) -> None:
     """A call ended in a way only a person can settle: tell the customer in plain words, hand off."""
     with lease.guard():
-        ticket_services.message_post(
-            ticket=run.ticket_id,
-            author_kind=AuthorKind.SYSTEM,
+        _tell_customer(
+            run=run,
             body=customer_text,
-            client_msg_id=f"escalation:{call.pk}",
-            actor_ref=_actor(run),
-        )
-        ticket_services.event_append(
-            ticket=run.ticket_id,
-            kind="tool_call_escalated",
-            actor_kind=ActorKind.SYSTEM,
-            actor_ref=_actor(run),
+            key=f"escalation:{call.pk}",
+            event="tool_call_escalated",
             payload={"call_id": call.pk, "tool": call.name, "status": call.status, "reason": reason[:500]},
         )
         hand_off(lease=lease, run=run, reason=f"{call.name} needs a person: {reason}")
@@ -387,18 +391,11 @@ def park(*, lease: Lease, run: AgentRun, error: str, failures: int) -> None:
             client_msg_id=f"parked-note:{run.pk}",
             actor_ref=_actor(run),
         )
-        ticket_services.message_post(
-            ticket=run.ticket_id,
-            author_kind=AuthorKind.SYSTEM,
+        _tell_customer(
+            run=run,
             body=PARKED_NOTE,
-            client_msg_id=f"parked:{run.pk}",
-            actor_ref=_actor(run),
-        )
-        ticket_services.event_append(
-            ticket=run.ticket_id,
-            kind="agent_parked",
-            actor_kind=ActorKind.SYSTEM,
-            actor_ref=_actor(run),
+            key=f"parked:{run.pk}",
+            event="agent_parked",
             payload={"run_id": run.pk, "failures": failures, "error": error[:500]},
         )
         ticket_services.ticket_hand_to_person(ticket=run.ticket_id, reason=f"the agent failed: {error[:200]}")

@@ -109,23 +109,9 @@ def _configure_environment() -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.suite_settings"
     os.environ["BENCH_DATABASE"] = SCRATCH_DB
     os.environ["BENCH_QUEUE"] = HARNESS_QUEUE
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    os.environ["DEBUG"] = "0"  # DEBUG keeps every query in memory: not what production measures
-    os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-not-for-production")
-    os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
-    # Plain HTTP on loopback, and customers who send far more than a person would.
-    for name, value in {
-        "SECURE_SSL_REDIRECT": "0",
-        "SESSION_COOKIE_SECURE": "0",
-        "CSRF_COOKIE_SECURE": "0",
-        "SECURE_HSTS_SECONDS": "0",
-        "CUSTOMER_MESSAGE_RATE": "100000/s",
-        "CUSTOMER_TICKET_RATE": "100000/s",
-        "DEMO_DATA": "1",
-    }.items():
-        os.environ.setdefault(name, value)
-    for name in ("AGENT_FAULT_POINTS", "AGENT_FAULT_ONCE_DIR", "AGENT_FAULT_KILL_PARENT"):
-        os.environ.pop(name, None)
+    from bench.common import configure_loopback_stack
+
+    configure_loopback_stack(secret_key="bench-only-secret-key-not-for-production", DEMO_DATA="1")
 
 
 def _child_env() -> dict[str, str]:

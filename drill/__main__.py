@@ -67,22 +67,9 @@ class Check:
 def _setup_environment(args: argparse.Namespace) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "drill.settings"
     os.environ["DRILL_DATABASE"] = SCRATCH_DB
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    os.environ["DEBUG"] = "0"
-    os.environ.setdefault("SECRET_KEY", "drill-only-secret-key-not-for-production")
-    os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost")
-    # Plain HTTP on loopback, and customers who send far more than a person would.
-    for name, value in {
-        "SECURE_SSL_REDIRECT": "0",
-        "SESSION_COOKIE_SECURE": "0",
-        "CSRF_COOKIE_SECURE": "0",
-        "SECURE_HSTS_SECONDS": "0",
-        "CUSTOMER_MESSAGE_RATE": "100000/s",
-        "CUSTOMER_TICKET_RATE": "100000/s",
-    }.items():
-        os.environ.setdefault(name, value)
-    for name in ("AGENT_FAULT_POINTS", "AGENT_FAULT_ONCE_DIR", "AGENT_FAULT_KILL_PARENT"):
-        os.environ.pop(name, None)
+    from bench.common import configure_loopback_stack
+
+    configure_loopback_stack(secret_key="drill-only-secret-key-not-for-production")
 
 
 # --- the stack ------------------------------------------------------------------------------
