@@ -41,7 +41,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
 from django.utils import timezone
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
@@ -58,6 +57,7 @@ from agents.models import (
     ReplayPolicy,
     ToolCall,
 )
+from agents.selectors import refunded_total_cents
 from agents.tools import Tool, ToolContext, ToolError, ToolEscalation, customer_order, register
 from payments.provider import (
     IdempotencyMismatch,
@@ -97,13 +97,6 @@ def provider() -> PaymentProvider:
 def _sleep(seconds: float) -> None:
     """The pause between provider retries (replaced in tests to record the waits)."""
     time.sleep(seconds)
-
-
-def refunded_total_cents(order: Order, *, exclude_key: str | None = None) -> int:
-    refunds = Refund.objects.filter(order=order, status__in=RESERVING_REFUND_STATUSES)
-    if exclude_key:
-        refunds = refunds.exclude(idempotency_key=exclude_key)
-    return int(refunds.aggregate(total=Sum("amount_cents"))["total"] or 0)
 
 
 def refund_commitments(

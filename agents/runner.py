@@ -26,7 +26,8 @@ from agents import services as agent_services
 from agents.approval import apply_decision, may_execute, pause_for_approval
 from agents.conversation import build_conversation
 from agents.lease import Lease, LeaseLost, lease_acquire, worker_identity
-from agents.llm import ChatModel, ModelError, get_model, validate_response
+from agents.llm import ChatModel, ModelError, validate_response
+from agents.model_factory import get_model
 from agents.models import (
     ACTIVE_RUN_STATUSES,
     FINAL_CALL_STATUSES,
@@ -87,6 +88,8 @@ class Outcome:
     state: str
     runs: int = 0
     retry_in: float | None = None
+    # Work is waiting that this call did not take (a message came in as it finished): ring again.
+    more_work: bool = False
 
 
 class RetryLater(Exception):
@@ -133,10 +136,8 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
             lease.release()
         else:
             lease.unlock()
-    if outcome.retry_in is None and has_pending_work(ticket_id):
-        from agents.tasks import ring
-
-        ring(ticket_id)
+    # New input that arrived while we held the lease: the task rings again (DESIGN.md, the loop, step 5).
+    outcome.more_work = outcome.retry_in is None and has_pending_work(ticket_id)
     return outcome
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from django.db.models import BooleanField, Exists, OuterRef, Q
+from django.db.models import BooleanField, Exists, OuterRef, Q, Sum
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from agents.lease import LOCK_HELD_SQL
-from agents.models import AgentRun, CallStatus, RunStatus, TicketLease, ToolCall
-from tickets.models import AuthorKind, Message, Ticket, TicketStatus
+from agents.models import RESERVING_REFUND_STATUSES, AgentRun, CallStatus, Refund, RunStatus, TicketLease, ToolCall
+from tickets.models import AuthorKind, Message, Order, Ticket, TicketStatus
 
 
 def tickets_with_agent_work(*, ticket_id: int | None = None, limit: int = 500) -> list[int]:
@@ -53,3 +53,11 @@ def tickets_with_agent_work(*, ticket_id: int | None = None, limit: int = 500) -
         .values_list("pk", flat=True)[:limit]
     )
     return list(candidates)
+
+
+def refunded_total_cents(order: Order, *, exclude_key: str | None = None) -> int:
+    """What has been (or may have been) refunded on this order: refunds done, pending or uncertain."""
+    refunds = Refund.objects.filter(order=order, status__in=RESERVING_REFUND_STATUSES)
+    if exclude_key:
+        refunds = refunds.exclude(idempotency_key=exclude_key)
+    return int(refunds.aggregate(total=Sum("amount_cents"))["total"] or 0)

@@ -8,6 +8,7 @@ from celery import shared_task
 from django.db import transaction
 from django.dispatch import receiver
 
+from agents.runner import advance
 from agents.selectors import tickets_with_agent_work
 from tickets.signals import ticket_needs_agent
 
@@ -17,11 +18,11 @@ logger = logging.getLogger(__name__)
 @shared_task(name="agents.advance_ticket")
 def advance_ticket(ticket_id: int) -> str:
     """The one agent task. Idempotent: duplicates and concurrent deliveries are harmless."""
-    from agents.runner import advance
-
     outcome = advance(int(ticket_id))
     if outcome.retry_in is not None:
         advance_ticket.apply_async(args=[ticket_id], countdown=outcome.retry_in)
+    elif outcome.more_work:
+        ring(ticket_id)
     return outcome.state
 
 

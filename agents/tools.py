@@ -26,6 +26,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 
 from agents.models import ReplayPolicy, ToolCall
+from agents.selectors import refunded_total_cents
 from tickets import services as ticket_services
 from tickets.models import ActorKind, AuthorKind, HelpArticle, Message, Order, Ticket, TicketStatus
 
@@ -173,15 +174,8 @@ def parse_arguments(name: str, raw: str | dict[str, Any]) -> tuple[Tool, dict[st
 # --- Orders -------------------------------------------------------------------------
 
 
-def refunded_cents(order: Order) -> int:
-    """What has been (or may have been) refunded on this order so far, from the refunds ledger."""
-    from agents.refunds import refunded_total_cents
-
-    return refunded_total_cents(order)
-
-
 def order_summary(order: Order) -> dict[str, Any]:
-    refunded = refunded_cents(order)
+    refunded = refunded_total_cents(order)
     return {
         "order_number": order.number,
         "status": order.status,

@@ -49,7 +49,7 @@ def notify_staff(approval_id: int, change: str) -> None:
 def _evidence(call: ToolCall) -> tuple[dict[str, Any], int | None, str]:
     if call.name != "issue_refund":
         return {}, None, ""
-    from agents.refunds import refunded_total_cents
+    from agents.selectors import refunded_total_cents
 
     order = Order.objects.filter(
         number__iexact=call.arguments.get("order_number", ""), customer__tickets=call.ticket_id

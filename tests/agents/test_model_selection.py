@@ -7,8 +7,9 @@ import json
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from agents.llm import ModelResponse, get_model
+from agents.llm import ModelResponse
 from agents.llm_openai import OpenAIChatModel
+from agents.model_factory import get_model
 from agents.models import CallStatus, ModelStep, ToolCall
 from agents.offline_model import OfflineDeterministicModel
 from agents.runner import advance

@@ -11,8 +11,9 @@ import json
 
 import pytest
 
-from agents.llm import ChatModel, ModelError, ToolCallRequest, Usage, get_model
+from agents.llm import ChatModel, ModelError, ToolCallRequest, Usage
 from agents.llm_openai import OpenAIChatModel
+from agents.model_factory import get_model
 from tests.agents.openai_server import OpenAIServer, split_text
 
 LOOKUP_ORDER_TOOL = {
