@@ -174,7 +174,14 @@ CHANNEL_LAYERS = {
 
 # --- Celery (every name checked against the Celery 5.6 configuration docs) -------
 
-CELERY_BROKER_URL = REDIS_URL
+# The broker: Redis (REDIS_URL) unless CELERY_BROKER_URL names another, e.g. RabbitMQ
+# (amqp://user:password@host:5672/vhost). Redis stays the Channels layer and the cache.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL
+BROKER_IS_AMQP = urlparse(CELERY_BROKER_URL).scheme in {"amqp", "amqps", "pyamqp"}
+if urlparse(CELERY_BROKER_URL).scheme not in {"redis", "rediss", "amqp", "amqps", "pyamqp"}:
+    raise ImproperlyConfigured(
+        f"CELERY_BROKER_URL must start with redis://, rediss:// or amqp://; got {CELERY_BROKER_URL!r}"
+    )
 CELERY_RESULT_BACKEND = None  # the ledger is Postgres; task results are never read
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
@@ -186,9 +193,17 @@ CELERY_TIMEZONE = "UTC"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# Time limits stay well below the broker's visibility timeout, so a message is
-# never redelivered while its first delivery is still legitimately running.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600)}
+if BROKER_IS_AMQP:
+    # RabbitMQ: publisher confirms, so a doorbell is on the broker when `delay` returns. A
+    # message unacknowledged when its consumer's connection dies is requeued at once. RabbitMQ
+    # cancels a consumer that holds a delivery longer than its consumer_timeout (30 min by
+    # default): the task time limit (11 min) and the longest retry countdown (5 min) stay under it.
+    # Classic durable queues (Celery's default): quorum queues are not what the tests run.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"confirm_publish": True}
+else:
+    # Redis: time limits stay well below the visibility timeout, so a message is never
+    # redelivered while its first delivery is still legitimately running.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600)}
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 600)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 660)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
