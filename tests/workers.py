@@ -261,7 +261,12 @@ class TcpProxy:
             except OSError:
                 return
             try:
-                upstream = socket.create_connection(self.target, timeout=5)
+                host, port = self.target
+                if host.startswith("/"):  # a socket directory, as the embedded PostgreSQL has
+                    upstream = socket.socket(socket.AF_UNIX)
+                    upstream.connect(f"{host}/.s.PGSQL.{port}")
+                else:
+                    upstream = socket.create_connection(self.target, timeout=5)
             except OSError:
                 client.close()
                 continue
