@@ -106,6 +106,23 @@ def live(stack, transactional_db) -> Iterator[Stack]:  # noqa: ANN001
         what="the agent to finish its runs",
         cluster=stack.cluster,
     )
+    # No doorbell left to ring, and no worker inside a ticket's lease (it holds the ticket's
+    # advisory lock there): emptying the tables then cannot deadlock with a worker's writes.
+    purge_broker()
+    wait_until(lambda: not _lease_locks_held(), timeout=30, what="the workers to let go of every lease")
+
+
+def _lease_locks_held() -> bool:
+    from django.db import connection
+
+    from agents.lease import LOCK_NAMESPACE
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = %s",
+            [LOCK_NAMESPACE],
+        )
+        return bool(cursor.fetchone()[0])
 
 
 def sign_in(browser, stack: Stack, customer: Customer):  # noqa: ANN001, ANN201
