@@ -8,6 +8,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 
 from agents.models import AgentRun, ModelStep, Refund, RunStatus, TicketLease, ToolCall
+from agents.refunds import refund_reconcile
 from agents.tasks import ring
 from tickets import services as ticket_services
 from tickets.admin import ReadOnlyInline, TicketAdmin
@@ -172,8 +173,6 @@ class TicketLeaseAdmin(ReadOnlyAdmin):
 
 @admin.action(description="Reconcile with the payment provider now")
 def reconcile_refunds(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Refund]) -> None:
-    from agents.refunds import refund_reconcile
-
     results: dict[str, int] = {}
     for refund in queryset.select_related("order"):
         status = refund_reconcile(refund=refund)

@@ -8,6 +8,7 @@ from celery import shared_task
 from django.db import transaction
 from django.dispatch import receiver
 
+from agents.refunds import reconcile_open_refunds
 from agents.runner import advance
 from agents.selectors import tickets_with_agent_work
 from tickets.signals import ticket_needs_agent
@@ -55,6 +56,4 @@ def sweep() -> int:
 @shared_task(name="agents.reconcile_refunds")
 def reconcile_refunds() -> dict[str, int]:
     """Settle refunds left submitted or uncertain from the provider's records."""
-    from agents.refunds import reconcile_open_refunds
-
     return reconcile_open_refunds()

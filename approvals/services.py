@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from agents.approval import arguments_digest
 from agents.models import ModelStep, ToolCall
+from agents.selectors import refunded_total_cents
 from agents.tasks import ring
 from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
 from tickets import services as ticket_services
@@ -49,8 +50,6 @@ def notify_staff(approval_id: int, change: str) -> None:
 def _evidence(call: ToolCall) -> tuple[dict[str, Any], int | None, str]:
     if call.name != "issue_refund":
         return {}, None, ""
-    from agents.selectors import refunded_total_cents
-
     order = Order.objects.filter(
         number__iexact=call.arguments.get("order_number", ""), customer__tickets=call.ticket_id
     ).first()
