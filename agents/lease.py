@@ -34,6 +34,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from tickets.services import events_batched
+
 logger = logging.getLogger(__name__)
 
 
@@ -78,15 +80,23 @@ class Lease:
     _heartbeat: threading.Thread | None = field(default=None, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     lost: bool = False
+    # Set while a fenced transaction of this lease is open (guards inside it add no statement).
+    _fencing: bool = field(default=False, repr=False)
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
         """A transaction that commits only if this lease is still ours.
 
         The fencing UPDATE takes the lease row's lock until commit, so a
-        take-over waits for this transaction and then sees its writes.
+        take-over waits for this transaction and then sees its writes. A guard
+        inside another guard of the same lease is part of the same transaction
+        and fenced by it: it adds no statement. Timeline events appended inside
+        are written together when the outermost guard ends.
         """
-        with transaction.atomic(savepoint=False):
+        if self._fencing and connection.in_atomic_block:
+            yield
+            return
+        with transaction.atomic(savepoint=False), events_batched():
             with connection.cursor() as cursor:
                 cursor.execute(
                     "UPDATE agents_ticketlease SET expires_at = GREATEST(expires_at, %s) "
@@ -96,7 +106,11 @@ class Lease:
                 if cursor.rowcount != 1:
                     self.lost = True
                     raise LeaseLost(f"lease on ticket {self.ticket_id} epoch {self.epoch} is no longer held")
-            yield
+            self._fencing = True
+            try:
+                yield
+            finally:
+                self._fencing = False
 
     def renew(self) -> bool:
         with connection.cursor() as cursor:

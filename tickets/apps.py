@@ -15,7 +15,7 @@ class TicketsConfig(AppConfig):
         ticket_event_appended.connect(_publish_event, dispatch_uid="tickets.publish_event")
 
 
-def _publish_event(sender: object, ticket_id: int, event_id: int, **kwargs: object) -> None:
+def _publish_event(sender: object, ticket_id: int, **kwargs: object) -> None:
     from tickets import realtime
 
-    realtime.publish_event(ticket_id, event_id)
+    realtime.publish_event(ticket_id)

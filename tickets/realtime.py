@@ -84,8 +84,9 @@ def _in_event_loop() -> bool:
     return True
 
 
-def publish_event(ticket_id: int, event_id: int) -> None:
-    _send(ticket_id, {"type": "ticket.event", "event_id": event_id})
+def publish_event(ticket_id: int) -> None:
+    """The ticket's timeline moved (a doorbell: the watchers read what is new from the ledger)."""
+    _send(ticket_id, {"type": "ticket.event"})
 
 
 def stream_token(ticket_id: int, step_id: int, offset: int, text: str) -> None:

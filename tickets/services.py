@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -38,6 +41,91 @@ def _ticket_id(ticket: Ticket | int) -> int:
     return ticket if isinstance(ticket, int) else int(ticket.pk)
 
 
+class _EventBatch(threading.local):
+    """Timeline events appended inside ``events_batched()``, written together when it ends."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.drafts: list[TicketEvent] = []
+
+
+_batch = _EventBatch()
+
+
+@contextlib.contextmanager
+def events_batched() -> Iterator[None]:
+    """Write the timeline events appended inside this block together, when it ends.
+
+    One statement reserves the sequence numbers of all of them on the ticket row
+    and one inserts them all, instead of two statements per event. Must be used
+    inside a transaction; events of a block that raises are dropped with it.
+    Nested blocks write once, when the outermost ends.
+    """
+    if not connection.in_atomic_block:
+        raise transaction.TransactionManagementError("events_batched() needs a transaction")
+    _batch.depth += 1
+    try:
+        yield
+    except BaseException:
+        if _batch.depth == 1:
+            _batch.drafts = []
+        raise
+    finally:
+        _batch.depth -= 1
+    if _batch.depth == 0:
+        drafts, _batch.drafts = _batch.drafts, []
+        _write_events(drafts)
+
+
+def _write_events(drafts: list[TicketEvent]) -> None:
+    """Give each draft the next sequence number of its ticket, in order, and insert them in one statement.
+
+    The counter lives on the ticket row and is bumped by a single UPDATE, which
+    takes the row lock until commit: concurrent writers queue behind it, and a
+    rolled-back transaction gives its numbers back, so numbers have no gaps.
+    """
+    if not drafts:
+        return
+    per_ticket: dict[int, list[TicketEvent]] = {}
+    for draft in drafts:
+        per_ticket.setdefault(draft.ticket_id, []).append(draft)
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        for ticket_id, events in per_ticket.items():
+            cursor.execute(
+                "UPDATE tickets_ticket SET last_event_seq = last_event_seq + %s, updated_at = %s "
+                "WHERE id = %s RETURNING last_event_seq",
+                [len(events), now, ticket_id],
+            )
+            row = cursor.fetchone()
+            if row is None:
+                raise Ticket.DoesNotExist(f"ticket {ticket_id} does not exist")
+            first = row[0] - len(events) + 1
+            for offset, event in enumerate(events):
+                event.seq = first + offset
+            _ring_after_commit(ticket_id)
+    TicketEvent.objects.bulk_create(drafts)
+
+
+class _Doorbell:
+    """After commit, tell a ticket's watchers that its timeline moved: once per transaction."""
+
+    def __init__(self, ticket_id: int) -> None:
+        self.ticket_id = ticket_id
+
+    def __call__(self) -> None:
+        ticket_event_appended.send(sender=TicketEvent, ticket_id=self.ticket_id)
+
+
+def _ring_after_commit(ticket_id: int) -> None:
+    pending = getattr(connection, "run_on_commit", None) or []
+    # Django keeps (savepoint ids, callback, robust) per registered callback; one doorbell per
+    # ticket per transaction is enough (the watchers read whatever is new in the ledger).
+    if any(isinstance(entry[1], _Doorbell) and entry[1].ticket_id == ticket_id for entry in pending):
+        return
+    transaction.on_commit(_Doorbell(ticket_id))
+
+
 def event_append(
     *,
     ticket: Ticket | int,
@@ -50,37 +138,25 @@ def event_append(
 ) -> TicketEvent:
     """Append one event to a ticket's timeline with the next sequence number.
 
-    The counter lives on the ticket row and is bumped by a single UPDATE, which
-    takes the row lock until commit: concurrent writers queue behind it, and a
-    rolled-back transaction gives its number back, so numbers have no gaps.
+    Inside ``events_batched()`` the event is written when the block ends (its
+    ``seq`` and ``pk`` are set then); otherwise at once.
     """
-    ticket_id = _ticket_id(ticket)
-    now = timezone.now()
+    event = TicketEvent(
+        ticket_id=_ticket_id(ticket),
+        kind=kind,
+        actor_kind=actor_kind,
+        actor_user=actor_user,
+        actor_ref=actor_ref,
+        payload=payload or {},
+        is_public=is_public,
+        created_at=timezone.now(),
+    )
+    if _batch.depth:
+        _batch.drafts.append(event)
+        return event
     # No savepoint: a failure here fails the caller's whole transaction anyway.
     with transaction.atomic(savepoint=False):
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE tickets_ticket SET last_event_seq = last_event_seq + 1, updated_at = %s "
-                "WHERE id = %s RETURNING last_event_seq",
-                [now, ticket_id],
-            )
-            row = cursor.fetchone()
-        if row is None:
-            raise Ticket.DoesNotExist(f"ticket {ticket_id} does not exist")
-        event = TicketEvent.objects.create(
-            ticket_id=ticket_id,
-            seq=row[0],
-            kind=kind,
-            actor_kind=actor_kind,
-            actor_user=actor_user,
-            actor_ref=actor_ref,
-            payload=payload or {},
-            is_public=is_public,
-            created_at=now,
-        )
-        transaction.on_commit(
-            lambda: ticket_event_appended.send(sender=TicketEvent, ticket_id=ticket_id, event_id=event.pk)
-        )
+        _write_events([event])
     return event
 
 

@@ -8,5 +8,6 @@ from django.dispatch import Signal
 # (a customer message arrived, a decision was recorded). Argument: ticket_id.
 ticket_needs_agent = Signal()
 
-# Sent after commit for every appended timeline event. Arguments: ticket_id, event_id.
+# Sent after commit when a transaction appended timeline events to a ticket (once per
+# transaction and ticket, a doorbell: watchers read what is new). Argument: ticket_id.
 ticket_event_appended = Signal()
