@@ -15,6 +15,9 @@ import json
 from typing import Any
 
 from django.conf import settings
+from django.db.models import BigIntegerField, OuterRef, Subquery
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
 
 from agents.models import AgentRun, CallStatus, ModelStep, StepStatus, ToolCall
 from tickets.models import AuthorKind, Message, Ticket, TicketEvent
@@ -30,17 +33,59 @@ Your final message (with no tool call) is posted to the customer."""
 _PREFIX = {AuthorKind.AGENT: "", AuthorKind.STAFF: "[staff] ", AuthorKind.SYSTEM: "[automatic notice] "}
 
 
-def build_conversation(run: AgentRun) -> list[dict[str, Any]]:
-    ticket = Ticket.objects.select_related("customer").get(pk=run.ticket_id)
+def system_message(ticket: Ticket) -> dict[str, Any]:
     prompt = getattr(settings, "AGENT_SYSTEM_PROMPT", "") or DEFAULT_SYSTEM_PROMPT
-    system = f"{prompt}\nCustomer: {ticket.customer.name}. Ticket #{ticket.pk}: {ticket.subject}."
+    return {
+        "role": "system",
+        "content": f"{prompt}\nCustomer: {ticket.customer.name}. Ticket #{ticket.pk}: {ticket.subject}.",
+    }
 
-    calls = {(c.step_id, c.index): c for c in ToolCall.objects.filter(ticket=ticket)}
-    posted_by_tools = {c.idempotency_key for c in calls.values()}
-    seq_of = dict(TicketEvent.objects.filter(ticket=ticket, kind="message").values_list("payload__message_id", "seq"))
+
+def step_block(step: ModelStep, calls: dict[tuple[int, int], ToolCall]) -> list[dict[str, Any]]:
+    """A step that asked for tools, as the model reads it: its message, then each call's result."""
+    block: list[dict[str, Any]] = [assistant_message(step)]
+    for index, requested in enumerate(step.tool_calls):
+        block.append(tool_message(requested, calls.get((step.pk, index))))
+    return block
+
+
+def assistant_message(step: ModelStep) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": step.response_text or "",
+        "tool_calls": [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in step.tool_calls
+        ],
+    }
+
+
+def tool_message(requested: dict[str, Any], call: ToolCall | None) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": requested["id"], "content": json.dumps(call_view(call))}
+
+
+def build_conversation(
+    run: AgentRun,
+    *,
+    ticket: Ticket | None = None,
+    steps: list[ModelStep] | None = None,
+    calls: list[ToolCall] | None = None,
+) -> list[dict[str, Any]]:
+    """The whole conversation from the ledger. ``ticket`` (with its customer), and the ticket's
+    ``steps`` and ``calls``, may be passed when the caller has read them already."""
+    if ticket is None:
+        ticket = Ticket.objects.select_related("customer").get(pk=run.ticket_id)
+    if calls is None:
+        calls = list(ToolCall.objects.filter(ticket=ticket))
+    if steps is None:
+        steps = list(ModelStep.objects.filter(ticket=ticket, status=StepStatus.COMPLETED).exclude(tool_calls=[]))
+    by_position = {(c.step_id, c.index): c for c in calls}
+    posted_by_tools = {c.idempotency_key for c in calls}
     placed: list[tuple[tuple[int, ...], list[dict[str, Any]]]] = []
-    messages = Message.objects.filter(ticket=ticket, is_public=True).exclude(
-        author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
+    messages = (
+        Message.objects.filter(ticket=ticket, is_public=True)
+        .exclude(author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True)
+        .annotate(seq=Subquery(_message_seq))
     )
     for message in messages:
         if message.client_msg_id in posted_by_tools:
@@ -49,32 +94,44 @@ def build_conversation(run: AgentRun) -> list[dict[str, Any]]:
             entry = {"role": "user", "content": message.body}
         else:
             entry = {"role": "assistant", "content": _PREFIX.get(message.author_kind, "") + message.body}
-        placed.append(((seq_of.get(message.pk, 0), 0, message.pk), [entry]))
+        placed.append(((message.seq or 0, 0, message.pk), [entry]))
 
-    steps = ModelStep.objects.filter(ticket=ticket, status=StepStatus.COMPLETED).exclude(tool_calls=[])
     for step in steps:
-        block: list[dict[str, Any]] = [
-            {
-                "role": "assistant",
-                "content": step.response_text or "",
-                "tool_calls": [
-                    {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                    for c in step.tool_calls
-                ],
-            }
-        ]
-        for index, requested in enumerate(step.tool_calls):
-            view = call_view(calls.get((step.pk, index)))
-            block.append({"role": "tool", "tool_call_id": requested["id"], "content": json.dumps(view)})
+        if step.status != StepStatus.COMPLETED or not step.tool_calls:
+            continue
         position = step.ticket_seq if step.ticket_seq is not None else 0
-        placed.append(((position, 1, step.run_id, step.index), block))
+        placed.append(((position, 1, step.run_id, step.index), step_block(step, by_position)))
 
-    conversation: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    conversation: list[dict[str, Any]] = [system_message(ticket)]
     for _, entries in sorted(placed, key=lambda item: item[0]):
         conversation.extend(entries)
     for note in run.recovery_notes:
         conversation.append({"role": "system", "content": note["text"]})
     return conversation
+
+
+# The timeline position of a message: its "message" event.
+_message_seq = (
+    TicketEvent.objects.filter(ticket_id=OuterRef("ticket_id"), kind="message")
+    .annotate(message_id=Cast(KT("payload__message_id"), BigIntegerField()))
+    .filter(message_id=OuterRef("pk"))
+    .values("seq")[:1]
+)
+
+
+def request_of(step: ModelStep) -> list[dict[str, Any]]:
+    """The whole request a step sent to the model, rebuilt from the ledger: the request of
+    its prefix step (recursively), then the messages the step stored."""
+    parts: list[list[dict[str, Any]]] = []
+    current: ModelStep | None = step
+    while current is not None:
+        parts.append(current.request_messages)
+        current = (
+            ModelStep.objects.only("request_messages", "request_prefix").get(pk=current.request_prefix_id)
+            if current.request_prefix_id
+            else None
+        )
+    return [message for part in reversed(parts) for message in part]
 
 
 def call_view(call: ToolCall | None) -> dict[str, Any]:

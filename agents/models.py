@@ -106,6 +106,12 @@ class ModelStep(models.Model):
     attempt = models.PositiveIntegerField(default=1)
     status = models.CharField(max_length=12, choices=StepStatus.choices, default=StepStatus.STARTED)
     model_name = models.CharField(max_length=200)
+    # The request sent to the model is the request of ``request_prefix`` (an earlier step of the
+    # same pass) followed by ``request_messages``; with no prefix, ``request_messages`` is all of
+    # it. agents.conversation.request_of rebuilds the whole request.
+    request_prefix = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     request_messages = models.JSONField(default=list)
     response_text = models.TextField(blank=True)
     tool_calls = models.JSONField(default=list, blank=True)

@@ -6,10 +6,11 @@ cannot write (fencing).
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import F, Sum
+from django.db import connection
+from django.db.models import F, Subquery, Sum
 from django.utils import timezone
 
 from agents.lease import Lease
@@ -66,18 +67,27 @@ def run_start(*, lease: Lease, ticket: Ticket, model_name: str) -> AgentRun | No
     return run
 
 
-def run_transition(*, lease: Lease, run: AgentRun, to_status: str, outcome: str = "") -> AgentRun:
+def run_transition(
+    *, lease: Lease, run: AgentRun, to_status: str, outcome: str = "", tokens: tuple[int, int, int] | None = None
+) -> AgentRun:
+    """Move the run to ``to_status`` (RUN_TRANSITIONS). Only the lease holder writes runs, so the
+    status this worker knows is the one in the table; the UPDATE checks it all the same.
+    ``tokens``: the run's (prompt, completion, wasted) totals, summed from its steps."""
+    if to_status != run.status and to_status not in RUN_TRANSITIONS[run.status]:
+        raise ValueError(f"run {run.pk} cannot go from {run.status} to {to_status}")
+    changes: dict[str, Any] = {"status": to_status, "outcome": outcome or run.outcome}
+    if tokens is None:
+        totals = ModelStep.objects.filter(run_id=run.pk).aggregate(
+            p=Sum("prompt_tokens"), c=Sum("completion_tokens"), w=Sum("wasted_tokens")
+        )
+        tokens = (totals["p"] or 0, totals["c"] or 0, totals["w"] or 0)
+    if to_status in {RunStatus.COMPLETED, RunStatus.HANDED_OFF, RunStatus.FAILED}:
+        changes["ended_at"] = timezone.now()
+    changes["prompt_tokens"], changes["completion_tokens"], changes["wasted_tokens"] = tokens
     with lease.guard():
-        locked = AgentRun.objects.select_for_update().get(pk=run.pk)
-        if to_status != locked.status and to_status not in RUN_TRANSITIONS[locked.status]:
-            raise ValueError(f"run {run.pk} cannot go from {locked.status} to {to_status}")
-        locked.status = to_status
-        locked.outcome = outcome or locked.outcome
-        fields = ["status", "outcome"]
-        if to_status in {RunStatus.COMPLETED, RunStatus.HANDED_OFF, RunStatus.FAILED}:
-            locked.ended_at = timezone.now()
-            fields.append("ended_at")
-        locked.save(update_fields=fields)
+        if AgentRun.objects.filter(pk=run.pk, status=run.status).update(**changes) != 1:
+            current = AgentRun.objects.filter(pk=run.pk).values_list("status", flat=True).first()
+            raise ValueError(f"run {run.pk} is {current}, not {run.status}: not moved to {to_status}")
         ticket_services.event_append(
             ticket=run.ticket_id,
             kind=f"agent_run_{to_status}",
@@ -86,7 +96,8 @@ def run_transition(*, lease: Lease, run: AgentRun, to_status: str, outcome: str 
             payload={"run_id": run.pk, "outcome": outcome},
             is_public=to_status != RunStatus.RUNNING,
         )
-    run.status, run.outcome, run.ended_at = locked.status, locked.outcome, locked.ended_at
+    for name, value in changes.items():
+        setattr(run, name, value)
     return run
 
 
@@ -112,59 +123,63 @@ def run_note_resume(*, lease: Lease, run: AgentRun, note: dict[str, Any] | None)
     run.epochs, run.recovery_notes = locked.epochs, locked.recovery_notes
 
 
-def step_start(*, lease: Lease, run: AgentRun, index: int, model_name: str, messages: list[dict]) -> ModelStep:
-    with lease.guard():
-        attempt = ModelStep.objects.filter(run=run, index=index).count() + 1
-        return ModelStep.objects.create(
-            run=run,
-            ticket_id=run.ticket_id,
-            index=index,
-            attempt=attempt,
-            model_name=model_name,
-            request_messages=messages,
-            epoch=lease.epoch,
-        )
+def step_store(
+    *,
+    lease: Lease,
+    run: AgentRun,
+    index: int,
+    attempt: int,
+    model_name: str,
+    request_prefix: ModelStep | None,
+    request_messages: list[dict[str, Any]],
+    response: ModelResponse | None = None,
+    status: str = StepStatus.COMPLETED,
+    error: str = "",
+    wasted: int = 0,
+    started_at: datetime | None = None,
+) -> ModelStep:
+    """Store one model step, completed (with its ``response``) or not (failed, interrupted).
 
-
-def step_complete(*, lease: Lease, step: ModelStep, response: ModelResponse) -> ModelStep:
-    with lease.guard():
-        step.status = StepStatus.COMPLETED
+    Caller: inside the step's fenced transaction, with the intents of the calls it asks for.
+    """
+    now = timezone.now()
+    step = ModelStep(
+        run=run,
+        ticket_id=run.ticket_id,
+        index=index,
+        attempt=attempt,
+        status=status,
+        model_name=model_name,
+        request_prefix=request_prefix,
+        request_messages=request_messages,
+        error=error[:2000],
+        wasted_tokens=wasted,
+        epoch=lease.epoch,
+        started_at=started_at or now,
+        completed_at=now,
+    )
+    if response is not None:
         step.response_text = response.text
         step.tool_calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls]
         step.finish_reason = response.finish_reason
         step.prompt_tokens = response.usage.prompt_tokens
         step.completion_tokens = response.usage.completion_tokens
         step.usage_estimated = response.usage.estimated
-        step.completed_at = timezone.now()
-        # Where this step sits among the ticket's messages when a later turn rebuilds the conversation.
-        step.ticket_seq = Ticket.objects.values_list("last_event_seq", flat=True).get(pk=step.ticket_id)
-        step.save(
-            update_fields=[
-                "status",
-                "response_text",
-                "tool_calls",
-                "finish_reason",
-                "prompt_tokens",
-                "completion_tokens",
-                "usage_estimated",
-                "completed_at",
-                "ticket_seq",
-            ]
-        )
-        AgentRun.objects.filter(pk=step.run_id).update(
-            prompt_tokens=F("prompt_tokens") + response.usage.prompt_tokens,
-            completion_tokens=F("completion_tokens") + response.usage.completion_tokens,
-        )
+    # Where this step sits among the ticket's messages when a later turn rebuilds the conversation:
+    # the ticket's timeline position, read by the INSERT itself.
+    step.ticket_seq = Subquery(Ticket.objects.filter(pk=run.ticket_id).values("last_event_seq")[:1])
+    with lease.guard():
+        step.save(force_insert=True)
+    step.ticket_seq = None  # in the table; a pass reads it again when it rebuilds the conversation
     return step
 
 
-def step_fail(*, lease: Lease, step: ModelStep, error: str, status: str = StepStatus.FAILED, wasted: int = 0) -> None:
+def step_mark_interrupted(*, lease: Lease, step: ModelStep, wasted: int) -> None:
     with lease.guard():
         ModelStep.objects.filter(pk=step.pk).update(
-            status=status, error=error[:2000], wasted_tokens=wasted, completed_at=timezone.now()
-        )
-        if wasted:
-            AgentRun.objects.filter(pk=step.run_id).update(wasted_tokens=F("wasted_tokens") + wasted)
+            status=StepStatus.INTERRUPTED, error="interrupted; generated again", wasted_tokens=wasted,
+            completed_at=timezone.now(),
+        )  # fmt: skip
 
 
 def call_start(
@@ -233,14 +248,40 @@ def call_finish(
         locked.error = error[:2000]
         locked.finished_at = timezone.now()
         locked.save(update_fields=["status", "result", "error", "finished_at"])
-        ticket_services.event_append(
-            ticket=call.ticket_id,
-            kind="tool_call_uncertain" if status == CallStatus.UNCERTAIN else "tool_call_finished",
-            actor_kind=ActorKind.AGENT if status != CallStatus.UNCERTAIN else ActorKind.SYSTEM,
-            actor_ref=f"run:{call.run_id}",
-            payload={"call_id": call.pk, "tool": call.name, "status": status, "error": error[:500]},
-        )
+        _call_finished_event(locked, status, error)
     return locked
+
+
+def calls_record_outcomes(*, lease: Lease, calls: list[ToolCall]) -> None:
+    """Commit outcomes decided in memory (safe calls, which wait for the next step's transaction):
+    one UPDATE for all of them, and their timeline events."""
+    if not calls:
+        return
+    rows = [
+        (call.pk, call.status, None if call.result is None else json.dumps(call.result), call.error, call.finished_at)
+        for call in calls
+    ]
+    with lease.guard():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE agents_toolcall AS c SET status = v.status, result = v.result::jsonb, error = v.error, "
+                "finished_at = v.finished_at::timestamptz "
+                f"FROM (VALUES {', '.join(['(%s::bigint, %s, %s, %s, %s)'] * len(rows))}) "
+                "AS v(id, status, result, error, finished_at) WHERE c.id = v.id",
+                [value for row in rows for value in row],
+            )
+        for call in calls:
+            _call_finished_event(call, call.status, call.error)
+
+
+def _call_finished_event(call: ToolCall, status: str, error: str) -> None:
+    ticket_services.event_append(
+        ticket=call.ticket_id,
+        kind="tool_call_uncertain" if status == CallStatus.UNCERTAIN else "tool_call_finished",
+        actor_kind=ActorKind.AGENT if status != CallStatus.UNCERTAIN else ActorKind.SYSTEM,
+        actor_ref=f"run:{call.run_id}",
+        payload={"call_id": call.pk, "tool": call.name, "status": status, "error": error[:500]},
+    )
 
 
 def call_retry(*, lease: Lease, call: ToolCall) -> ToolCall:
@@ -265,13 +306,18 @@ def split_reply(text: str, limit: int) -> list[str]:
     return parts
 
 
-def reply_post(*, lease: Lease, run: AgentRun, step: ModelStep) -> Message:
+def reply_post(*, lease: Lease, run: AgentRun, step: ModelStep, stream: int | None = None) -> Message | None:
     """Post the model's final answer; keyed by the step, so a crash and retry posts it once.
+    None, and nothing posted, when a person has taken the ticket (or closed it) meanwhile.
 
-    An answer longer than one message may be is posted whole, as consecutive messages."""
+    An answer longer than one message may be is posted whole, as consecutive messages.
+    ``stream``: the id its text was streamed under, so a watcher drops that stream's bubble."""
     parts = split_reply(step.response_text, ticket_services.MESSAGE_MAX_CHARS)
     posted: list[Message] = []
     with lease.guard():
+        ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
+        if ticket.status in {TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}:
+            return None
         for n, part in enumerate(parts):
             message, _ = ticket_services.message_post(
                 ticket=run.ticket_id,
@@ -279,9 +325,9 @@ def reply_post(*, lease: Lease, run: AgentRun, step: ModelStep) -> Message:
                 body=part,
                 client_msg_id=f"reply:{run.pk}:{step.index}" + (f":{n + 1}" if n else ""),
                 actor_ref=_actor(run),
+                stream=stream,
             )
             posted.append(message)
-        ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
         # A customer who wrote while this answer was being written is not waited on: their turn comes next.
         unanswered = Message.objects.filter(
             ticket_id=run.ticket_id, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
@@ -293,7 +339,7 @@ def reply_post(*, lease: Lease, run: AgentRun, step: ModelStep) -> Message:
                 actor_kind=ActorKind.AGENT,
                 actor_ref=_actor(run),
             )
-    return posted[0]
+    return posted[0] if posted else None
 
 
 def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:

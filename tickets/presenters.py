@@ -84,6 +84,8 @@ def _message(event: TicketEvent) -> dict[str, Any] | None:
     }
     if author == AuthorKind.CUSTOMER:
         item["client_msg_id"] = payload.get("client_msg_id")
+    if isinstance(payload.get("stream"), int):
+        item["stream"] = payload["stream"]  # the streamed text this message replaces
     return item
 
 

@@ -192,8 +192,12 @@ def message_post(
     is_public: bool = True,
     client_msg_id: str | None = None,
     actor_ref: str = "",
+    stream: int | None = None,
 ) -> tuple[Message, bool]:
     """Post a message on a ticket; returns (message, created).
+
+    ``stream``: the agent's answer was streamed to watchers under this id first; its event says so,
+    so a watcher that has (or is about to get) that stream's text shows the message instead.
 
     With a ``client_msg_id`` the call is idempotent: a repeat returns the
     original message and ``created=False``, and starts nothing new. Reusing the
@@ -230,6 +234,7 @@ def message_post(
                     "body": text,
                     # Lets the sender's chat match the event to the bubble it already shows.
                     "client_msg_id": client_msg_id,
+                    **({"stream": stream} if stream is not None else {}),
                 },
                 is_public=is_public,
             )

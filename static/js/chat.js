@@ -202,6 +202,8 @@
 
   function onMessage(item) {
     if (item.author === "agent") dropStream();
+    // The streamed text this message replaces: tokens of that stream that arrive later are old news.
+    if (typeof item.stream === "number") state.doneStep = Math.max(state.doneStep, item.stream);
     var el = null;
     if (item.client_msg_id && state.pending[item.client_msg_id]) {
       el = state.pending[item.client_msg_id];

@@ -42,6 +42,7 @@ from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer, make_order
 from tests.workers import purge_broker, wait_until
 from tests.workers import test_database_url as database_url
+from tickets import realtime
 from tickets import services as ticket_services
 from tickets.models import AuthorKind, Message, Ticket, TicketEvent, TicketStatus
 
@@ -238,7 +239,7 @@ def test_a_refund_asked_mid_answer_waits_for_approval_with_a_real_worker(sandbox
     cluster.worker(OFFLINE_MODEL_TOKEN_DELAY_MS="40")
     cluster.beat()  # the sweeper re-rings a turn that failed: it must still not pay
     wait_until(
-        lambda: ModelStep.objects.filter(ticket=ticket, status=StepStatus.STARTED, index=1).exists(),
+        lambda: bool(realtime.streamed_so_far(ticket.pk)[1]),
         timeout=60,
         what="the first answer to start streaming",
         cluster=cluster,

@@ -1,0 +1,237 @@
+"""Running the tool calls a model step asked for: intent, effect, outcome.
+
+The intent of every call a step asks for commits with the step itself, in one
+transaction, together with everything decided about the call before it runs
+(its arguments checked, the business rules checked, whether it needs a staff
+approval, and if so the pause and the request: DESIGN.md, invariant 11).
+
+Then each call runs by its replay policy (DESIGN.md, invariant 17):
+
+- ``safe`` (a read): its result is kept in memory and commits with the next
+  step; a crash before that runs it again;
+- ``keyed`` and ``never``: the outcome commits at once, after the effect (intent
+  before effect, outcome right after).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from agents import faults
+from agents import services as agent_services
+from agents.approval import apply_decision, may_execute, pause_for_approval
+from agents.lease import Lease, LeaseLost
+from agents.models import FINAL_CALL_STATUSES, AgentRun, CallStatus, ModelStep, ReplayPolicy, RunStatus, ToolCall
+from agents.pass_state import Pass
+from agents.tools import REGISTRY, Tool, ToolContext, ToolError, ToolEscalation, ToolUncertain, parse_arguments
+
+logger = logging.getLogger(__name__)
+
+
+class Stop(Exception):
+    """The run stopped and a person has the ticket (an escalation)."""
+
+
+class ToolCrashed(Exception):
+    """A tool raised something other than a ToolError; its call is recorded as failed."""
+
+
+def approval_reason(p: Pass, tool: Tool, ctx: ToolContext, args: dict[str, Any]) -> str:
+    """Why this call needs a staff approval, or "" (agents.policy, with the rules read once per pass)."""
+    if tool.name in p.approval_rules:
+        return f"every {tool.name} call needs a staff approval"
+    if tool.needs_approval is not None:
+        return tool.needs_approval(ctx, args) or ""
+    return ""
+
+
+def record_intents(p: Pass, step: ModelStep) -> bool:
+    """Record the intent of each call ``step`` asks for. Caller: inside the step's fenced transaction.
+    Returns True if a call paused the run for an approval."""
+    paused = False
+    for index, requested in enumerate(step.tool_calls):
+        call = _record_intent(p, step, index, requested)
+        p.call_stored(call)
+        paused = paused or call.status == CallStatus.AWAITING_APPROVAL
+    return paused
+
+
+def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, Any]) -> ToolCall:
+    lease, run = p.lease, p.run
+    common = {"lease": lease, "run": run, "step": step, "index": index, "model_call_id": requested["id"]}
+    try:
+        tool, args = parse_arguments(requested["name"], requested["arguments"])
+    except ToolError as exc:
+        call = agent_services.call_start(
+            **common,
+            name=str(requested["name"])[:100],
+            arguments={"raw": str(requested["arguments"])[:2000]},
+            replay_policy=ReplayPolicy.SAFE,
+            public_label="",
+        )
+        return agent_services.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
+    # Not saved yet: the checks below see the call as it will be recorded.
+    draft = ToolCall(ticket_id=run.ticket_id, run=run, step=step, index=index, name=tool.name, arguments=args)
+    ctx = ToolContext(ticket=p.ticket, call=draft)
+    intent = {**common, "name": tool.name, "arguments": args, "replay_policy": tool.replay_policy}
+    try:
+        if tool.precheck is not None:
+            tool.precheck(ctx, args)
+    except ToolError as exc:
+        call = agent_services.call_start(**intent, public_label=tool.public_label)
+        return agent_services.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
+    reason = approval_reason(p, tool, ctx, args)
+    call = agent_services.call_start(
+        **intent,
+        public_label=tool.public_label,
+        status=CallStatus.AWAITING_APPROVAL if reason else CallStatus.STARTED,
+        approval_reason=reason,
+    )
+    if reason:
+        pause_for_approval(lease=lease, run=run, call=call, reason=reason)
+    return call
+
+
+def run_calls(p: Pass, step: ModelStep) -> str | None:
+    """Run the calls a stored step asked for. Returns a run state to stop at, or None to go on."""
+    lease, run = p.lease, p.run
+    for index in range(len(step.tool_calls)):
+        call = p.calls.get((step.pk, index))
+        if call is None:
+            # A step stored before its intents were (an older worker's ledger): record them now.
+            with lease.guard():
+                record_intents(p, step)
+            p.reload()
+            return None
+        if call.status in FINAL_CALL_STATUSES:
+            if ends_turn(call):
+                return _end_turn(p, call)
+            continue
+        if call.status == CallStatus.AWAITING_APPROVAL:
+            p.flush_outcomes()
+            state = apply_decision(lease=lease, run=run, call=call, ticket=p.ticket, execute=execute_now)
+            p.reload()  # the decision wrote rows this pass did not track
+            if state is not None:
+                return state
+            call = p.calls[(step.pk, index)]
+        else:
+            call = execute(p, call)
+        if run.failures and call.status == CallStatus.SUCCEEDED:
+            p.flush_outcomes()
+            agent_services.run_reset_failures(lease=lease, run=run)  # progress: the failures were not in a row
+        if ends_turn(call):
+            return _end_turn(p, call)
+    p.results_known(step)
+    return None
+
+
+def _end_turn(p: Pass, call: ToolCall) -> str:
+    p.flush_outcomes()
+    agent_services.run_transition(lease=p.lease, run=p.run, to_status=RunStatus.HANDED_OFF, outcome=call.name)
+    return RunStatus.HANDED_OFF
+
+
+def ends_turn(call: ToolCall) -> bool:
+    tool = REGISTRY.get(call.name)
+    return tool is not None and tool.ends_turn and call.status == CallStatus.SUCCEEDED
+
+
+def execute(p: Pass, call: ToolCall, *, again: bool = False) -> ToolCall:
+    """Run one call's effect. A safe call's outcome waits in memory for the next step's
+    transaction; any other commits now. Returns the call as it stands."""
+    tool = REGISTRY.get(call.name)
+    if tool is None:
+        return agent_services.call_finish(
+            lease=p.lease, call=call, status=CallStatus.FAILED, result=None, error=f"unknown tool {call.name}"
+        )
+    if call.replay_policy == ReplayPolicy.SAFE and may_execute(call) and not again:
+        outcome = _run_handler(p.lease, call, tool, ToolContext(ticket=p.ticket, call=call))
+        if outcome is not None:
+            faults.hit("after_safe_effect")
+            status, result, error = outcome
+            call.status, call.error, call.finished_at = status, error[:2000], timezone.now()
+            call.result = json.loads(json.dumps(result, default=str)) if result is not None else None
+            p.unsaved_outcomes.append(call)
+            return call
+    p.flush_outcomes()
+    execute_now(p.lease, call, tool, ToolContext(ticket=p.ticket, call=call), again=again)
+    fresh = ToolCall.objects.get(pk=call.pk)
+    p.call_stored(fresh)
+    return fresh
+
+
+def _run_handler(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext) -> tuple[str, Any, str] | None:
+    """A safe call's handler; (status, result, error), or None when it must be recorded at once
+    (a crash or an escalation, which execute_now handles)."""
+    try:
+        return CallStatus.SUCCEEDED, tool.handler(ctx, call.arguments), ""
+    except ToolEscalation:
+        return None  # a safe call may run again: execute_now runs it and records the escalation
+    except LeaseLost:
+        raise
+    except ToolUncertain as exc:
+        return CallStatus.UNCERTAIN, {"status": "uncertain"}, str(exc)
+    except ToolError as exc:
+        return CallStatus.FAILED, None, str(exc)
+    except Exception as exc:  # noqa: BLE001 - a tool crash is a result the model sees, and a failure counted
+        logger.exception("tool %s failed on ticket %s", call.name, call.ticket_id)
+        connection.close_if_unusable_or_obsolete()
+        error = f"{type(exc).__name__}: {exc}"
+        agent_services.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=error)
+        raise ToolCrashed(f"the tool {call.name} failed: {error}") from exc
+
+
+def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, again: bool = False) -> None:
+    """Run the effect, then commit the outcome. The intent row is already committed.
+
+    ``again``: recovery runs a call whose earlier attempt left no outcome; count it.
+    """
+    if not may_execute(call):
+        # Unreachable through the loop (such a call is created paused); the last door stays shut anyway.
+        logger.error("call %s on ticket %s needs an approval it does not have; not executed", call.pk, call.ticket_id)
+        agent_services.call_finish(
+            lease=lease, call=call, status=CallStatus.FAILED, result=None, error="not executed: no staff approval"
+        )
+        return
+    if again:
+        call = agent_services.call_retry(lease=lease, call=call)
+    try:
+        # No transaction around the handler: a tool commits its own steps (a
+        # refund commits its intent before it calls the provider), so that what
+        # it committed survives a failure or a crash after it.
+        result = tool.handler(ctx, call.arguments)
+    except ToolEscalation as exc:
+        status = CallStatus.UNCERTAIN if exc.uncertain else CallStatus.FAILED
+        call = agent_services.call_finish(
+            lease=lease, call=call, status=status, result={"status": status}, error=str(exc)
+        )
+        agent_services.escalate(lease=lease, run=AgentRun.objects.get(pk=call.run_id), call=call,
+                                customer_text=exc.customer_text, reason=str(exc))  # fmt: skip
+        raise Stop() from None
+    except ToolUncertain as exc:
+        agent_services.call_finish(
+            lease=lease, call=call, status=CallStatus.UNCERTAIN, result={"status": "uncertain"}, error=str(exc)
+        )
+        return
+    except ToolError as exc:
+        agent_services.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
+        return
+    except LeaseLost:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a tool crash is a result the model sees, and a failure counted
+        logger.exception("tool %s failed on ticket %s", call.name, call.ticket_id)
+        connection.close_if_unusable_or_obsolete()
+        error = f"{type(exc).__name__}: {exc}"
+        status = CallStatus.UNCERTAIN if call.replay_policy == ReplayPolicy.NEVER else CallStatus.FAILED
+        agent_services.call_finish(lease=lease, call=call, status=status, result=None, error=error)
+        raise ToolCrashed(f"the tool {call.name} failed: {error}") from exc
+    if call.replay_policy == ReplayPolicy.KEYED:
+        faults.hit("after_keyed_effect")
+    elif call.replay_policy == ReplayPolicy.NEVER:
+        faults.hit("after_never_effect")
+    agent_services.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=result)

@@ -1,0 +1,151 @@
+"""What one pass of the loop knows about its run: read once from Postgres, then kept in
+step with what the pass itself writes (DESIGN.md, the loop).
+
+A pass reads the ticket's steps and calls once (two statements), builds the
+conversation from them once, and from then on appends to it in memory: the
+step it stores, the results of the calls it runs. Each step stores only the
+messages that are new since the request of the step before it in the same pass
+(``ModelStep.request_prefix``), so a turn writes each message once; the whole
+request stays rebuildable from the ledger (``agents.conversation.request_of``).
+
+Anything this pass did not write itself (a recovery, a staff decision applied,
+a pause) makes the pass read the ledger again (``reload``) instead of guessing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Sum
+
+from agents import services as agent_services
+from agents.conversation import assistant_message, build_conversation, tool_message
+from agents.lease import Lease
+from agents.models import AgentRun, ModelStep, StepStatus, ToolApprovalRule, ToolCall
+from tickets.models import Ticket
+
+# A step's answer streams under an id made of where the step sits, known before the step is
+# stored: run, index and attempt. Ids grow with each, so a browser knows a newer stream.
+_INDEX_BITS, _ATTEMPT_BITS = 10, 10
+
+
+def stream_id(run_id: int, index: int, attempt: int) -> int:
+    return (run_id << (_INDEX_BITS + _ATTEMPT_BITS)) | (min(index, 1023) << _ATTEMPT_BITS) | min(attempt, 1023)
+
+
+def stream_position(stream: int) -> tuple[int, int, int]:
+    """(run id, step index, attempt) of a stream id."""
+    mask = (1 << _ATTEMPT_BITS) - 1
+    return stream >> (_INDEX_BITS + _ATTEMPT_BITS), (stream >> _ATTEMPT_BITS) & mask, stream & mask
+
+
+@dataclass
+class Pass:
+    lease: Lease
+    ticket: Ticket
+    run: AgentRun
+    # Every step row of the ticket (all runs, all statuses) and every call, as read or written.
+    steps: list[ModelStep] = field(default_factory=list)
+    calls: dict[tuple[int, int], ToolCall] = field(default_factory=dict)
+    # Tools every call of which needs a staff approval (ToolApprovalRule), read once per pass.
+    approval_rules: frozenset[str] = frozenset()
+    # Tokens of the ticket's other runs (this run's are summed from its steps).
+    other_runs_tokens: int = 0
+    conversation: list[dict[str, Any]] = field(default_factory=list)
+    # The last step of this pass whose request is a prefix of the conversation, and that request's length.
+    prefix_step: ModelStep | None = None
+    prefix_length: int = 0
+    # Safe calls run in memory whose outcomes commit with the next step (DESIGN.md, invariant 17).
+    unsaved_outcomes: list[ToolCall] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, lease: Lease, ticket: Ticket, run: AgentRun) -> Pass:
+        state = cls(lease=lease, ticket=ticket, run=run)
+        state.reload()
+        return state
+
+    def reload(self) -> None:
+        """Read the run's ledger again and rebuild the conversation from it."""
+        self.steps = list(ModelStep.objects.filter(ticket_id=self.ticket.pk).order_by("run_id", "index", "attempt"))
+        self.calls = {(c.step_id, c.index): c for c in ToolCall.objects.filter(ticket_id=self.ticket.pk)}
+        self.approval_rules = frozenset(
+            ToolApprovalRule.objects.filter(requires_approval=True).values_list("tool_name", flat=True)
+        )
+        others = AgentRun.objects.filter(ticket_id=self.ticket.pk).exclude(pk=self.run.pk)
+        totals = others.aggregate(p=Sum("prompt_tokens"), c=Sum("completion_tokens"), w=Sum("wasted_tokens"))
+        self.other_runs_tokens = sum(v or 0 for v in totals.values())
+        self.unsaved_outcomes = []
+        self.rebuild_conversation()
+
+    def rebuild_conversation(self) -> None:
+        self.conversation = build_conversation(
+            self.run,
+            ticket=self.ticket,
+            steps=[s for s in self.steps if s.status == StepStatus.COMPLETED and s.tool_calls],
+            calls=list(self.calls.values()),
+        )
+        self.prefix_step, self.prefix_length = None, 0
+
+    # --- reads ------------------------------------------------------------------------------
+
+    @property
+    def run_steps(self) -> list[ModelStep]:
+        return [s for s in self.steps if s.run_id == self.run.pk]
+
+    def last_completed(self) -> ModelStep | None:
+        done = [s for s in self.run_steps if s.status == StepStatus.COMPLETED]
+        return max(done, key=lambda s: s.index) if done else None
+
+    def next_index(self) -> int:
+        last = self.last_completed()
+        return 0 if last is None else last.index + 1
+
+    def attempts_at(self, index: int) -> int:
+        return sum(1 for s in self.run_steps if s.index == index)
+
+    def calls_of(self, step: ModelStep) -> list[ToolCall]:
+        return [self.calls[(step.pk, i)] for i in range(len(step.tool_calls)) if (step.pk, i) in self.calls]
+
+    def run_tokens(self) -> tuple[int, int, int]:
+        steps = self.run_steps
+        return (
+            sum(s.prompt_tokens for s in steps),
+            sum(s.completion_tokens for s in steps),
+            sum(s.wasted_tokens for s in steps),
+        )
+
+    def tokens_used(self) -> int:
+        return self.other_runs_tokens + sum(self.run_tokens())
+
+    # --- keeping up with what this pass writes ----------------------------------------------
+
+    def request_delta(self) -> tuple[ModelStep | None, list[dict[str, Any]]]:
+        """The next request as (prefix step, messages after the prefix's request)."""
+        return self.prefix_step, self.conversation[self.prefix_length :]
+
+    def step_stored(self, step: ModelStep) -> None:
+        self.steps.append(step)
+        if step.status == StepStatus.COMPLETED:
+            self.prefix_step, self.prefix_length = step, len(self.conversation)
+            if step.tool_calls:
+                self.conversation.append(assistant_message(step))
+
+    def flush_outcomes(self) -> None:
+        """Commit the outcomes of safe calls kept in memory (before any other write that follows them)."""
+        if self.unsaved_outcomes:
+            with self.lease.guard():
+                self.save_outcomes()
+
+    def save_outcomes(self) -> None:
+        """Caller: inside a fenced transaction (the next step's)."""
+        calls, self.unsaved_outcomes = self.unsaved_outcomes, []
+        agent_services.calls_record_outcomes(lease=self.lease, calls=calls)
+
+    def call_stored(self, call: ToolCall) -> None:
+        self.calls[(call.step_id, call.index)] = call
+
+    def results_known(self, step: ModelStep) -> None:
+        """All calls of ``step`` are final (or paused): the model reads their results next."""
+        for index, requested in enumerate(step.tool_calls):
+            self.conversation.append(tool_message(requested, self.calls.get((step.pk, index))))

@@ -1,0 +1,128 @@
+"""Recovery: what a dead worker left behind on a run, resolved by each call's replay policy.
+
+Runs at the start of every pass and costs nothing when there is nothing to
+recover (it reads only what the pass loaded). A run taken up after a clean stop
+(a pause for approval, a model retry) is not a recovery: only a lease taken
+from an owner that never released it is.
+
+- A generation cut off mid-stream left text in the streaming buffer and no
+  step: it is recorded as an interrupted step with its wasted tokens, and
+  generated again.
+- A call left ``started``: ``safe`` runs again; ``keyed`` asks its reconcile
+  hook what happened under its idempotency key, then finishes or retries under
+  the same key; ``never`` becomes ``uncertain`` and the model is told.
+- A call that needs an approval it does not have is paused again, never run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents import services as agent_services
+from agents.approval import may_execute, pause_for_approval
+from agents.execution import execute
+from agents.models import AgentRun, CallStatus, ReplayPolicy, StepStatus, ToolCall
+from agents.pass_state import Pass, stream_position
+from agents.tools import REGISTRY, ToolContext
+from tickets import realtime
+
+
+def recover(p: Pass) -> None:
+    lease, run = p.lease, p.run
+    resumed = bool(lease.took_over_from) and bool(run.epochs) and lease.epoch not in run.epochs
+    found: dict[str, list[dict[str, Any]]] = {"interrupted_steps": [], "rerun": [], "reconciled": [], "uncertain": []}
+    if lease.took_over_from:
+        _interrupted_generation(p, found)
+    for step in [s for s in p.run_steps if s.status == StepStatus.STARTED]:
+        # A step row stored before its answer (an older worker's ledger).
+        agent_services.step_mark_interrupted(lease=lease, step=step, wasted=0)
+        found["interrupted_steps"].append({"step": step.index, "wasted_tokens": 0})
+
+    started = [c for c in p.calls.values() if c.run_id == run.pk and c.status == CallStatus.STARTED]
+    for call in sorted(started, key=lambda c: (_step_index(p, c), c.index)):
+        tool = REGISTRY.get(call.name)
+        entry = {"tool": call.name, "arguments": call.arguments, "idempotency_key": call.idempotency_key}
+        if tool is not None and not may_execute(call):
+            # Never runs without its approval, whatever left it started: ask for it (again).
+            pause_for_approval(lease=lease, run=run, call=call, reason=call.approval_reason or "needs a staff approval")
+            break
+        if tool is None or call.replay_policy == ReplayPolicy.NEVER:
+            agent_services.call_finish(
+                lease=lease,
+                call=call,
+                status=CallStatus.UNCERTAIN,
+                result={"status": "uncertain", "note": "The worker stopped during this call; it may have happened."},
+                error="interrupted; not repeated automatically (replay policy: never)",
+            )
+            found["uncertain"].append(entry)
+        elif call.replay_policy == ReplayPolicy.KEYED and tool.reconcile is not None:
+            proven = tool.reconcile(ToolContext(ticket=p.ticket, call=call), call.arguments)
+            if proven is not None:
+                agent_services.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=proven)
+                found["reconciled"].append(entry)
+            else:
+                execute(p, call, again=True)
+                found["rerun"].append(entry)
+        else:
+            # safe: run it again; keyed without a reconcile hook: retry under the same key.
+            execute(p, call, again=True)
+            found["rerun"].append(entry)
+
+    touched = any(found.values()) or bool(started)
+    note = _recovery_note(p, run, found) if resumed or any(found.values()) else None
+    if note is not None or lease.epoch not in run.epochs:
+        agent_services.run_note_resume(lease=lease, run=run, note=note)
+    if touched or note is not None:
+        p.reload()
+
+
+def _step_index(p: Pass, call: ToolCall) -> int:
+    return next((s.index for s in p.steps if s.pk == call.step_id), 0)
+
+
+def _interrupted_generation(p: Pass, found: dict[str, list[dict[str, Any]]]) -> None:
+    """The dead worker was streaming a step it never stored: record it, with the tokens wasted."""
+    stream, streamed = realtime.streamed_so_far(p.ticket.pk)
+    position = stream_position(stream) if stream is not None else None
+    if position is None or position[0] != p.run.pk:
+        return
+    _, index, attempt = position
+    if any(s.index == index and s.attempt == attempt for s in p.run_steps):
+        realtime.stream_finished(p.ticket.pk, stream)
+        return
+    wasted = max(1, len(streamed) // 4) if streamed else 0
+    step = agent_services.step_store(
+        lease=p.lease,
+        run=p.run,
+        index=index,
+        attempt=attempt,
+        model_name=p.run.model_name,
+        request_prefix=None,
+        request_messages=[],
+        status=StepStatus.INTERRUPTED,
+        error="interrupted; generated again",
+        wasted=wasted,
+    )
+    p.steps.append(step)
+    realtime.stream_finished(p.ticket.pk, stream)
+    found["interrupted_steps"].append({"step": index, "wasted_tokens": wasted})
+
+
+def _recovery_note(p: Pass, run: AgentRun, found: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    calls = sorted(ToolCall.objects.filter(run=run).select_related("step"), key=lambda c: (c.step.index, c.index))
+    completed = [c.name for c in calls if c.status == CallStatus.SUCCEEDED]
+    failed = [c.name for c in calls if c.status == CallStatus.FAILED]
+    uncertain = [c.name for c in calls if c.status == CallStatus.UNCERTAIN]
+    lines = [
+        "RECOVERY NOTE: the previous worker on this ticket stopped before finishing. "
+        "Steps already completed were kept and are not generated again.",
+        f"Calls completed: {', '.join(completed) or 'none'}.",
+        f"Calls failed: {', '.join(failed) or 'none'}.",
+        f"Calls that may have taken effect (uncertain): {', '.join(uncertain) or 'none'}.",
+    ]
+    if uncertain:
+        lines.append(
+            "Before repeating an uncertain action, check the real state (look it up, or ask the customer); "
+            "do not repeat it blindly."
+        )
+    return {"text": "\n".join(lines), **found}
