@@ -34,7 +34,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tickets.services import events_batched
+from support import rows
+from tickets.services import Fence, FenceRefused, events_batched
 
 logger = logging.getLogger(__name__)
 
@@ -85,32 +86,35 @@ class Lease:
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
-        """A transaction that commits only if this lease is still ours.
+        """A transaction that commits only if this lease is still ours (fencing).
 
-        The fencing UPDATE takes the lease row's lock until commit, so a
-        take-over waits for this transaction and then sees its writes. A guard
-        inside another guard of the same lease is part of the same transaction
-        and fenced by it: it adds no statement. Timeline events appended inside
-        are written together when the outermost guard ends.
+        The fence is checked last, in the same statement that numbers and writes
+        the transaction's timeline events: an UPDATE of the lease row that must
+        find this epoch and owner. It takes the lease row's lock until commit,
+        so a take-over after it waits for this transaction and then sees its
+        writes; a take-over before it makes it fail, and nothing of the
+        transaction commits. A guard inside another guard of the same lease is
+        part of the same transaction and fenced by it: it adds no statement.
         """
         if self._fencing and connection.in_atomic_block:
             yield
             return
-        with transaction.atomic(savepoint=False), events_batched():
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "UPDATE agents_ticketlease SET expires_at = GREATEST(expires_at, %s) "
-                    "WHERE ticket_id = %s AND epoch = %s AND owner = %s",
-                    [timezone.now() + timedelta(seconds=1), self.ticket_id, self.epoch, self.owner],
-                )
-                if cursor.rowcount != 1:
-                    self.lost = True
-                    raise LeaseLost(f"lease on ticket {self.ticket_id} epoch {self.epoch} is no longer held")
-            self._fencing = True
-            try:
-                yield
-            finally:
-                self._fencing = False
+        fence = Fence(
+            ticket_id=self.ticket_id,
+            sql="UPDATE agents_ticketlease SET expires_at = GREATEST(expires_at, %s) "
+            "WHERE ticket_id = %s AND epoch = %s AND owner = %s RETURNING 1",
+            params=[timezone.now() + timedelta(seconds=1), self.ticket_id, self.epoch, self.owner],
+        )
+        try:
+            with transaction.atomic(savepoint=False), rows.write_behind(), events_batched(fence=fence):
+                self._fencing = True
+                try:
+                    yield
+                finally:
+                    self._fencing = False
+        except FenceRefused:
+            self.lost = True
+            raise LeaseLost(f"lease on ticket {self.ticket_id} epoch {self.epoch} is no longer held") from None
 
     def renew(self) -> bool:
         with connection.cursor() as cursor:

@@ -17,8 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Sum
-
 from agents import services as agent_services
 from agents.conversation import assistant_message, build_conversation, tool_message
 from agents.lease import Lease
@@ -72,9 +70,9 @@ class Pass:
         self.approval_rules = frozenset(
             ToolApprovalRule.objects.filter(requires_approval=True).values_list("tool_name", flat=True)
         )
-        others = AgentRun.objects.filter(ticket_id=self.ticket.pk).exclude(pk=self.run.pk)
-        totals = others.aggregate(p=Sum("prompt_tokens"), c=Sum("completion_tokens"), w=Sum("wasted_tokens"))
-        self.other_runs_tokens = sum(v or 0 for v in totals.values())
+        self.other_runs_tokens = sum(
+            s.prompt_tokens + s.completion_tokens + s.wasted_tokens for s in self.steps if s.run_id != self.run.pk
+        )
         self.unsaved_outcomes = []
         self.rebuild_conversation()
 

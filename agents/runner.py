@@ -30,10 +30,11 @@ from agents.model_factory import get_model
 from agents.models import ACTIVE_RUN_STATUSES, AgentRun, CallStatus, RunStatus, StepStatus, ToolCall
 from agents.pass_state import Pass, stream_id
 from agents.recovery import recover
-from agents.selectors import tickets_with_agent_work
+from agents.selectors import ticket_has_agent_work
 from agents.tools import tool_specs
 from tickets import realtime
 from tickets.models import Ticket, TicketStatus
+from tickets.selectors import unanswered_messages
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
             except Exception as exc:  # noqa: BLE001 - every failure is recorded and counted, none loops
                 state = _failed(lease, run, exc)
             outcome.state = state
-            if state != RunStatus.COMPLETED:
+            if state != RunStatus.COMPLETED or not has_unanswered_messages(ticket_id):
                 break
     except LeaseLost:
         logger.warning("ticket %s: lease lost (epoch %s); another worker carries on", ticket_id, lease.epoch)
@@ -121,13 +122,21 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
         else:
             lease.unlock()
     # New input that arrived while we held the lease: the task rings again (DESIGN.md, the loop, step 5).
-    outcome.more_work = outcome.retry_in is None and has_pending_work(ticket_id)
+    # After a reply, the only work that can have come in is a customer message.
+    if outcome.retry_in is None:
+        completed = outcome.state == RunStatus.COMPLETED
+        outcome.more_work = has_unanswered_messages(ticket_id) if completed else has_pending_work(ticket_id)
     return outcome
 
 
+def has_unanswered_messages(ticket_id: int) -> bool:
+    return unanswered_messages(ticket_id=ticket_id).exists()
+
+
 def has_pending_work(ticket_id: int) -> bool:
-    """Is there something for the agent to do on this ticket, with nobody holding its lease?"""
-    return bool(tickets_with_agent_work(ticket_id=ticket_id))
+    """Is there something for the agent to do on this ticket? (Asked after the lease is released:
+    if another worker has taken it meanwhile, the ring finds it busy and costs nothing.)"""
+    return ticket_has_agent_work(ticket_id)
 
 
 def _current_run(lease: Lease, ticket: Ticket, model: ChatModel) -> AgentRun | None:
@@ -243,7 +252,7 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
                 state = RunStatus.WAITING_APPROVAL
         else:
             replied = not step.response_text.strip() or agent_services.reply_post(
-                lease=lease, run=run, step=step, stream=stream if streamed else None
+                lease=lease, run=run, step=step, stream=stream if streamed else None, fresh=True
             )
             state = RunStatus.COMPLETED if replied else RunStatus.HANDED_OFF
             agent_services.run_transition(

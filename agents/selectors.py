@@ -2,57 +2,65 @@
 
 from __future__ import annotations
 
-from django.db.models import BooleanField, Exists, OuterRef, Q, Sum
+from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from agents.lease import LOCK_HELD_SQL
 from agents.models import RESERVING_REFUND_STATUSES, AgentRun, CallStatus, Refund, RunStatus, TicketLease, ToolCall
-from tickets.models import AuthorKind, Message, Order, Ticket, TicketStatus
+from tickets.models import Order, Ticket, TicketStatus
+from tickets.selectors import unanswered_messages
 
 
-def tickets_with_agent_work(*, ticket_id: int | None = None, limit: int = 500) -> list[int]:
-    """Tickets with work for the agent whose lease is free or expired: the one definition of
-    "pending work", used by the sweeper and by a worker after it releases a lease."""
+def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
+    """The one definition of "work for the agent": unanswered customer messages (unless a run is
+    paused), a run to carry on (once its backoff is over), or a staff decision to apply; none
+    while a person has the ticket or it is closed, except a run to carry on (it ends itself)."""
     now = timezone.now()
-    unhandled = Message.objects.filter(
-        ticket=OuterRef("pk"), author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
-    )
+    unhandled = unanswered_messages().filter(ticket=OuterRef("pk"))
     # A run that failed waits out its backoff (its retry is scheduled); then the sweeper may ring it.
     running = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING).exclude(retry_not_before__gt=now)
     decided = ToolCall.objects.filter(
         ticket=OuterRef("pk"), status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False
     )
     paused = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.WAITING_APPROVAL)
+    return tickets.annotate(
+        unhandled=Exists(unhandled), running=Exists(running), paused=Exists(paused), decided=Exists(decided)
+    ).filter(
+        Q(running=True)
+        | (
+            # A paused run waits for its decision; messages sent meanwhile wait with it.
+            (Q(decided=True) | Q(unhandled=True, paused=False))
+            & ~Q(status__in=[TicketStatus.WITH_HUMAN, TicketStatus.CLOSED])
+        )
+    )
+
+
+def tickets_with_agent_work(*, limit: int = 500) -> list[int]:
+    """Tickets with work for the agent whose lease is free or expired (the sweeper rings them)."""
+    now = timezone.now()
     held = TicketLease.objects.filter(ticket=OuterRef("pk"), expires_at__gt=now).exclude(owner="")
     # A lease whose owner took the advisory lock is held only while that session lives.
     held_unlocked = held.filter(session_locked=False)
     held_locked = held.filter(session_locked=True)
-    tickets = Ticket.objects.all() if ticket_id is None else Ticket.objects.filter(pk=ticket_id)
     candidates = (
-        tickets.annotate(
-            unhandled=Exists(unhandled),
-            running=Exists(running),
-            paused=Exists(paused),
-            decided=Exists(decided),
+        _with_agent_work(Ticket.objects.all())
+        .annotate(
             held_unlocked=Exists(held_unlocked),
             held_locked=Exists(held_locked),
             owner_alive=RawSQL(LOCK_HELD_SQL, [], output_field=BooleanField()),
         )
         .filter(held_unlocked=False)
         .exclude(held_locked=True, owner_alive=True)
-        .filter(
-            Q(running=True)
-            | (
-                # A paused run waits for its decision; messages sent meanwhile wait with it.
-                (Q(decided=True) | Q(unhandled=True, paused=False))
-                & ~Q(status__in=[TicketStatus.WITH_HUMAN, TicketStatus.CLOSED])
-            )
-        )
         .order_by("updated_at")
         .values_list("pk", flat=True)[:limit]
     )
     return list(candidates)
+
+
+def ticket_has_agent_work(ticket_id: int) -> bool:
+    """Has this ticket work for the agent (whoever holds its lease)?"""
+    return _with_agent_work(Ticket.objects.filter(pk=ticket_id)).exists()
 
 
 def refunded_total_cents(order: Order, *, exclude_key: str | None = None) -> int:

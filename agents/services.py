@@ -9,8 +9,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection
-from django.db.models import F, Subquery, Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from agents.lease import Lease
@@ -24,8 +23,10 @@ from agents.models import (
     StepStatus,
     ToolCall,
 )
+from support import rows
 from tickets import services as ticket_services
 from tickets.models import ActorKind, AuthorKind, Message, Ticket, TicketStatus
+from tickets.selectors import unanswered_messages
 
 
 def idempotency_key(*, ticket_id: int, run_id: int, step_index: int, call_index: int) -> str:
@@ -41,9 +42,7 @@ def run_start(*, lease: Lease, ticket: Ticket, model_name: str) -> AgentRun | No
     """Start a run for the customer messages not yet taken in; None if there are none."""
     with lease.guard():
         inputs = list(
-            Message.objects.select_for_update()
-            .filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True)
-            .order_by("created_at", "id")
+            unanswered_messages(ticket_id=ticket.pk).select_for_update().order_by("created_at", "id")
         )
         if not inputs:
             return None
@@ -167,10 +166,9 @@ def step_store(
         step.usage_estimated = response.usage.estimated
     # Where this step sits among the ticket's messages when a later turn rebuilds the conversation:
     # the ticket's timeline position, read by the INSERT itself.
-    step.ticket_seq = Subquery(Ticket.objects.filter(pk=run.ticket_id).values("last_event_seq")[:1])
+    position = ("(SELECT last_event_seq FROM tickets_ticket WHERE id = %s)", [run.ticket_id])
     with lease.guard():
-        step.save(force_insert=True)
-    step.ticket_seq = None  # in the table; a pass reads it again when it rebuilds the conversation
+        rows.insert([step], computed={"ticket_seq": position})
     return step
 
 
@@ -202,7 +200,7 @@ def call_start(
     such in this same transaction, and the caller pauses it before committing.
     """
     with lease.guard():
-        call = ToolCall.objects.create(
+        call = ToolCall(
             ticket_id=run.ticket_id,
             run=run,
             step=step,
@@ -219,6 +217,7 @@ def call_start(
             approval_reason=approval_reason,
             epoch=lease.epoch,
         )
+        rows.insert([call])
         ticket_services.event_append(
             ticket=run.ticket_id,
             kind="tool_call_started",
@@ -257,19 +256,8 @@ def calls_record_outcomes(*, lease: Lease, calls: list[ToolCall]) -> None:
     one UPDATE for all of them, and their timeline events."""
     if not calls:
         return
-    rows = [
-        (call.pk, call.status, None if call.result is None else json.dumps(call.result), call.error, call.finished_at)
-        for call in calls
-    ]
     with lease.guard():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE agents_toolcall AS c SET status = v.status, result = v.result::jsonb, error = v.error, "
-                "finished_at = v.finished_at::timestamptz "
-                f"FROM (VALUES {', '.join(['(%s::bigint, %s, %s, %s, %s)'] * len(rows))}) "
-                "AS v(id, status, result, error, finished_at) WHERE c.id = v.id",
-                [value for row in rows for value in row],
-            )
+        rows.update(calls, ["status", "result", "error", "finished_at"])
         for call in calls:
             _call_finished_event(call, call.status, call.error)
 
@@ -306,18 +294,23 @@ def split_reply(text: str, limit: int) -> list[str]:
     return parts
 
 
-def reply_post(*, lease: Lease, run: AgentRun, step: ModelStep, stream: int | None = None) -> Message | None:
+def reply_post(
+    *, lease: Lease, run: AgentRun, step: ModelStep, stream: int | None = None, fresh: bool = False
+) -> Message | None:
     """Post the model's final answer; keyed by the step, so a crash and retry posts it once.
     None, and nothing posted, when a person has taken the ticket (or closed it) meanwhile.
 
     An answer longer than one message may be is posted whole, as consecutive messages.
-    ``stream``: the id its text was streamed under, so a watcher drops that stream's bubble."""
+    ``stream``: the id its text was streamed under, so a watcher drops that stream's bubble.
+    ``fresh``: posted in the transaction that stores the step, so it cannot have been posted before."""
     parts = split_reply(step.response_text, ticket_services.MESSAGE_MAX_CHARS)
     posted: list[Message] = []
     with lease.guard():
         ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
         if ticket.status in {TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}:
             return None
+        # A customer who wrote while this answer was being written is not waited on: their turn comes next.
+        unanswered = unanswered_messages(ticket_id=run.ticket_id).exists()
         for n, part in enumerate(parts):
             message, _ = ticket_services.message_post(
                 ticket=run.ticket_id,
@@ -326,14 +319,11 @@ def reply_post(*, lease: Lease, run: AgentRun, step: ModelStep, stream: int | No
                 client_msg_id=f"reply:{run.pk}:{step.index}" + (f":{n + 1}" if n else ""),
                 actor_ref=_actor(run),
                 stream=stream,
+                first_time=fresh,
             )
             posted.append(message)
-        # A customer who wrote while this answer was being written is not waited on: their turn comes next.
-        unanswered = Message.objects.filter(
-            ticket_id=run.ticket_id, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
-        ).exists()
         if ticket.status == TicketStatus.OPEN and not unanswered:
-            ticket_services.ticket_transition(
+            ticket_services.ticket_transition_locked(
                 ticket=ticket,
                 to_status=TicketStatus.WAITING_ON_CUSTOMER,
                 actor_kind=ActorKind.AGENT,
@@ -469,9 +459,7 @@ def acknowledge_while_paused(*, lease: Lease, run: AgentRun) -> int:
     One system message per customer message (keyed by it), and the messages stay
     unhandled, so the turn after the decision answers them.
     """
-    waiting = Message.objects.filter(
-        ticket_id=run.ticket_id, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
-    ).values_list("pk", flat=True)
+    waiting = unanswered_messages(ticket_id=run.ticket_id).values_list("pk", flat=True)
     posted = 0
     for message_id in waiting:
         with lease.guard():

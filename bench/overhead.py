@@ -161,6 +161,54 @@ class Server:
             self._admin = None
 
 
+# --- statements --------------------------------------------------------------------------------
+
+
+class StatementCount:
+    """SQL statements sent by this process through psycopg (all three systems use psycopg 3),
+    counted client-side around one turn: ``with counter.turn(): ...``."""
+
+    def __init__(self) -> None:
+        import psycopg
+
+        self.n = 0
+        self.active = False
+        counter = self
+
+        def counted(method: Callable[..., Any], per_call: Callable[..., int]) -> Callable[..., Any]:
+            def wrapper(cursor: Any, *args: Any, **kwargs: Any) -> Any:
+                if counter.active:
+                    counter.n += per_call(*args, **kwargs)
+                return method(cursor, *args, **kwargs)
+
+            return wrapper
+
+        psycopg.Cursor.execute = counted(psycopg.Cursor.execute, lambda *a, **k: 1)
+        psycopg.Cursor.executemany = counted(
+            psycopg.Cursor.executemany, lambda query, params_seq, *a, **k: len(list(params_seq))
+        )
+
+    @contextlib.contextmanager
+    def turn(self) -> Any:
+        self.n, self.active = 0, True
+        try:
+            yield
+        finally:
+            self.active = False
+
+
+_COUNTER: StatementCount | None = None
+
+
+def counted_statements() -> Any:
+    """A context around a timed call; ``.n`` afterwards is the statements it sent."""
+    return _COUNTER.turn() if _COUNTER is not None else contextlib.nullcontext()
+
+
+def last_count() -> int | None:
+    return _COUNTER.n if _COUNTER is not None else None
+
+
 # --- samples ------------------------------------------------------------------------------
 
 
@@ -172,11 +220,14 @@ class Series:
     ms: list[float] = field(default_factory=list)
     wal: list[int] = field(default_factory=list)
     xids: list[int] = field(default_factory=list)
+    statements: list[int] = field(default_factory=list)
     rows: dict[str, float] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
 
-    def add(self, seconds: float, before: Probe, after: Probe) -> None:
+    def add(self, seconds: float, before: Probe, after: Probe, statements: int | None = None) -> None:
         self.ms.append(seconds * 1000)
+        if statements is not None:
+            self.statements.append(statements)
         if before.wal is not None and after.wal is not None:
             self.wal.append(after.wal - before.wal)
         if before.xid is not None and after.xid is not None:
@@ -208,6 +259,7 @@ def summary(series: Series) -> dict[str, Any]:
         # Server-wide counters: concurrent activity on the server only adds, so the minimum is the turn's own.
         "wal_bytes_per_turn_min": min(series.wal) if series.wal else None,
         "xids_per_turn_min": min(series.xids) if series.xids else None,
+        "statements_per_turn_median": statistics.median(series.statements) if series.statements else None,
     }
 
 
@@ -216,6 +268,36 @@ class BenchError(RuntimeError):
 
 
 # --- ours -----------------------------------------------------------------------------------
+
+
+def _zero_latency_tool(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+    return {"index": ctx.call.index, "ok": True}
+
+
+class ZeroLatencyModel:
+    """The same stand-in model as LangGraph's node here: it counts the tool results in the
+    conversation and asks for the next call, until ``calls`` are done; then it answers, a few
+    words streamed as tokens (ours streams them to the customer's channel)."""
+
+    name = "bench-zero-latency"
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+
+    def complete(self, *, messages: list[dict[str, Any]], tools: list[Any], on_token: Any = None) -> Any:
+        from agents.llm import ModelResponse, ToolCallRequest, Usage
+
+        done = sum(1 for m in messages if m.get("role") == "tool")
+        if done < self.calls:
+            name = "list_orders" if done % 2 else "search_help"
+            arguments = "{}" if name == "list_orders" else '{"query": "shipping"}'
+            call = ToolCallRequest(id=f"call_{done + 1}_0", name=name, arguments=arguments)
+            return ModelResponse(text="", tool_calls=[call], usage=Usage(10, 5))
+        text = f"Done: {done} tool calls."
+        if on_token is not None:
+            for word in text.split(" "):
+                on_token(word + " ")
+        return ModelResponse(text=text, usage=Usage(10, 5))
 
 
 class Ours:
@@ -234,7 +316,6 @@ class Ours:
         from django.conf import settings
         from django.core.management import call_command
 
-        from agents.offline_model import OfflineDeterministicModel
         from support.celery import app as celery_app
         from tickets.demo import seed_demo
         from tickets.models import Customer
@@ -253,8 +334,16 @@ class Ours:
         self.customer = Customer.objects.select_related("user").order_by("pk").first()
         if self.customer is None:
             raise BenchError("seed_demo created no customer")
-        # Forced offline (whatever AGENT_MODEL says): no model latency, no network.
-        self.model = OfflineDeterministicModel(token_delay_ms=0)
+        # A zero-latency stand-in model, as on the other sides: no model latency, no network.
+        self.model = ZeroLatencyModel(self.tool_calls)
+        # Equal tool work on every side: the tools answer a constant at once, as DBOS's and
+        # LangGraph's stand-in tool does; what is timed is the durable machinery around them.
+        import dataclasses
+
+        from agents.tools import REGISTRY
+
+        for name in ("list_orders", "search_help"):
+            REGISTRY[name] = dataclasses.replace(REGISTRY[name], handler=_zero_latency_tool)
 
     def turn(self, *, record: bool) -> None:
         from agents.models import RunStatus
@@ -266,9 +355,11 @@ class Ours:
         ticket, _ = ticket_services.ticket_open(customer=self.customer, subject="bench", body=self.body)
         t1 = time.perf_counter()
         middle = self.probe()
-        t2 = time.perf_counter()
-        outcome = advance(ticket.pk, model=self.model)
-        t3 = time.perf_counter()
+        with counted_statements():
+            t2 = time.perf_counter()
+            outcome = advance(ticket.pk, model=self.model)
+            t3 = time.perf_counter()
+        statements = last_count()
         after = self.probe()
         if outcome.state != RunStatus.COMPLETED:
             raise BenchError(
@@ -277,7 +368,7 @@ class Ours:
             )
         if record:
             self.tickets.append(ticket.pk)
-            self.advance_series.add(t3 - t2, middle, after)
+            self.advance_series.add(t3 - t2, middle, after, statements)
             self.e2e_series.add((t1 - t0) + (t3 - t2), before, after)
 
     def count_statements(self) -> dict[str, int]:
@@ -375,12 +466,19 @@ class Dbos:
         self.tool_calls = tool_calls
         self.probe = probe
         self.workflow_ids: list[str] = []
-        self.series = Series("dbos", "DBOS", f"1 workflow of {tool_calls} steps (zero-latency tool)")
+        self.series = Series(
+            "dbos", "DBOS", f"1 workflow: {tool_calls + 1} model steps + {tool_calls} tool steps (zero latency)"
+        )
 
     def setup(self) -> None:
         from dbos import DBOS, DBOSConfig, SetWorkflowID
 
         n = self.tool_calls
+
+        @DBOS.step(name="bench_zero_latency_model")
+        def zero_latency_model(done: int) -> dict[str, Any]:
+            # The model's answer is a step too, as in ours and LangGraph: the next call, or the reply.
+            return {"tool_call": done} if done < n else {"reply": f"Done: {done} tool calls."}
 
         @DBOS.step(name="bench_zero_latency_tool")
         def zero_latency_tool(index: int) -> dict[str, Any]:
@@ -388,8 +486,11 @@ class Dbos:
 
         @DBOS.workflow(name="bench_agent_turn")
         def agent_turn(message: str) -> str:
-            results = [zero_latency_tool(i) for i in range(n)]
-            return f"Done: {len(results)} tool calls."
+            done = 0
+            while "reply" not in (answer := zero_latency_model(done)):
+                zero_latency_tool(answer["tool_call"])
+                done += 1
+            return answer["reply"]
 
         config: DBOSConfig = {
             "name": "bench-overhead",
@@ -403,16 +504,17 @@ class Dbos:
     def turn(self, *, record: bool) -> None:
         workflow_id = f"bench-{uuid.uuid4()}"
         before = self.probe()
-        t0 = time.perf_counter()
-        with self.SetWorkflowID(workflow_id):
-            reply = self.workflow(f"bench:{self.tool_calls}")
-        t1 = time.perf_counter()
+        with counted_statements():
+            t0 = time.perf_counter()
+            with self.SetWorkflowID(workflow_id):
+                reply = self.workflow(f"bench:{self.tool_calls}")
+            t1 = time.perf_counter()
         after = self.probe()
         if reply != f"Done: {self.tool_calls} tool calls.":
             raise BenchError(f"DBOS workflow returned {reply!r}")
         if record:
             self.workflow_ids.append(workflow_id)
-            self.series.add(t1 - t0, before, after)
+            self.series.add(t1 - t0, before, after, last_count())
 
     def verify_and_count(self) -> None:
         import psycopg
@@ -429,8 +531,8 @@ class Dbos:
             ).fetchone()[0]
         if status[0] != n:
             raise BenchError(f"DBOS: {status[0]} of {n} workflows succeeded")
-        if steps != n * self.tool_calls:
-            raise BenchError(f"DBOS: expected {n * self.tool_calls} step rows, found {steps}")
+        if steps != n * (2 * self.tool_calls + 1):
+            raise BenchError(f"DBOS: expected {n * (2 * self.tool_calls + 1)} step rows, found {steps}")
         self.series.rows = {"workflow_status": status[1] / n, "operation_outputs": steps / n}
 
     def close(self) -> None:
@@ -489,18 +591,19 @@ class LangGraph:
         thread_id = f"bench-{uuid.uuid4()}"
         config = {"configurable": {"thread_id": thread_id}, "recursion_limit": 4 * self.tool_calls + 10}
         before = self.probe()
-        t0 = time.perf_counter()
-        state = self.app.invoke(
-            {"messages": [HumanMessage(content=f"bench:{self.tool_calls}")]}, config, durability=self.durability
-        )
-        t1 = time.perf_counter()
+        with counted_statements():
+            t0 = time.perf_counter()
+            state = self.app.invoke(
+                {"messages": [HumanMessage(content=f"bench:{self.tool_calls}")]}, config, durability=self.durability
+            )
+            t1 = time.perf_counter()
         after = self.probe()
         last = state["messages"][-1].content
         if last != f"Done: {self.tool_calls} tool calls.":
             raise BenchError(f"LangGraph ended with {last!r}")
         if record:
             self.threads.append(thread_id)
-            self.series.add(t1 - t0, before, after)
+            self.series.add(t1 - t0, before, after, last_count())
 
     def verify_and_count(self, conn: Any) -> None:
         ids, n = self.threads, len(self.threads)
@@ -612,6 +715,8 @@ def main(argv: list[str] | None = None) -> int:
         server.recreate(name)
     django.setup()
 
+    global _COUNTER
+    _COUNTER = StatementCount()
     ours = Ours(args.tool_calls, server.probe)
     dbos = Dbos(server, args.tool_calls, server.probe)
     lg_sync = LangGraph(server, args.tool_calls, server.probe, "sync")
@@ -677,8 +782,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(
-        "What one turn wrote: rows per turn; xids (write transactions + writing savepoints) and WAL, "
-        "read server-wide outside the timing, minimum over the turns (other activity only adds):"
+        "What one turn wrote: rows per turn; SQL statements the turn sent (counted in psycopg, median); "
+        "xids (write transactions, i.e. commits that write, + writing savepoints) and WAL, read server-wide "
+        "outside the timing, minimum over the turns (other activity only adds):"
     )
     rows = []
     for s in all_series:
@@ -686,10 +792,12 @@ def main(argv: list[str] | None = None) -> int:
         if "message_in_rows" in s.notes:
             written = ", ".join(f"{k} {v:g}" for k, v in s.notes["message_in_rows"].items()) + "; then advance's rows"
         xids, wal = sums[s.key]["xids_per_turn_min"], sums[s.key]["wal_bytes_per_turn_min"]
+        stmts = sums[s.key]["statements_per_turn_median"]
         rows.append(
-            [s.system, f"{sum(s.rows.values()):g}", _fmt(xids, 0), _fmt(wal / 1024 if wal else None, 1), written]
-        )
-    print(_table(["system", "rows", "xids", "WAL KiB", "rows by table"], rows, right={1, 2, 3}))
+            [s.system, f"{sum(s.rows.values()):g}", _fmt(stmts, 0), _fmt(xids, 0),
+             _fmt(wal / 1024 if wal else None, 1), written]
+        )  # fmt: skip
+    print(_table(["system", "rows", "statements", "xids", "WAL KiB", "rows by table"], rows, right={1, 2, 3, 4}))
     print()
     print(
         f"ours, one extra untimed advance(): {statements.get('statements')} SQL statements, "

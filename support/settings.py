@@ -140,6 +140,11 @@ if _db.get("ENGINE") != "django.db.backends.postgresql":
         f"DATABASE_URL must point at PostgreSQL (postgres://...); got engine {_db.get('ENGINE')!r}. "
         "This product relies on PostgreSQL locks, constraints and full-text search."
     )
+# Parameters travel apart from the SQL (server-side binding): no quoting of large JSON values in
+# Python, and statements run often are prepared once per connection.
+_db.setdefault("OPTIONS", {}).setdefault("server_side_binding", env_bool("DB_SERVER_SIDE_BINDING", True))
+if _db["OPTIONS"]["server_side_binding"]:
+    _db["OPTIONS"].setdefault("prepare_threshold", env_int("DB_PREPARE_THRESHOLD", 2))
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

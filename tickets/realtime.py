@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from typing import Any
 
@@ -44,36 +45,70 @@ def _stream_key(ticket_id: int) -> str:
     return f"{getattr(settings, 'CHANNELS_PREFIX', 'asgi')}:stream:{ticket_id}"
 
 
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
+class _Publisher:
+    """One event loop per process publishes to the channel layer, in order, without making the
+    caller wait: a worker streaming an answer hands each piece over and goes on. The channel
+    layer keeps its Redis connections across messages (async_to_sync would open new ones).
+    Live updates are best effort; the ledger has the truth."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        self.pid = os.getpid()
+        threading.Thread(target=self._run, name="realtime-publisher", daemon=True).start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self._drain())
+
+    async def _drain(self) -> None:
+        while True:
+            group, message = await self.queue.get()
+            try:
+                layer = get_channel_layer()
+                if layer is not None:
+                    await layer.group_send(group, message)
+            except Exception:  # noqa: BLE001 - best effort, see above
+                logger.warning("could not publish to %s", group, exc_info=True)
+            finally:
+                self.queue.task_done()
+
+    def put(self, group: str, message: dict[str, Any]) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, (group, message))
+
+    def wait_sent(self, timeout: float = 5.0) -> None:
+        asyncio.run_coroutine_threadsafe(self.queue.join(), self.loop).result(timeout=timeout)
 
 
-def _publisher_loop() -> asyncio.AbstractEventLoop:
-    """One event loop per process for publishing, so the channel layer keeps its Redis
-    connections (async_to_sync would make a new loop, and new connections, per message)."""
-    global _loop
-    with _loop_lock:
-        if _loop is None or _loop.is_closed():
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="realtime-publisher", daemon=True).start()
-            _loop = loop
-        return _loop
+_publisher: _Publisher | None = None
+_publisher_lock = threading.Lock()
+
+
+def _the_publisher() -> _Publisher:
+    global _publisher
+    with _publisher_lock:
+        if _publisher is None or _publisher.pid != os.getpid():  # a forked child starts its own
+            _publisher = _Publisher()
+        return _publisher
 
 
 def _send(ticket_id: int, message: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        if _in_event_loop():
+    if _in_event_loop():
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        try:
             async_to_sync(layer.group_send)(group_name(ticket_id), message)
-        else:
-            future = asyncio.run_coroutine_threadsafe(
-                layer.group_send(group_name(ticket_id), message), _publisher_loop()
-            )
-            future.result(timeout=5)
-    except Exception:  # noqa: BLE001 - live updates are best effort; the ledger has the truth
-        logger.warning("could not publish to %s", group_name(ticket_id), exc_info=True)
+        except Exception:  # noqa: BLE001 - live updates are best effort; the ledger has the truth
+            logger.warning("could not publish to %s", group_name(ticket_id), exc_info=True)
+        return
+    _the_publisher().put(group_name(ticket_id), message)
+
+
+def wait_sent(timeout: float = 5.0) -> None:
+    """Wait until everything this process published has been handed to the channel layer."""
+    if _publisher is not None and _publisher.pid == os.getpid():
+        _publisher.wait_sent(timeout)
 
 
 def _in_event_loop() -> bool:

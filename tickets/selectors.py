@@ -6,7 +6,13 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 from django.http import Http404
 
-from tickets.models import Customer, Message, Ticket, TicketEvent
+from tickets.models import AuthorKind, Customer, Message, Ticket, TicketEvent
+
+
+def unanswered_messages(*, ticket_id: int | None = None) -> QuerySet[Message]:
+    """Customer messages the agent has not taken into a turn yet: the one definition."""
+    messages = Message.objects.filter(author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True)
+    return messages if ticket_id is None else messages.filter(ticket_id=ticket_id)
 
 
 def customer_for_user(*, user: AbstractBaseUser | AnonymousUser) -> Customer | None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -13,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from support import rows
 from tickets.models import (
     TICKET_TRANSITIONS,
     ActorKind,
@@ -41,6 +44,21 @@ def _ticket_id(ticket: Ticket | int) -> int:
     return ticket if isinstance(ticket, int) else int(ticket.pk)
 
 
+class FenceRefused(Exception):
+    """The fence given to ``events_batched`` touched no row: nothing of the transaction may commit."""
+
+
+@dataclass
+class Fence:
+    """A condition a transaction must still meet when it commits, checked in the statement that
+    numbers its timeline events: ``sql`` is an ``UPDATE ... RETURNING 1`` of one row (it takes that
+    row's lock until commit), ``ticket_id`` the ticket whose events it guards."""
+
+    ticket_id: int
+    sql: str
+    params: list[Any]
+
+
 class _EventBatch(threading.local):
     """Timeline events appended inside ``events_batched()``, written together when it ends."""
 
@@ -53,13 +71,14 @@ _batch = _EventBatch()
 
 
 @contextlib.contextmanager
-def events_batched() -> Iterator[None]:
+def events_batched(*, fence: Fence | None = None) -> Iterator[None]:
     """Write the timeline events appended inside this block together, when it ends.
 
-    One statement reserves the sequence numbers of all of them on the ticket row
-    and one inserts them all, instead of two statements per event. Must be used
-    inside a transaction; events of a block that raises are dropped with it.
-    Nested blocks write once, when the outermost ends.
+    One statement numbers and inserts all of a ticket's events, instead of two
+    statements per event. With a ``fence``, that statement also runs the fence
+    and writes nothing unless it holds (``FenceRefused``). Must be used inside a
+    transaction; events of a block that raises are dropped with it. Nested
+    blocks write once, when the outermost ends.
     """
     if not connection.in_atomic_block:
         raise transaction.TransactionManagementError("events_batched() needs a transaction")
@@ -74,37 +93,87 @@ def events_batched() -> Iterator[None]:
         _batch.depth -= 1
     if _batch.depth == 0:
         drafts, _batch.drafts = _batch.drafts, []
-        _write_events(drafts)
+        _write_events(drafts, fence=fence)
 
 
-def _write_events(drafts: list[TicketEvent]) -> None:
-    """Give each draft the next sequence number of its ticket, in order, and insert them in one statement.
+def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None) -> None:
+    """Give each draft the next sequence number of its ticket, in order, and insert them, in one
+    statement per ticket that also carries the rows held by ``support.rows`` and the fence.
 
     The counter lives on the ticket row and is bumped by a single UPDATE, which
     takes the row lock until commit: concurrent writers queue behind it, and a
     rolled-back transaction gives its numbers back, so numbers have no gaps.
     """
-    if not drafts:
-        return
     per_ticket: dict[int, list[TicketEvent]] = {}
     for draft in drafts:
         per_ticket.setdefault(draft.ticket_id, []).append(draft)
+    held = rows.take()
+    if fence is not None and fence.ticket_id not in per_ticket:
+        head, params = rows.with_clause([*held, (fence.sql, fence.params)])
+        with connection.cursor() as cursor:
+            cursor.execute(f"{head[:-2]} SELECT EXISTS (SELECT 1 FROM held_{len(held)})", params)
+            if not cursor.fetchone()[0]:
+                raise FenceRefused()
+        held = []
     now = timezone.now()
-    with connection.cursor() as cursor:
-        for ticket_id, events in per_ticket.items():
-            cursor.execute(
-                "UPDATE tickets_ticket SET last_event_seq = last_event_seq + %s, updated_at = %s "
-                "WHERE id = %s RETURNING last_event_seq",
-                [len(events), now, ticket_id],
-            )
-            row = cursor.fetchone()
-            if row is None:
-                raise Ticket.DoesNotExist(f"ticket {ticket_id} does not exist")
-            first = row[0] - len(events) + 1
-            for offset, event in enumerate(events):
-                event.seq = first + offset
-            _ring_after_commit(ticket_id)
-    TicketEvent.objects.bulk_create(drafts)
+    for ticket_id, events in per_ticket.items():
+        guard = fence if fence is not None and fence.ticket_id == ticket_id else None
+        sql, params = _numbered_insert(ticket_id, events, now, guard, held)
+        held = []
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            fenced, last, keys = cursor.fetchone()
+        if guard is not None and not fenced:
+            raise FenceRefused()
+        if last is None:
+            raise Ticket.DoesNotExist(f"ticket {ticket_id} does not exist")
+        for offset, (event, key) in enumerate(zip(events, keys, strict=True)):
+            event.seq, event.pk = last - len(events) + 1 + offset, key
+            event._state.adding, event._state.db = False, connection.alias
+        _ring_after_commit(ticket_id)
+    if held:  # no event and no fence: the held rows on their own
+        with connection.cursor() as cursor:
+            cursor.execute(*rows.statement(held))
+
+
+_EVENT_FIELDS = [f for f in TicketEvent._meta.concrete_fields if f.name not in {"id", "seq"}]
+
+
+@functools.cache
+def _event_row_sql() -> tuple[str, str, str]:
+    quote = connection.ops.quote_name
+    row = "(%s::integer, " + ", ".join(f"%s::{f.db_type(connection)}" for f in _EVENT_FIELDS) + ")"
+    columns = ", ".join(quote(f.column) for f in _EVENT_FIELDS)
+    values = ", ".join("v." + quote(f.column) for f in _EVENT_FIELDS)
+    return row, columns, values
+
+
+def _numbered_insert(
+    ticket_id: int, events: list[TicketEvent], now: Any, fence: Fence | None, held: list[rows.SqlValue]
+) -> tuple[str, list[Any]]:
+    """One statement: the held rows, (the fence,) the ticket's counter moved on by len(events), the
+    events inserted with their numbers. Returns (fence held, last number, the events' keys in order)."""
+    row, columns, values = _event_row_sql()
+    head, params = rows.with_clause(held)
+    condition = ""
+    if fence is not None:
+        head = (head or "WITH ") + f"fence AS ({fence.sql}), "
+        params.extend(fence.params)
+        condition = " AND EXISTS (SELECT 1 FROM fence)"
+    params.extend([len(events), now, ticket_id])
+    for n, event in enumerate(events, start=1):
+        params.append(n)
+        params.extend(f.get_db_prep_save(getattr(event, f.attname), connection) for f in _EVENT_FIELDS)
+    sql = (
+        f"{head or 'WITH '}seq AS (UPDATE tickets_ticket SET last_event_seq = last_event_seq + %s, "
+        f"updated_at = %s WHERE id = %s{condition} RETURNING last_event_seq), "
+        f"new AS (INSERT INTO tickets_ticketevent (seq, {columns}) "
+        f"SELECT seq.last_event_seq - {len(events)} + v.n, {values} "
+        f"FROM seq, (VALUES {', '.join([row] * len(events))}) AS v(n, {columns}) RETURNING id, seq) "
+        f"SELECT {'EXISTS (SELECT 1 FROM fence)' if fence is not None else 'TRUE'}, "
+        f"(SELECT last_event_seq FROM seq), (SELECT array_agg(id ORDER BY seq) FROM new)"
+    )
+    return sql, params
 
 
 class _Doorbell:
@@ -193,11 +262,14 @@ def message_post(
     client_msg_id: str | None = None,
     actor_ref: str = "",
     stream: int | None = None,
+    first_time: bool = False,
 ) -> tuple[Message, bool]:
     """Post a message on a ticket; returns (message, created).
 
     ``stream``: the agent's answer was streamed to watchers under this id first; its event says so,
     so a watcher that has (or is about to get) that stream's text shows the message instead.
+    ``first_time``: the caller knows this message cannot exist yet (it is keyed by a row written in
+    the same transaction); it is written without looking for an earlier copy (not for customers).
 
     With a ``client_msg_id`` the call is idempotent: a repeat returns the
     original message and ``created=False``, and starts nothing new. Reusing the
@@ -205,6 +277,14 @@ def message_post(
     """
     text = _clean_body(body)
     ticket_id = _ticket_id(ticket)
+    if first_time and author_kind != AuthorKind.CUSTOMER:
+        message = Message(
+            ticket_id=ticket_id, author_kind=author_kind, author_user=author_user, body=text,
+            is_public=is_public, client_msg_id=client_msg_id,
+        )  # fmt: skip
+        rows.insert([message])
+        _message_event(message, actor_ref, stream)
+        return message, True
     if client_msg_id is not None:
         client_msg_id = client_msg_id.strip()
         if not client_msg_id or len(client_msg_id) > 100:
@@ -222,22 +302,7 @@ def message_post(
                 is_public=is_public,
                 client_msg_id=client_msg_id,
             )
-            event_append(
-                ticket=ticket_id,
-                kind="message",
-                actor_kind=author_kind,
-                actor_user=author_user,
-                actor_ref=actor_ref,
-                payload={
-                    "message_id": message.pk,
-                    "author_kind": author_kind,
-                    "body": text,
-                    # Lets the sender's chat match the event to the bubble it already shows.
-                    "client_msg_id": client_msg_id,
-                    **({"stream": stream} if stream is not None else {}),
-                },
-                is_public=is_public,
-            )
+            _message_event(message, actor_ref, stream)
             if author_kind == AuthorKind.CUSTOMER:
                 _reopen_for_customer(ticket_id, author_user)
                 transaction.on_commit(lambda: ticket_needs_agent.send(sender=Message, ticket_id=ticket_id))
@@ -250,6 +315,25 @@ def message_post(
             raise
         return _same_message(existing, text), False
     return message, True
+
+
+def _message_event(message: Message, actor_ref: str, stream: int | None) -> None:
+    event_append(
+        ticket=message.ticket_id,
+        kind="message",
+        actor_kind=message.author_kind,
+        actor_user=message.author_user,
+        actor_ref=actor_ref,
+        payload={
+            "message_id": message.pk,
+            "author_kind": message.author_kind,
+            "body": message.body,
+            # Lets the sender's chat match the event to the bubble it already shows.
+            "client_msg_id": message.client_msg_id,
+            **({"stream": stream} if stream is not None else {}),
+        },
+        is_public=message.is_public,
+    )
 
 
 def _same_message(existing: Message, text: str) -> Message:
@@ -332,38 +416,56 @@ def ticket_transition(
     """
     with transaction.atomic():
         locked = Ticket.objects.select_for_update().get(pk=_ticket_id(ticket))
-        from_status = locked.status
-        if from_status == to_status:
-            return locked
-        if to_status not in TicketStatus.values:
-            raise InvalidTransition(f"{to_status!r} is not a ticket status.", code="unknown_status")
-        allowed = TICKET_TRANSITIONS[from_status]
-        if to_status not in allowed:
-            names = ", ".join(sorted(allowed)) or "none (final)"
-            raise InvalidTransition(
-                f"Ticket #{locked.pk} cannot go from {from_status} to {to_status}; allowed: {names}.",
-                code="invalid_transition",
-            )
-        locked.status = to_status
-        now = timezone.now()
-        update_fields = ["status"]
-        if to_status == TicketStatus.RESOLVED:
-            locked.resolved_at = now
-            update_fields.append("resolved_at")
-        locked.save(update_fields=update_fields)
-        event_append(
-            ticket=locked,
-            kind="status_changed",
-            actor_kind=actor_kind,
-            actor_user=actor_user,
-            actor_ref=actor_ref,
-            payload={"from": from_status, "to": to_status, "reason": reason},
-            is_public=True,
-        )
+        ticket_transition_locked(
+            ticket=locked, to_status=to_status, actor_kind=actor_kind, actor_user=actor_user,
+            actor_ref=actor_ref, reason=reason,
+        )  # fmt: skip
     if isinstance(ticket, Ticket):
         ticket.status = locked.status
         ticket.resolved_at = locked.resolved_at
     return locked
+
+
+def ticket_transition_locked(
+    *,
+    ticket: Ticket,
+    to_status: str,
+    actor_kind: str,
+    actor_user: AbstractBaseUser | None = None,
+    actor_ref: str = "",
+    reason: str = "",
+) -> Ticket:
+    """``ticket_transition`` for a ticket row the caller locked (``select_for_update``) in the
+    current transaction and read after locking. The rules are the same; the write is held
+    (``support.rows``) to go out with the transaction's next statement."""
+    from_status = ticket.status
+    if from_status == to_status:
+        return ticket
+    if to_status not in TicketStatus.values:
+        raise InvalidTransition(f"{to_status!r} is not a ticket status.", code="unknown_status")
+    allowed = TICKET_TRANSITIONS[from_status]
+    if to_status not in allowed:
+        names = ", ".join(sorted(allowed)) or "none (final)"
+        raise InvalidTransition(
+            f"Ticket #{ticket.pk} cannot go from {from_status} to {to_status}; allowed: {names}.",
+            code="invalid_transition",
+        )
+    ticket.status = to_status
+    fields = ["status"]
+    if to_status == TicketStatus.RESOLVED:
+        ticket.resolved_at = timezone.now()
+        fields.append("resolved_at")
+    rows.update([ticket], fields)
+    event_append(
+        ticket=ticket,
+        kind="status_changed",
+        actor_kind=actor_kind,
+        actor_user=actor_user,
+        actor_ref=actor_ref,
+        payload={"from": from_status, "to": to_status, "reason": reason},
+        is_public=True,
+    )
+    return ticket
 
 
 def ticket_assign(

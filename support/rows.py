@@ -1,0 +1,212 @@
+"""Writing the agent's rows on the hot path: few statements, no query compiler.
+
+``Model.objects.create`` builds its SQL through the query compiler and waits
+for a round trip per row; a model step writes several small rows in one
+transaction. Inside ``write_behind()`` the rows given to ``insert`` and
+``update`` are held and written as common table expressions of the very next
+statement the transaction runs, in order: any other query (an ORM read, a
+lock) first writes what is held, so nothing reads a row that is not written
+yet. At the end of the block the rest is written, as part of a final statement
+the caller builds (``take``: the timeline's, which also carries the fence), or
+on its own.
+
+Rows inserted here get their primary keys at once, from their sequence, taken
+in blocks per process: a key is known before the row is written, so later rows
+of the same statement can point at it.
+
+Only for plain rows: no signals, no multi-table inheritance, no ``auto_now``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from django.db import connection
+from django.db.models import Model
+
+ID_BLOCK = 32
+
+SqlValue = tuple[str, list[Any]]
+
+
+class _Held(threading.local):
+    def __init__(self) -> None:
+        self.depth = 0
+        self.flushing = False
+        self.ctes: list[SqlValue] = []
+
+
+_held = _Held()
+_ids: dict[str, list[int]] = {}
+_ids_pid = os.getpid()
+_ids_lock = threading.Lock()
+
+
+def _next_id(model: type[Model]) -> int:
+    """A fresh primary key of ``model``'s table, from its sequence (a block at a time per process)."""
+    global _ids_pid
+    table = model._meta.db_table
+    with _ids_lock:
+        if _ids_pid != os.getpid():  # a forked child must not reuse its parent's keys
+            _ids.clear()
+            _ids_pid = os.getpid()
+        block = _ids.get(table)
+        if not block:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+                    [table, model._meta.pk.column, ID_BLOCK],
+                )
+                block = _ids[table] = [row[0] for row in cursor.fetchall()][::-1]
+        return block.pop()
+
+
+def _quote(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+@functools.cache
+def _insert_head(model: type[Model]) -> tuple[str, tuple[Any, ...]]:
+    fields = tuple(model._meta.concrete_fields)
+    columns = ", ".join(_quote(f.column) for f in fields)
+    return f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) VALUES ", fields
+
+
+def _insert_cte(objs: Sequence[Model], computed: dict[str, SqlValue]) -> SqlValue:
+    head, fields = _insert_head(type(objs[0]))
+    params: list[Any] = []
+    rows: list[str] = []
+    for obj in objs:
+        cells: list[str] = []
+        for field in fields:
+            if field.name in computed:
+                sql, values = computed[field.name]
+                cells.append(sql)
+                params.extend(values)
+            else:
+                cells.append("%s")
+                params.append(field.get_db_prep_save(getattr(obj, field.attname), connection))
+        rows.append("(" + ", ".join(cells) + ")")
+    return head + ", ".join(rows), params
+
+
+@functools.cache
+def _update_parts(model: type[Model], names: tuple[str, ...]) -> tuple[str, str, str, tuple[Any, ...]]:
+    fields = tuple(model._meta.get_field(name) for name in names)
+    pk = model._meta.pk
+    row = "(" + ", ".join([f"%s::{pk.db_type(connection)}"] + [f"%s::{f.db_type(connection)}" for f in fields]) + ")"
+    columns = ", ".join(_quote(f.column) for f in fields)
+    head = (
+        f"UPDATE {_quote(model._meta.db_table)} AS t SET "
+        + ", ".join(f"{_quote(f.column)} = v.{_quote(f.column)}" for f in fields)
+        + " FROM (VALUES "
+    )
+    tail = f") AS v(pk__, {columns}) WHERE t.{_quote(pk.column)} = v.pk__"
+    return head, row, tail, fields
+
+
+def _update_cte(objs: Sequence[Model], names: Sequence[str]) -> SqlValue:
+    head, row, tail, fields = _update_parts(type(objs[0]), tuple(names))
+    params: list[Any] = []
+    for obj in objs:
+        params.append(obj.pk)
+        params.extend(f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields)
+    return head + ", ".join([row] * len(objs)) + tail, params
+
+
+def insert(objs: Sequence[Model], *, computed: dict[str, SqlValue] | None = None) -> None:
+    """Insert the objects (one model, not saved yet). Their keys are set at once; the rows are
+    written with the next statement inside ``write_behind()``, or now outside it."""
+    if not objs:
+        return
+    for obj in objs:
+        if obj.pk is None:
+            obj.pk = _next_id(type(obj))
+        obj._state.adding = False
+        obj._state.db = connection.alias
+    _hold(_insert_cte(objs, computed or {}))
+
+
+def update(objs: Sequence[Model], fields: Sequence[str]) -> None:
+    """Write ``fields`` of the objects (one model, rows already written) from their values in memory.
+
+    The writes of one statement happen in no set order, so an update waits for nothing held
+    before it: it comes first in its statement, or the held rows are written first."""
+    if not objs:
+        return
+    if _held.ctes:
+        flush()
+    _hold(_update_cte(objs, fields))
+
+
+def _hold(cte: SqlValue) -> None:
+    if _held.depth:
+        _held.ctes.append(cte)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(*cte)
+
+
+def take() -> list[SqlValue]:
+    """The writes held so far, for the caller to put in front of its own statement (as CTEs)."""
+    ctes, _held.ctes = _held.ctes, []
+    return ctes
+
+
+def with_clause(ctes: list[SqlValue], *, name: str = "held") -> SqlValue:
+    """``WITH held_0 AS (...), held_1 AS (...), `` (with a trailing comma) and its parameters."""
+    sql = "".join(f"{name}_{n} AS ({cte}), " for n, (cte, _) in enumerate(ctes))
+    return (f"WITH {sql}" if sql else ""), [p for _, params in ctes for p in params]
+
+
+def statement(ctes: list[SqlValue]) -> SqlValue:
+    """The writes as one statement: all but the last as CTEs in front of the last."""
+    head, params = with_clause(ctes[:-1])
+    return (head[:-2] + " " if head else "") + ctes[-1][0], params + ctes[-1][1]
+
+
+def flush() -> None:
+    """Write what is held now, in one statement."""
+    ctes = take()
+    if not ctes:
+        return
+    _held.flushing = True
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(*statement(ctes))
+    finally:
+        _held.flushing = False
+
+
+def _before_any_statement(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+    if _held.ctes and not _held.flushing:
+        flush()
+    return execute(sql, params, many, context)
+
+
+@contextlib.contextmanager
+def write_behind() -> Iterator[None]:
+    """Hold the rows written with ``insert``/``update`` until the next statement (see above).
+    Whatever is still held when the block ends is written then; if it raises, dropped."""
+    if _held.depth:
+        _held.depth += 1
+        try:
+            yield
+        finally:
+            _held.depth -= 1
+        return
+    _held.depth = 1
+    try:
+        with connection.execute_wrapper(_before_any_statement):
+            yield
+            flush()
+    except BaseException:
+        _held.ctes = []
+        raise
+    finally:
+        _held.depth = 0
