@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet, Sum
+from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents.lease import LOCK_HELD_SQL
@@ -63,9 +64,28 @@ def ticket_has_agent_work(ticket_id: int) -> bool:
     return _with_agent_work(Ticket.objects.filter(pk=ticket_id)).exists()
 
 
+def _reserving_refunds() -> QuerySet[Refund]:
+    """Refunds that count against what an order can still refund: done, pending or uncertain."""
+    return Refund.objects.filter(status__in=RESERVING_REFUND_STATUSES)
+
+
+def orders_with_refunded_total(orders: QuerySet[Order]) -> QuerySet[Order]:
+    """The orders, each with ``refunded_cents`` (as ``refunded_total_cents``), in the same query."""
+    total = (
+        _reserving_refunds()
+        .filter(order=OuterRef("pk"))
+        .values("order")
+        .annotate(total=Sum("amount_cents"))
+        .values("total")
+    )
+    return orders.annotate(refunded_cents=Coalesce(Subquery(total), 0))
+
+
 def refunded_total_cents(order: Order, *, exclude_key: str | None = None) -> int:
     """What has been (or may have been) refunded on this order: refunds done, pending or uncertain."""
-    refunds = Refund.objects.filter(order=order, status__in=RESERVING_REFUND_STATUSES)
+    if exclude_key is None and hasattr(order, "refunded_cents"):
+        return int(order.refunded_cents)  # read with the order (orders_with_refunded_total)
+    refunds = _reserving_refunds().filter(order=order)
     if exclude_key:
         refunds = refunds.exclude(idempotency_key=exclude_key)
     return int(refunds.aggregate(total=Sum("amount_cents"))["total"] or 0)

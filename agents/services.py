@@ -41,9 +41,7 @@ def _actor(run: AgentRun) -> str:
 def run_start(*, lease: Lease, ticket: Ticket, model_name: str) -> AgentRun | None:
     """Start a run for the customer messages not yet taken in; None if there are none."""
     with lease.guard():
-        inputs = list(
-            unanswered_messages(ticket_id=ticket.pk).select_for_update().order_by("created_at", "id")
-        )
+        inputs = list(unanswered_messages(ticket_id=ticket.pk).select_for_update().order_by("created_at", "id"))
         if not inputs:
             return None
         now = timezone.now()
@@ -168,7 +166,7 @@ def step_store(
     # the ticket's timeline position, read by the INSERT itself.
     position = ("(SELECT last_event_seq FROM tickets_ticket WHERE id = %s)", [run.ticket_id])
     with lease.guard():
-        rows.insert([step], computed={"ticket_seq": position})
+        rows.insert([step], computed={"ticket_seq": position}, keys_from_block=True)
     return step
 
 
@@ -217,7 +215,7 @@ def call_start(
             approval_reason=approval_reason,
             epoch=lease.epoch,
         )
-        rows.insert([call])
+        rows.insert([call], keys_from_block=True)
         ticket_services.event_append(
             ticket=run.ticket_id,
             kind="tool_call_started",

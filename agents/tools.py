@@ -26,7 +26,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 
 from agents.models import ReplayPolicy, ToolCall
-from agents.selectors import refunded_total_cents
+from agents.selectors import orders_with_refunded_total, refunded_total_cents
 from tickets import services as ticket_services
 from tickets.models import ActorKind, AuthorKind, HelpArticle, Message, Order, Ticket, TicketStatus
 
@@ -206,7 +206,8 @@ def lookup_order(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def list_orders(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    orders = Order.objects.filter(customer_id=ctx.ticket.customer_id).prefetch_related("lines")[:20]
+    orders = orders_with_refunded_total(Order.objects.filter(customer_id=ctx.ticket.customer_id))
+    orders = orders.prefetch_related("lines")[:20]
     return {"orders": [order_summary(order) for order in orders]}
 
 

@@ -10,9 +10,9 @@ yet. At the end of the block the rest is written, as part of a final statement
 the caller builds (``take``: the timeline's, which also carries the fence), or
 on its own.
 
-Rows inserted here get their primary keys at once, from their sequence, taken
-in blocks per process: a key is known before the row is written, so later rows
-of the same statement can point at it.
+Rows inserted here get their primary keys at once, from their sequence: a key
+is known before the row is written, so later rows of the same statement can
+point at it.
 
 Only for plain rows: no signals, no multi-table inheritance, no ``auto_now``.
 """
@@ -47,23 +47,29 @@ _ids_pid = os.getpid()
 _ids_lock = threading.Lock()
 
 
-def _next_id(model: type[Model]) -> int:
-    """A fresh primary key of ``model``'s table, from its sequence (a block at a time per process)."""
+def _next_ids(model: type[Model], n: int, *, from_block: bool) -> list[int]:
+    """Fresh primary keys of ``model``'s table, from its sequence.
+
+    ``from_block``: from a block this process took earlier (no round trip): such keys are unique
+    but not in the order rows are written across processes, so only for rows ordered by something
+    else (a step's position). Otherwise taken now, in one statement, in order.
+    """
     global _ids_pid
     table = model._meta.db_table
     with _ids_lock:
         if _ids_pid != os.getpid():  # a forked child must not reuse its parent's keys
             _ids.clear()
             _ids_pid = os.getpid()
-        block = _ids.get(table)
-        if not block:
+        block = _ids.setdefault(table, []) if from_block else []
+        if len(block) < n:
             with connection.cursor() as cursor:
                 cursor.execute(
                     "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
-                    [table, model._meta.pk.column, ID_BLOCK],
+                    [table, model._meta.pk.column, max(n, ID_BLOCK) if from_block else n],
                 )
-                block = _ids[table] = [row[0] for row in cursor.fetchall()][::-1]
-        return block.pop()
+                block.extend(row[0] for row in cursor.fetchall())
+        keys, block[:n] = block[:n], []
+        return keys
 
 
 def _quote(name: str) -> str:
@@ -119,14 +125,19 @@ def _update_cte(objs: Sequence[Model], names: Sequence[str]) -> SqlValue:
     return head + ", ".join([row] * len(objs)) + tail, params
 
 
-def insert(objs: Sequence[Model], *, computed: dict[str, SqlValue] | None = None) -> None:
-    """Insert the objects (one model, not saved yet). Their keys are set at once; the rows are
-    written with the next statement inside ``write_behind()``, or now outside it."""
+def insert(
+    objs: Sequence[Model], *, computed: dict[str, SqlValue] | None = None, keys_from_block: bool = False
+) -> None:
+    """Insert the objects (one model, not saved yet). Their keys are set at once (see ``_next_ids``
+    for ``keys_from_block``); the rows are written with the next statement inside
+    ``write_behind()``, or now outside it."""
     if not objs:
         return
+    missing = [obj for obj in objs if obj.pk is None]
+    if missing:
+        for obj, key in zip(missing, _next_ids(type(objs[0]), len(missing), from_block=keys_from_block), strict=True):
+            obj.pk = key
     for obj in objs:
-        if obj.pk is None:
-            obj.pk = _next_id(type(obj))
         obj._state.adding = False
         obj._state.db = connection.alias
     _hold(_insert_cte(objs, computed or {}))

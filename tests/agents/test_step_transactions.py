@@ -1,0 +1,111 @@
+"""One transaction per step (DESIGN.md, invariant 16), counted, and the request each step sent,
+rebuilt from the ledger.
+
+Counts, not timings: the statements and commits a turn sends are the same on any machine.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from agents.conversation import request_of
+from agents.models import CallStatus, ModelStep, ReplayPolicy, StepStatus, ToolCall
+from agents.offline_model import OfflineDeterministicModel
+from agents.runner import advance
+from tests.conftest import make_customer, make_order
+from tickets import services as ticket_services
+from tickets.models import AuthorKind, Message, TicketEvent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class RecordingModel:
+    """The offline model, keeping a copy of every request it is sent."""
+
+    def __init__(self) -> None:
+        self.inner = OfflineDeterministicModel(token_delay_ms=0)
+        self.name = self.inner.name
+        self.requests: list[list[dict[str, Any]]] = []
+
+    def complete(self, *, messages: list[dict[str, Any]], tools: list[Any], on_token: Any = None) -> Any:
+        self.requests.append(copy.deepcopy(messages))
+        return self.inner.complete(messages=messages, tools=tools, on_token=on_token)
+
+
+class Counted:
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+        self.commits = 0
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        self.statements.append(sql)
+        return execute(sql, params, many, context)
+
+
+def run_counted(ticket_id: int, model: Any) -> Counted:
+    counted = Counted()
+    commit = connection.commit
+
+    def counting_commit() -> None:
+        counted.commits += 1
+        commit()
+
+    connection.commit = counting_commit
+    try:
+        with connection.execute_wrapper(counted):
+            advance(ticket_id, model=model)
+    finally:
+        del connection.commit
+    return counted
+
+
+def test_a_21_step_turn_commits_once_per_model_step_and_stays_under_100_statements():
+    customer = make_customer()
+    make_order(customer, number="A-7101")
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Bench", body="bench:10")
+
+    counted = run_counted(ticket.pk, RecordingModel())
+
+    steps = ModelStep.objects.filter(ticket=ticket)
+    calls = ToolCall.objects.filter(ticket=ticket)
+    assert steps.count() == 11 and all(s.status == StepStatus.COMPLETED for s in steps)
+    assert calls.count() == 10 and not calls.exclude(status=CallStatus.SUCCEEDED).exists()
+    side_effecting = calls.exclude(replay_policy=ReplayPolicy.SAFE).count()
+    # One commit per model step (its outcome, the intents it asks for, the results of the safe calls
+    # before it, its events, the fence), one per side-effecting call, one to take the message in.
+    assert counted.commits <= steps.count() + side_effecting + 1, counted.commits
+    assert len(counted.statements) <= 100, len(counted.statements)
+    # Every call's outcome is in the ledger with its events, though none committed on its own.
+    finished = TicketEvent.objects.filter(ticket=ticket, kind="tool_call_finished").count()
+    assert finished == 10
+    seqs = list(TicketEvent.objects.filter(ticket=ticket).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_each_step_stores_only_its_new_messages_and_the_whole_request_is_rebuilt_from_the_ledger():
+    customer = make_customer()
+    make_order(customer, number="A-7102")
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Order", body="Where is my order A-7102?")
+    model = RecordingModel()
+    advance(ticket.pk, model=model)
+    ticket_services.message_post(
+        ticket=ticket, author_kind=AuthorKind.CUSTOMER, author_user=customer.user, body="bench:3"
+    )
+    advance(ticket.pk, model=model)
+
+    steps = list(ModelStep.objects.filter(ticket=ticket).order_by("run_id", "index", "attempt"))
+    assert len(steps) == len(model.requests) == 2 + 4
+    for step, sent in zip(steps, model.requests, strict=True):
+        assert request_of(step) == sent
+    # A pass's first step stores the whole request; the steps after it only what is new.
+    first_of_second_turn = steps[2]
+    assert first_of_second_turn.request_prefix_id is None
+    assert all(s.request_prefix_id == prev.pk for prev, s in zip(steps[2:], steps[3:], strict=False))
+    assert all(len(s.request_messages) == 2 for s in steps[3:])  # the step's call and its result
+    stored = sum(len(s.request_messages) for s in steps)
+    assert stored < sum(len(r) for r in model.requests)
+    assert Message.objects.filter(ticket=ticket, author_kind=AuthorKind.AGENT).count() == 2
