@@ -27,6 +27,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from agents import calls
 from agents import services as agent_services
 from agents.lease import Lease
 from agents.models import AgentRun, ApprovalDecision, CallStatus, RunStatus, ToolCall
@@ -65,16 +66,7 @@ def pause_for_approval(*, lease: Lease, run: AgentRun, call: ToolCall, reason: s
     if not pause_hooks:
         raise ImproperlyConfigured("no approval request hook is installed (is the approvals app installed?)")
     with lease.guard():
-        ToolCall.objects.filter(pk=call.pk).update(
-            status=CallStatus.AWAITING_APPROVAL,
-            approval_required=True,
-            approval_reason=reason,
-            approval_decision=None,
-            approval_note="",
-            approval_digest="",
-        )
-        call.status, call.approval_required, call.approval_reason = CallStatus.AWAITING_APPROVAL, True, reason
-        call.approval_decision, call.approval_note, call.approval_digest = None, "", ""
+        calls.call_pause(lease=lease, call=call, reason=reason)
         if run.status != RunStatus.WAITING_APPROVAL:
             agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.WAITING_APPROVAL, outcome=reason)
         ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
@@ -119,7 +111,7 @@ def apply_decision(
                 client_msg_id=f"approval-expired:{call.pk}",
                 actor_ref=f"run:{run.pk}",
             )
-            agent_services.call_finish(
+            calls.call_finish(
                 lease=lease, call=call, status=CallStatus.FAILED, result=None, error="the approval request expired"
             )
         agent_services.hand_off(lease=lease, run=run, reason="an approval request expired without a decision")
@@ -127,7 +119,7 @@ def apply_decision(
     with lease.guard():
         _leave_pending(lease, run, ticket)
         if decision == ApprovalDecision.REJECTED:
-            agent_services.call_finish(
+            calls.call_finish(
                 lease=lease,
                 call=call,
                 status=CallStatus.REJECTED,
@@ -135,7 +127,6 @@ def apply_decision(
                 error="rejected by staff",
             )
             return None
-        ToolCall.objects.filter(pk=call.pk, status=CallStatus.AWAITING_APPROVAL).update(status=CallStatus.STARTED)
-    call.refresh_from_db()
+        call = calls.call_approved_to_run(lease=lease, call=call)
     execute(lease, call, tool, ToolContext(ticket=ticket, call=call))
     return None

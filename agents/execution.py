@@ -22,7 +22,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from agents import faults
+from agents import calls, faults
 from agents import services as agent_services
 from agents.approval import apply_decision, may_execute, pause_for_approval
 from agents.lease import Lease, LeaseLost
@@ -67,14 +67,14 @@ def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, An
     try:
         tool, args = parse_arguments(requested["name"], requested["arguments"])
     except ToolError as exc:
-        call = agent_services.call_start(
+        call = calls.call_start(
             **common,
             name=str(requested["name"])[:100],
             arguments={"raw": str(requested["arguments"])[:2000]},
             replay_policy=ReplayPolicy.SAFE,
             public_label="",
         )
-        return agent_services.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
+        return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
     # Not saved yet: the checks below see the call as it will be recorded.
     draft = ToolCall(ticket_id=run.ticket_id, run=run, step=step, index=index, name=tool.name, arguments=args)
     ctx = ToolContext(ticket=p.ticket, call=draft)
@@ -83,10 +83,10 @@ def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, An
         if tool.precheck is not None:
             tool.precheck(ctx, args)
     except ToolError as exc:
-        call = agent_services.call_start(**intent, public_label=tool.public_label)
-        return agent_services.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
+        call = calls.call_start(**intent, public_label=tool.public_label)
+        return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
     reason = approval_reason(p, tool, ctx, args)
-    call = agent_services.call_start(
+    call = calls.call_start(
         **intent,
         public_label=tool.public_label,
         status=CallStatus.AWAITING_APPROVAL if reason else CallStatus.STARTED,
@@ -146,7 +146,7 @@ def execute(p: Pass, call: ToolCall, *, again: bool = False) -> ToolCall:
     transaction; any other commits now. Returns the call as it stands."""
     tool = REGISTRY.get(call.name)
     if tool is None:
-        return agent_services.call_finish(
+        return calls.call_finish(
             lease=p.lease, call=call, status=CallStatus.FAILED, result=None, error=f"unknown tool {call.name}"
         )
     if call.replay_policy == ReplayPolicy.SAFE and may_execute(call) and not again:
@@ -182,7 +182,7 @@ def _run_handler(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext) -> 
         logger.exception("tool %s failed on ticket %s", call.name, call.ticket_id)
         connection.close_if_unusable_or_obsolete()
         error = f"{type(exc).__name__}: {exc}"
-        agent_services.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=error)
+        calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=error)
         raise ToolCrashed(f"the tool {call.name} failed: {error}") from exc
 
 
@@ -194,12 +194,12 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
     if not may_execute(call):
         # Unreachable through the loop (such a call is created paused); the last door stays shut anyway.
         logger.error("call %s on ticket %s needs an approval it does not have; not executed", call.pk, call.ticket_id)
-        agent_services.call_finish(
+        calls.call_finish(
             lease=lease, call=call, status=CallStatus.FAILED, result=None, error="not executed: no staff approval"
         )
         return
     if again:
-        call = agent_services.call_retry(lease=lease, call=call)
+        call = calls.call_retry(lease=lease, call=call)
     try:
         # No transaction around the handler: a tool commits its own steps (a
         # refund commits its intent before it calls the provider), so that what
@@ -207,19 +207,17 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
         result = tool.handler(ctx, call.arguments)
     except ToolEscalation as exc:
         status = CallStatus.UNCERTAIN if exc.uncertain else CallStatus.FAILED
-        call = agent_services.call_finish(
-            lease=lease, call=call, status=status, result={"status": status}, error=str(exc)
-        )
+        call = calls.call_finish(lease=lease, call=call, status=status, result={"status": status}, error=str(exc))
         agent_services.escalate(lease=lease, run=AgentRun.objects.get(pk=call.run_id), call=call,
                                 customer_text=exc.customer_text, reason=str(exc))  # fmt: skip
         raise Stop() from None
     except ToolUncertain as exc:
-        agent_services.call_finish(
+        calls.call_finish(
             lease=lease, call=call, status=CallStatus.UNCERTAIN, result={"status": "uncertain"}, error=str(exc)
         )
         return
     except ToolError as exc:
-        agent_services.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
+        calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
         return
     except LeaseLost:
         raise
@@ -228,10 +226,10 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
         connection.close_if_unusable_or_obsolete()
         error = f"{type(exc).__name__}: {exc}"
         status = CallStatus.UNCERTAIN if call.replay_policy == ReplayPolicy.NEVER else CallStatus.FAILED
-        agent_services.call_finish(lease=lease, call=call, status=status, result=None, error=error)
+        calls.call_finish(lease=lease, call=call, status=status, result=None, error=error)
         raise ToolCrashed(f"the tool {call.name} failed: {error}") from exc
     if call.replay_policy == ReplayPolicy.KEYED:
         faults.hit("after_keyed_effect")
     elif call.replay_policy == ReplayPolicy.NEVER:
         faults.hit("after_never_effect")
-    agent_services.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=result)
+    calls.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=result)

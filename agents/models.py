@@ -160,6 +160,22 @@ class CallStatus(models.TextChoices):
 
 FINAL_CALL_STATUSES = (CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.UNCERTAIN, CallStatus.REJECTED)
 
+# Where a call may go from each status (agents.calls, the one module that writes calls, checks it).
+CALL_TRANSITIONS: dict[str, frozenset[str]] = {
+    # Its effect ran (or could not), or recovery found it needs an approval it does not have.
+    CallStatus.STARTED: frozenset(
+        {CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.UNCERTAIN, CallStatus.AWAITING_APPROVAL}
+    ),
+    # Approved (it runs), rejected, expired (failed), or asked again on changed arguments.
+    CallStatus.AWAITING_APPROVAL: frozenset(
+        {CallStatus.STARTED, CallStatus.REJECTED, CallStatus.FAILED, CallStatus.AWAITING_APPROVAL}
+    ),
+    CallStatus.SUCCEEDED: frozenset(),
+    CallStatus.FAILED: frozenset(),
+    CallStatus.UNCERTAIN: frozenset(),
+    CallStatus.REJECTED: frozenset(),
+}
+
 
 class ApprovalDecision(models.TextChoices):
     APPROVED = "approved", "Approved"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents import services as agent_services
+from agents import calls
 from agents.conversation import assistant_message, build_conversation, tool_message
 from agents.lease import Lease
 from agents.models import AgentRun, ModelStep, StepStatus, ToolApprovalRule, ToolCall
@@ -137,8 +137,8 @@ class Pass:
 
     def save_outcomes(self) -> None:
         """Caller: inside a fenced transaction (the next step's)."""
-        calls, self.unsaved_outcomes = self.unsaved_outcomes, []
-        agent_services.calls_record_outcomes(lease=self.lease, calls=calls)
+        outcomes, self.unsaved_outcomes = self.unsaved_outcomes, []
+        calls.calls_record_outcomes(lease=self.lease, calls=outcomes)
 
     def call_stored(self, call: ToolCall) -> None:
         self.calls[(call.step_id, call.index)] = call

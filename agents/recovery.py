@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents import calls
 from agents import services as agent_services
 from agents.approval import may_execute, pause_for_approval
 from agents.execution import execute
@@ -47,7 +48,7 @@ def recover(p: Pass) -> None:
             pause_for_approval(lease=lease, run=run, call=call, reason=call.approval_reason or "needs a staff approval")
             break
         if tool is None or call.replay_policy == ReplayPolicy.NEVER:
-            agent_services.call_finish(
+            calls.call_finish(
                 lease=lease,
                 call=call,
                 status=CallStatus.UNCERTAIN,
@@ -58,7 +59,7 @@ def recover(p: Pass) -> None:
         elif call.replay_policy == ReplayPolicy.KEYED and tool.reconcile is not None:
             proven = tool.reconcile(ToolContext(ticket=p.ticket, call=call), call.arguments)
             if proven is not None:
-                agent_services.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=proven)
+                calls.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=proven)
                 found["reconciled"].append(entry)
             else:
                 execute(p, call, again=True)
@@ -109,10 +110,10 @@ def _interrupted_generation(p: Pass, found: dict[str, list[dict[str, Any]]]) -> 
 
 
 def _recovery_note(p: Pass, run: AgentRun, found: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    calls = sorted(ToolCall.objects.filter(run=run).select_related("step"), key=lambda c: (c.step.index, c.index))
-    completed = [c.name for c in calls if c.status == CallStatus.SUCCEEDED]
-    failed = [c.name for c in calls if c.status == CallStatus.FAILED]
-    uncertain = [c.name for c in calls if c.status == CallStatus.UNCERTAIN]
+    run_calls = sorted(ToolCall.objects.filter(run=run).select_related("step"), key=lambda c: (c.step.index, c.index))
+    completed = [c.name for c in run_calls if c.status == CallStatus.SUCCEEDED]
+    failed = [c.name for c in run_calls if c.status == CallStatus.FAILED]
+    uncertain = [c.name for c in run_calls if c.status == CallStatus.UNCERTAIN]
     lines = [
         "RECOVERY NOTE: the previous worker on this ticket stopped before finishing. "
         "Steps already completed were kept and are not generated again.",

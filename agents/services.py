@@ -5,7 +5,6 @@ cannot write (fencing).
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,7 +16,6 @@ from agents.llm import ModelResponse
 from agents.models import (
     RUN_TRANSITIONS,
     AgentRun,
-    CallStatus,
     ModelStep,
     RunStatus,
     StepStatus,
@@ -27,11 +25,6 @@ from support import rows
 from tickets import services as ticket_services
 from tickets.models import ActorKind, AuthorKind, Message, Ticket, TicketStatus
 from tickets.selectors import unanswered_messages
-
-
-def idempotency_key(*, ticket_id: int, run_id: int, step_index: int, call_index: int) -> str:
-    """Stable across retries and workers: derived only from where the call sits in the ledger."""
-    return f"t{ticket_id}-r{run_id}-s{step_index}-c{call_index}"
 
 
 def _actor(run: AgentRun) -> str:
@@ -176,105 +169,6 @@ def step_mark_interrupted(*, lease: Lease, step: ModelStep, wasted: int) -> None
             status=StepStatus.INTERRUPTED, error="interrupted; generated again", wasted_tokens=wasted,
             completed_at=timezone.now(),
         )  # fmt: skip
-
-
-def call_start(
-    *,
-    lease: Lease,
-    run: AgentRun,
-    step: ModelStep,
-    index: int,
-    model_call_id: str,
-    name: str,
-    arguments: dict[str, Any],
-    replay_policy: str,
-    public_label: str,
-    status: str = CallStatus.STARTED,
-    approval_reason: str = "",
-) -> ToolCall:
-    """Commit the intent (status ``started``) before any effect runs.
-
-    With an ``approval_reason`` the call needs a staff approval: it is recorded as
-    such in this same transaction, and the caller pauses it before committing.
-    """
-    with lease.guard():
-        call = ToolCall(
-            ticket_id=run.ticket_id,
-            run=run,
-            step=step,
-            index=index,
-            model_call_id=model_call_id,
-            name=name,
-            arguments=arguments,
-            idempotency_key=idempotency_key(
-                ticket_id=run.ticket_id, run_id=run.pk, step_index=step.index, call_index=index
-            ),
-            replay_policy=replay_policy,
-            status=status,
-            approval_required=bool(approval_reason),
-            approval_reason=approval_reason,
-            epoch=lease.epoch,
-        )
-        rows.insert([call], keys_from_block=True)
-        ticket_services.event_append(
-            ticket=run.ticket_id,
-            kind="tool_call_started",
-            actor_kind=ActorKind.AGENT,
-            actor_ref=_actor(run),
-            payload={"call_id": call.pk, "tool": name, "label": public_label},
-            is_public=bool(public_label),
-        )
-    return call
-
-
-def call_finish(
-    *,
-    lease: Lease,
-    call: ToolCall,
-    status: str,
-    result: dict[str, Any] | None,
-    error: str = "",
-) -> ToolCall:
-    """Commit the outcome of a call. A call already final is left as it is."""
-    with lease.guard():
-        locked = ToolCall.objects.select_for_update().get(pk=call.pk)
-        if locked.status in {CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.UNCERTAIN, CallStatus.REJECTED}:
-            return locked
-        locked.status = status
-        locked.result = json.loads(json.dumps(result, default=str)) if result is not None else None
-        locked.error = error[:2000]
-        locked.finished_at = timezone.now()
-        locked.save(update_fields=["status", "result", "error", "finished_at"])
-        _call_finished_event(locked, status, error)
-    return locked
-
-
-def calls_record_outcomes(*, lease: Lease, calls: list[ToolCall]) -> None:
-    """Commit outcomes decided in memory (safe calls, which wait for the next step's transaction):
-    one UPDATE for all of them, and their timeline events."""
-    if not calls:
-        return
-    with lease.guard():
-        rows.update(calls, ["status", "result", "error", "finished_at"])
-        for call in calls:
-            _call_finished_event(call, call.status, call.error)
-
-
-def _call_finished_event(call: ToolCall, status: str, error: str) -> None:
-    ticket_services.event_append(
-        ticket=call.ticket_id,
-        kind="tool_call_uncertain" if status == CallStatus.UNCERTAIN else "tool_call_finished",
-        actor_kind=ActorKind.AGENT if status != CallStatus.UNCERTAIN else ActorKind.SYSTEM,
-        actor_ref=f"run:{call.run_id}",
-        payload={"call_id": call.pk, "tool": call.name, "status": status, "error": error[:500]},
-    )
-
-
-def call_retry(*, lease: Lease, call: ToolCall) -> ToolCall:
-    with lease.guard():
-        ToolCall.objects.filter(pk=call.pk).update(attempts=F("attempts") + 1, epoch=lease.epoch)
-    call.refresh_from_db()
-    return call
 
 
 def split_reply(text: str, limit: int) -> list[str]:

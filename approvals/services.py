@@ -14,7 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.approval import arguments_digest
-from agents.models import ModelStep, ToolCall
+from agents.calls import call_record_decision
+from agents.models import ApprovalDecision, ModelStep, ToolCall
 from agents.selectors import refunded_total_cents
 from agents.tasks import ring
 from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
@@ -144,8 +145,8 @@ def approval_decide(
         approval.decided_at = now
         approval.note = note
         approval.save(update_fields=["status", "decided_by", "decided_at", "note"])
-        ToolCall.objects.filter(pk=approval.tool_call_id).update(
-            approval_decision=approval.status, approval_note=note, approval_digest=approval.arguments_digest
+        call_record_decision(
+            call_id=approval.tool_call_id, decision=approval.status, note=note, digest=approval.arguments_digest
         )
         label = (
             "Our team approved your request; finishing it now."
@@ -181,7 +182,7 @@ def approvals_expire_due(*, now: datetime | None = None) -> dict[str, int]:
             approval.status = ApprovalStatus.EXPIRED
             approval.decided_at = now
             approval.save(update_fields=["status", "decided_at"])
-            ToolCall.objects.filter(pk=approval.tool_call_id).update(approval_decision="expired")
+            call_record_decision(call_id=approval.tool_call_id, decision=ApprovalDecision.EXPIRED)
             ticket_services.event_append(
                 ticket=approval.ticket_id,
                 kind="approval_expired",

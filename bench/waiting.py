@@ -161,7 +161,7 @@ CLONED = {
         "ticket_id": "m.ticket",
         "run_id": "m.run",
         "step_id": "m.step",
-        # agents.services.idempotency_key: t{ticket}-r{run}-s{step index}-c{call index}
+        # agents.calls.idempotency_key: t{ticket}-r{run}-s{step index}-c{call index}
         "idempotency_key": "format('t%%s-r%%s-s%%s-c%%s', m.ticket, m.run, %(step_index)s, t.index)",
     },
     "approvals_approvalrequest": {"id": "m.approval", "ticket_id": "m.ticket", "tool_call_id": "m.call"},
@@ -273,8 +273,8 @@ def verify_pauses(real: list[int], cloned: list[int], tables: list[str]) -> dict
     """Rows per ticket of the real path's pauses and of the copies, table by table; they must match."""
     from django.db import connection
 
+    from agents.calls import idempotency_key
     from agents.models import AgentRun, RunStatus, ToolCall
-    from agents.services import idempotency_key
     from agents.tasks import tickets_needing_a_ring
     from approvals.models import ApprovalRequest, ApprovalStatus
 

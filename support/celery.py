@@ -23,5 +23,7 @@ def _keep_database_connections(**kwargs: object) -> None:
     default = settings.DATABASES["default"]
     default["CONN_MAX_AGE"] = env_int("WORKER_DB_CONN_MAX_AGE", 300)
     default["CONN_HEALTH_CHECKS"] = True
+
+
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

@@ -1,0 +1,190 @@
+"""Tool calls: the one module that writes ``ToolCall`` rows.
+
+A call moves through ``CALL_TRANSITIONS`` (agents.models), like tickets, runs
+and refunds through theirs: its intent is recorded ``started`` (or
+``awaiting_approval`` when it needs a staff approval) before any effect; its
+outcome makes it final. A staff decision is written on the call here too, by
+the approvals app through ``call_record_decision``: it rings the ticket and the
+lease holder applies it. Writes of the agent run inside the lease's fenced
+transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db.models import F
+from django.utils import timezone
+
+from agents.lease import Lease
+from agents.models import (
+    CALL_TRANSITIONS,
+    FINAL_CALL_STATUSES,
+    AgentRun,
+    ApprovalDecision,
+    CallStatus,
+    ModelStep,
+    ToolCall,
+)
+from support import rows
+from tickets import services as ticket_services
+from tickets.models import ActorKind
+
+
+class InvalidCallTransition(ValueError):
+    """A call status change that CALL_TRANSITIONS does not allow."""
+
+
+def check_transition(call: ToolCall, to_status: str) -> None:
+    if to_status not in CALL_TRANSITIONS[call.status]:
+        allowed = ", ".join(sorted(CALL_TRANSITIONS[call.status])) or "none (final)"
+        raise InvalidCallTransition(f"call {call.pk} cannot go from {call.status} to {to_status}; allowed: {allowed}")
+
+
+def idempotency_key(*, ticket_id: int, run_id: int, step_index: int, call_index: int) -> str:
+    """Stable across retries and workers: derived only from where the call sits in the ledger."""
+    return f"t{ticket_id}-r{run_id}-s{step_index}-c{call_index}"
+
+
+def call_start(
+    *,
+    lease: Lease,
+    run: AgentRun,
+    step: ModelStep,
+    index: int,
+    model_call_id: str,
+    name: str,
+    arguments: dict[str, Any],
+    replay_policy: str,
+    public_label: str,
+    status: str = CallStatus.STARTED,
+    approval_reason: str = "",
+) -> ToolCall:
+    """Commit the intent (status ``started``) before any effect runs.
+
+    With an ``approval_reason`` the call needs a staff approval: it is recorded as
+    such in this same transaction, and the caller pauses it before committing.
+    """
+    with lease.guard():
+        call = ToolCall(
+            ticket_id=run.ticket_id,
+            run=run,
+            step=step,
+            index=index,
+            model_call_id=model_call_id,
+            name=name,
+            arguments=arguments,
+            idempotency_key=idempotency_key(
+                ticket_id=run.ticket_id, run_id=run.pk, step_index=step.index, call_index=index
+            ),
+            replay_policy=replay_policy,
+            status=status,
+            approval_required=bool(approval_reason),
+            approval_reason=approval_reason,
+            epoch=lease.epoch,
+        )
+        rows.insert([call], keys_from_block=True)
+        ticket_services.event_append(
+            ticket=run.ticket_id,
+            kind="tool_call_started",
+            actor_kind=ActorKind.AGENT,
+            actor_ref=f"run:{run.pk}",
+            payload={"call_id": call.pk, "tool": name, "label": public_label},
+            is_public=bool(public_label),
+        )
+    return call
+
+
+def call_finish(
+    *,
+    lease: Lease,
+    call: ToolCall,
+    status: str,
+    result: dict[str, Any] | None,
+    error: str = "",
+) -> ToolCall:
+    """Commit the outcome of a call. A call already final is left as it is."""
+    with lease.guard():
+        locked = ToolCall.objects.select_for_update().get(pk=call.pk)
+        if locked.status in FINAL_CALL_STATUSES:
+            return locked
+        check_transition(locked, status)
+        locked.status = status
+        locked.result = json.loads(json.dumps(result, default=str)) if result is not None else None
+        locked.error = error[:2000]
+        locked.finished_at = timezone.now()
+        locked.save(update_fields=["status", "result", "error", "finished_at"])
+        _call_finished_event(locked, status, error)
+    return locked
+
+
+def calls_record_outcomes(*, lease: Lease, calls: list[ToolCall]) -> None:
+    """Commit outcomes decided in memory (safe calls, which wait for the next step's transaction):
+    one UPDATE for all of them, and their timeline events."""
+    if not calls:
+        return
+    for call in calls:
+        if call.status not in FINAL_CALL_STATUSES:
+            raise InvalidCallTransition(f"call {call.pk}: {call.status} is not an outcome")
+    with lease.guard():
+        rows.update(calls, ["status", "result", "error", "finished_at"])
+        for call in calls:
+            _call_finished_event(call, call.status, call.error)
+
+
+def _call_finished_event(call: ToolCall, status: str, error: str) -> None:
+    ticket_services.event_append(
+        ticket=call.ticket_id,
+        kind="tool_call_uncertain" if status == CallStatus.UNCERTAIN else "tool_call_finished",
+        actor_kind=ActorKind.AGENT if status != CallStatus.UNCERTAIN else ActorKind.SYSTEM,
+        actor_ref=f"run:{call.run_id}",
+        payload={"call_id": call.pk, "tool": call.name, "status": status, "error": error[:500]},
+    )
+
+
+def call_retry(*, lease: Lease, call: ToolCall) -> ToolCall:
+    with lease.guard():
+        ToolCall.objects.filter(pk=call.pk).update(attempts=F("attempts") + 1, epoch=lease.epoch)
+    call.refresh_from_db()
+    return call
+
+
+def call_pause(*, lease: Lease, call: ToolCall, reason: str) -> ToolCall:
+    """The call waits for a staff approval on its exact arguments (a fresh request: any earlier
+    decision is cleared). Caller: inside the fenced transaction that records the pause."""
+    if call.status != CallStatus.AWAITING_APPROVAL or call.approval_decision is not None:
+        check_transition(call, CallStatus.AWAITING_APPROVAL)
+    with lease.guard():
+        ToolCall.objects.filter(pk=call.pk).update(
+            status=CallStatus.AWAITING_APPROVAL,
+            approval_required=True,
+            approval_reason=reason,
+            approval_decision=None,
+            approval_note="",
+            approval_digest="",
+        )
+    call.status, call.approval_required, call.approval_reason = CallStatus.AWAITING_APPROVAL, True, reason
+    call.approval_decision, call.approval_note, call.approval_digest = None, "", ""
+    return call
+
+
+def call_approved_to_run(*, lease: Lease, call: ToolCall) -> ToolCall:
+    """An approved call goes back to ``started``, to run under its original idempotency key."""
+    check_transition(call, CallStatus.STARTED)
+    with lease.guard():
+        ToolCall.objects.filter(pk=call.pk, status=CallStatus.AWAITING_APPROVAL).update(status=CallStatus.STARTED)
+    call.refresh_from_db()
+    return call
+
+
+def call_record_decision(*, call_id: int, decision: str, note: str = "", digest: str = "") -> int:
+    """A staff decision (or an expiry) on a call waiting for approval, for the lease holder to apply.
+    Caller: the approvals app, in the transaction that records its request's decision.
+    Returns the rows written (0 if the call no longer waits)."""
+    if decision not in ApprovalDecision.values:
+        raise ValueError(f"{decision!r} is not an approval decision")
+    changes: dict[str, Any] = {"approval_decision": decision}
+    if decision != ApprovalDecision.EXPIRED:
+        changes.update(approval_note=note, approval_digest=digest)
+    return ToolCall.objects.filter(pk=call_id, status=CallStatus.AWAITING_APPROVAL).update(**changes)
