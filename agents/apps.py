@@ -10,3 +10,6 @@ class AgentsConfig(AppConfig):
     def ready(self) -> None:
         # Connects the doorbell: a customer message rings advance_ticket after commit.
         from agents import refunds, tasks  # noqa: F401  (registers issue_refund)
+        from agents.timeline_kinds import register_kinds
+
+        register_kinds()

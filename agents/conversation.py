@@ -34,7 +34,7 @@ _PREFIX = {AuthorKind.AGENT: "", AuthorKind.STAFF: "[staff] ", AuthorKind.SYSTEM
 
 
 def system_message(ticket: Ticket) -> dict[str, Any]:
-    prompt = getattr(settings, "AGENT_SYSTEM_PROMPT", "") or DEFAULT_SYSTEM_PROMPT
+    prompt = settings.AGENT_SYSTEM_PROMPT or DEFAULT_SYSTEM_PROMPT
     return {
         "role": "system",
         "content": f"{prompt}\nCustomer: {ticket.customer.name}. Ticket #{ticket.pk}: {ticket.subject}.",

@@ -45,7 +45,7 @@ class LeaseLost(Exception):
 
 
 def lease_seconds() -> int:
-    return int(getattr(settings, "AGENT_LEASE_SECONDS", 60))
+    return settings.AGENT_LEASE_SECONDS
 
 
 # The advisory lock of ticket N is the 64-bit key LOCK_NAMESPACE * 2**32 + N: in pg_locks,

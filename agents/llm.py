@@ -87,6 +87,11 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
+def wasted_tokens(characters: int) -> int:
+    """Tokens spent on a generation cut off after ``characters`` were streamed (none if nothing was)."""
+    return (characters + 3) // 4
+
+
 def _limit(name: str, default: int) -> int:
     return int(getattr(settings, name, default))
 

@@ -22,6 +22,7 @@ from agents import calls
 from agents import services as agent_services
 from agents.approval import may_execute, pause_for_approval
 from agents.execution import execute
+from agents.llm import wasted_tokens
 from agents.models import AgentRun, CallStatus, ReplayPolicy, StepStatus, ToolCall
 from agents.pass_state import Pass, stream_position
 from agents.tools import REGISTRY, ToolContext
@@ -91,7 +92,7 @@ def _interrupted_generation(p: Pass, found: dict[str, list[dict[str, Any]]]) -> 
     if any(s.index == index and s.attempt == attempt for s in p.run_steps):
         realtime.stream_finished(p.ticket.pk, stream)
         return
-    wasted = max(1, len(streamed) // 4) if streamed else 0
+    wasted = wasted_tokens(len(streamed))
     step = agent_services.step_store(
         lease=p.lease,
         run=p.run,

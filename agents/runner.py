@@ -25,7 +25,7 @@ from agents import faults
 from agents import services as agent_services
 from agents.execution import Stop, ToolCrashed, record_intents, run_calls
 from agents.lease import Lease, LeaseLost, lease_acquire, worker_identity
-from agents.llm import ChatModel, ModelError, validate_response
+from agents.llm import ChatModel, ModelError, validate_response, wasted_tokens
 from agents.model_factory import get_model
 from agents.models import ACTIVE_RUN_STATUSES, AgentRun, CallStatus, RunStatus, StepStatus, ToolCall
 from agents.pass_state import Pass, stream_id
@@ -33,26 +33,23 @@ from agents.recovery import recover
 from agents.selectors import ticket_has_agent_work
 from agents.tools import tool_specs
 from tickets import realtime
-from tickets.models import Ticket, TicketStatus
+from tickets.models import AGENT_STAYS_OUT, Ticket
 from tickets.selectors import unanswered_messages
 
 logger = logging.getLogger(__name__)
 
-# Ticket statuses in which the agent does not act (a person has it, or it is closed).
-AGENT_STAYS_OUT = (TicketStatus.WITH_HUMAN, TicketStatus.CLOSED)
-
 
 def max_steps() -> int:
-    return int(getattr(settings, "AGENT_MAX_STEPS", 16))
+    return settings.AGENT_MAX_STEPS
 
 
 def token_budget() -> int:
-    return int(getattr(settings, "AGENT_TOKEN_BUDGET", 200_000))
+    return settings.AGENT_TOKEN_BUDGET
 
 
 def max_failures() -> int:
     """Failures in a row (of any kind) before the ticket is parked with a person."""
-    return max(1, int(getattr(settings, "AGENT_MAX_CONSECUTIVE_FAILURES", 3)))
+    return max(1, settings.AGENT_MAX_CONSECUTIVE_FAILURES)
 
 
 def retry_delay(failures: int, retry_after: float | None = None) -> float:
@@ -236,7 +233,7 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
         with lease.guard():
             p.save_outcomes()
             step = agent_services.step_store(
-                **step_fields, status=StepStatus.FAILED, error=str(exc), wasted=max(wasted, streamed // 4)
+                **step_fields, status=StepStatus.FAILED, error=str(exc), wasted=max(wasted, wasted_tokens(streamed))
             )
         p.step_stored(step)
         if streamed:

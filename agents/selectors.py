@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from agents.lease import LOCK_HELD_SQL
 from agents.models import RESERVING_REFUND_STATUSES, AgentRun, CallStatus, Refund, RunStatus, TicketLease, ToolCall
-from tickets.models import Order, Ticket, TicketStatus
+from tickets.models import AGENT_STAYS_OUT, Order, Ticket
 from tickets.selectors import unanswered_messages
 
 
@@ -31,8 +31,7 @@ def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
         Q(running=True)
         | (
             # A paused run waits for its decision; messages sent meanwhile wait with it.
-            (Q(decided=True) | Q(unhandled=True, paused=False))
-            & ~Q(status__in=[TicketStatus.WITH_HUMAN, TicketStatus.CLOSED])
+            (Q(decided=True) | Q(unhandled=True, paused=False)) & ~Q(status__in=AGENT_STAYS_OUT)
         )
     )
 

@@ -23,7 +23,7 @@ from agents.models import (
 )
 from support import rows
 from tickets import services as ticket_services
-from tickets.models import ActorKind, AuthorKind, Message, Ticket, TicketStatus
+from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, Message, Ticket, TicketStatus
 from tickets.selectors import unanswered_messages
 
 
@@ -199,7 +199,7 @@ def reply_post(
     posted: list[Message] = []
     with lease.guard():
         ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
-        if ticket.status in {TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}:
+        if ticket.status in AGENT_STAYS_OUT:
             return None
         # A customer who wrote while this answer was being written is not waited on: their turn comes next.
         unanswered = unanswered_messages(ticket_id=run.ticket_id).exists()
@@ -236,7 +236,7 @@ def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:
             actor_ref=_actor(run),
         )
         ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
-        if ticket.status not in {TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}:
+        if ticket.status not in AGENT_STAYS_OUT:
             ticket_services.ticket_transition(
                 ticket=ticket,
                 to_status=TicketStatus.WITH_HUMAN,

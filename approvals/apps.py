@@ -14,5 +14,6 @@ class ApprovalsConfig(AppConfig):
         from agents import approval as agent_approval
         from approvals import services
 
+        services.register_kinds()
         if services.approval_request_create not in agent_approval.pause_hooks:
             agent_approval.pause_hooks.append(services.approval_request_create)

@@ -20,6 +20,7 @@ from agents.selectors import refunded_total_cents
 from agents.tasks import ring
 from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
 from tickets import services as ticket_services
+from tickets import timeline
 from tickets.models import ActorKind, Order
 
 logger = logging.getLogger(__name__)
@@ -109,6 +110,25 @@ def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:
     )
     notify_staff(approval.pk, "requested")
     return approval
+
+
+def register_kinds() -> None:
+    """The timeline event kinds of approvals (``tickets.timeline``)."""
+
+    def decided(event: object, payload: dict[str, Any]) -> dict[str, Any]:
+        if payload.get("decision") == "approved":
+            return {"kind": "notice", "tone": "ok", "text": timeline.label(payload, "Our team approved your request.")}
+        text = timeline.label(payload, "Our team could not approve your request.")
+        return {"kind": "notice", "tone": "bad", "text": text}
+
+    def add(name: str, description: str, present: timeline.Presenter | None = None) -> None:
+        timeline.register(name, app="approvals", description=description, present=present)
+
+    add("approval_requested", "A call waits for a staff decision.",
+        timeline.notice("warn", "Your request is under review by our team."))  # fmt: skip
+    add("approval_decided", "A member of staff approved or rejected the request.", decided)
+    add("approval_expired", "Nobody decided in time.", timeline.notice("bad", "The review of your request expired."))
+    add("approval_reminder", "Staff were reminded of a request close to its expiry.")
 
 
 def can_decide(user: AbstractBaseUser) -> bool:

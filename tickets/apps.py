@@ -10,7 +10,10 @@ class TicketsConfig(AppConfig):
     def ready(self) -> None:
         # Watchers of a ticket (the customer's chat) learn of each committed
         # timeline event through its Channels group.
+        from tickets.presenters import register_kinds
         from tickets.signals import ticket_event_appended
+
+        register_kinds()
 
         ticket_event_appended.connect(_publish_event, dispatch_uid="tickets.publish_event")
 

@@ -111,6 +111,9 @@ TICKET_TRANSITIONS: dict[str, frozenset[str]] = {
     TicketStatus.CLOSED: frozenset(),
 }  # fmt: skip
 
+# A person has the ticket, or it is closed: the agent neither starts nor finishes a turn on it.
+AGENT_STAYS_OUT: frozenset[str] = frozenset({TicketStatus.WITH_HUMAN, TicketStatus.CLOSED})
+
 
 class TicketPriority(models.TextChoices):
     LOW = "low", "Low"

@@ -26,6 +26,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.timesince import timesince
 
+from tickets import timeline
 from tickets.models import ActorKind, AuthorKind, Ticket, TicketEvent, TicketStatus
 
 # The status line and the badges, in the customer's words.
@@ -45,9 +46,6 @@ AUTHOR_NAMES: dict[str, str] = {
     AuthorKind.STAFF: "Support team",
 }
 
-# Runs that end (or pause) switch the typing indicator off.
-_TYPING_OFF = {"agent_run_completed", "agent_run_handed_off", "agent_run_waiting_approval", "agent_run_failed"}
-
 
 def status_text(status: str) -> str:
     return STATUS_TEXT.get(status, status.replace("_", " ").capitalize())
@@ -58,11 +56,6 @@ def updated_text(when: datetime, *, now: datetime | None = None) -> str:
     if (now - when).total_seconds() < 60:
         return "just now"
     return f"{timesince(when, now, depth=1)} ago"
-
-
-def _label(payload: dict[str, Any], fallback: str) -> str:
-    label = payload.get("label")
-    return label.strip() if isinstance(label, str) and label.strip() else fallback
 
 
 def _message(event: TicketEvent) -> dict[str, Any] | None:
@@ -108,43 +101,32 @@ def _status_changed(event: TicketEvent) -> dict[str, Any]:
     return item
 
 
-def _approval_decided(event: TicketEvent) -> dict[str, Any]:
-    if event.payload.get("decision") == "approved":
-        return {"kind": "notice", "tone": "ok", "text": _label(event.payload, "Our team approved your request.")}
-    return {"kind": "notice", "tone": "bad", "text": _label(event.payload, "Our team could not approve your request.")}
-
-
 def present_event(event: TicketEvent) -> dict[str, Any] | None:
-    """The customer's view of one event, or None. Non-public events are never shown."""
+    """The customer's view of one event, or None. Non-public events are never shown; kinds
+    are presented as the app that declared them says (``tickets.timeline``)."""
     if not event.is_public:
         return None
-    kind = event.kind
+    declared = timeline.kind(event.kind)
+    if declared is None or declared.present is None:
+        return None  # kinds the customer has no words for are not shown
     payload = event.payload if isinstance(event.payload, dict) else {}
-    item: dict[str, Any] | None
-    if kind == "message":
-        item = _message(event)
-    elif kind == "tool_call_started":
-        label = _label(payload, "")
-        item = {"kind": "notice", "tone": "info", "text": label} if label else None
-    elif kind == "status_changed":
-        item = _status_changed(event)
-    elif kind == "refund_succeeded":
-        item = {"kind": "notice", "tone": "ok", "text": _label(payload, "Your refund was issued.")}
-    elif kind == "approval_requested":
-        item = {"kind": "notice", "tone": "warn", "text": _label(payload, "Your request is under review by our team.")}
-    elif kind == "approval_decided":
-        item = _approval_decided(event)
-    elif kind == "approval_expired":
-        item = {"kind": "notice", "tone": "bad", "text": _label(payload, "The review of your request expired.")}
-    elif kind == "agent_run_started":
-        item = {"kind": "state", "typing": True}
-    elif kind in _TYPING_OFF:
-        item = {"kind": "state", "typing": False}
-    else:
-        item = None  # kinds the customer has no words for are not shown
+    item = declared.present(event, payload)
     if item is None:
         return None
     return {"seq": event.seq, "at": event.created_at.isoformat(), **item}
+
+
+def register_kinds() -> None:
+    """The kinds the ledger itself appends (called from TicketsConfig.ready)."""
+    timeline.register("ticket_opened", app="tickets", description="The customer opened the ticket.")
+    timeline.register("message", app="tickets", description="A message was posted.", present=lambda e, p: _message(e))
+    timeline.register(
+        "status_changed",
+        app="tickets",
+        description="The ticket's status changed (TICKET_TRANSITIONS).",
+        present=lambda e, p: _status_changed(e),
+    )
+    timeline.register("assigned", app="tickets", description="The ticket was assigned to a member of staff.")
 
 
 def present_events(events: Iterable[TicketEvent]) -> tuple[list[dict[str, Any]], int]:

@@ -1,0 +1,35 @@
+"""The timeline event kinds the agent appends, declared with ``tickets.timeline`` (see there)."""
+
+from __future__ import annotations
+
+from tickets import timeline
+from tickets.timeline import notice, typing
+
+APP = "agents"
+
+
+def register_kinds() -> None:
+    def add(name: str, description: str, present: timeline.Presenter | None = None) -> None:
+        timeline.register(name, app=APP, description=description, present=present)
+
+    add("agent_run_started", "The agent took the customer's messages into a turn.", typing(True))
+    add("agent_run_running", "A paused run goes on after a staff decision.")
+    for status, words in [
+        ("completed", "replied"),
+        ("handed_off", "handed the ticket to a person"),
+        ("waiting_approval", "paused for a staff approval"),
+        ("failed", "failed and was parked with a person"),
+    ]:
+        add(f"agent_run_{status}", f"The turn ended: the agent {words}.", typing(False))
+    add("agent_run_recovered", "A worker took over a run whose worker died, with the recovery note.")
+    add("agent_step_failed", "A step failed (bad model output, an outage, a tool or database error).")
+    add("agent_parked", "Too many failures in a row: the ticket went to a person.")
+    add("tool_call_started", "The intent of a tool call (its label, if any, is shown).", notice("info"))
+    add("tool_call_finished", "A tool call's outcome.")
+    add("tool_call_uncertain", "A tool call that may or may not have taken effect.")
+    add("tool_call_escalated", "A call ended in a way only a person can settle.")
+    add("refund_succeeded", "The payment provider refunded.", notice("ok", "Your refund was issued."))
+    add("refund_pending", "The provider accepted a refund and has not settled it yet.")
+    add("refund_failed", "The provider refused or failed a refund.")
+    add("refund_reconciled", "The reconciler settled a refund from the provider's records.")
+    add("refund_escalated", "A refund that did not go through was handed to a person.")
