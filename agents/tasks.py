@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from celery import shared_task
+from celery import Task, shared_task
+from celery.backends.base import DisabledBackend
 from django.db import transaction
 from django.dispatch import receiver
 
@@ -16,7 +17,27 @@ from tickets.signals import ticket_needs_agent
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="agents.advance_ticket")
+class NoResultTask(Task):
+    """A task whose result nobody reads (the ledger is Postgres). Its backend is made once, not once
+    per sending thread: Celery looks a thread's result backend up by scanning every installed
+    package's entry points, and Django runs each ASGI request in a thread of its own, so every
+    customer message paid for that scan before its doorbell rang."""
+
+    ignore_result = True
+    _no_result_backend: DisabledBackend | None = None
+
+    @property
+    def backend(self) -> DisabledBackend:
+        if self._no_result_backend is None:
+            self._no_result_backend = DisabledBackend(self.app)
+        return self._no_result_backend
+
+    @backend.setter
+    def backend(self, value: object) -> None:  # Celery sets it; results stay disabled
+        pass
+
+
+@shared_task(name="agents.advance_ticket", base=NoResultTask)
 def advance_ticket(ticket_id: int) -> str:
     """The one agent task. Idempotent: duplicates and concurrent deliveries are harmless."""
     outcome = advance(int(ticket_id))
@@ -42,7 +63,7 @@ def tickets_needing_a_ring(*, limit: int = 500) -> list[int]:
     return tickets_with_agent_work(limit=limit)
 
 
-@shared_task(name="agents.sweep")
+@shared_task(name="agents.sweep", base=NoResultTask)
 def sweep() -> int:
     """Re-ring every ticket with pending work or an expired lease. Lost doorbells only delay work."""
     ticket_ids = tickets_needing_a_ring()
@@ -53,7 +74,7 @@ def sweep() -> int:
     return len(ticket_ids)
 
 
-@shared_task(name="agents.reconcile_refunds")
+@shared_task(name="agents.reconcile_refunds", base=NoResultTask)
 def reconcile_refunds() -> dict[str, int]:
     """Settle refunds left submitted or uncertain from the provider's records."""
     return reconcile_open_refunds()

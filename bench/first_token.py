@@ -218,14 +218,18 @@ class Turn:
     final: str
 
 
-def await_answer(chat: Chat, sent_at: float) -> Turn:
-    """Read frames until the agent's run ends; the first token frame of a new step is the first token."""
+def await_answer(chat: Chat, sent_at: float, *, watched_from_the_start: bool = True) -> Turn:
+    """Read frames until the agent's run ends; the first token frame of a new step is the first token.
+    ``watched_from_the_start=False``: the socket connected after the message was sent, so the
+    answer may have been streamed (and stored) before it did; no token frame is required."""
     first_token: float | None = None
     steps: dict[int, str] = {}
     final: str | None = None
     answered_at: float | None = None
+    seen: list[tuple[float, dict[str, Any]]] = []
     while True:
         at, frame = chat.next_frame()
+        seen.append((round((at - sent_at) * 1000, 1), frame))
         if frame["type"] == "token":
             if first_token is None:
                 first_token = at
@@ -236,8 +240,11 @@ def await_answer(chat: Chat, sent_at: float) -> Turn:
             final, answered_at = frame["text"], at
         elif frame["type"] == "event" and frame.get("typing") is False and final is not None:
             break
+    if first_token is None and not watched_from_the_start:
+        first_token = answered_at
     if first_token is None:
-        raise BenchError("the answer came without a token frame")
+        shown = "; ".join(f"+{ms} ms {str(f)[:120]}" for ms, f in seen)
+        raise BenchError(f"the answer came without a token frame; frames: {shown}")
     streamed = steps[max(steps)] if steps else ""
     return Turn((first_token - sent_at) * 1000, (answered_at - sent_at) * 1000, streamed, final)
 
@@ -389,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
                 tickets.append(ticket_id)
                 token = chat.csrf_token(ticket_id)
                 chat.watch(ticket_id, after=0)
-                await_answer(chat, time.perf_counter())  # the opening message's answer, not measured
+                # The opening message's answer, not measured (it may be done before the socket connects).
+                await_answer(chat, time.perf_counter(), watched_from_the_start=False)
                 in_ticket = 0
             sent_at = time.perf_counter()
             chat.post(ticket_id, token, KINDS[kind])
