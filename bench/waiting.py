@@ -15,11 +15,11 @@ measures what N of them cost while the web server, the workers and beat are runn
 
 How the pauses are made (printed, and in the JSON):
 
-- through the real path: ``tickets.services.ticket_open`` in this process, and the
-  running worker processes answer it as they answer any ticket (the doorbell after
-  commit, the offline model): they look up order B-2001 (bob's, $649.00) and ask for
-  its refund, above the approval threshold of $200, so the run pauses. At most 32 wait
-  to be paused at a time. By default ``--paused-real`` (500) go this way, and
+- through the real path: in this process, ``tickets.services.ticket_open`` then
+  ``agents.runner.advance`` with a scripted model that asks for ``issue_refund`` of
+  $649.00 on order B-2001 (bob's; above the approval threshold of $200) straight
+  away, as tests/approvals/test_with_workers.py does. On a 2-core machine this is a few
+  per second, so by default only ``--paused-real`` (500) go this way, and
 - the rest by bulk copy: ``INSERT ... SELECT`` of the rows of one ticket the real path
   paused, with new ids and every reference rewritten (ticket, message, run, step, call,
   approval ids, also inside JSON payloads; the idempotency key recomputed as the real
@@ -44,6 +44,23 @@ REFUND_ORDER = "B-2001"  # bob's espresso machine, $649.00: above the default ap
 REFUND_CUSTOMER = "bob"
 REFUND_CENTS = 64900
 REFUND_BODY = "Please refund my order B-2001, $649"
+
+
+class ScriptedRefund:
+    """A model that asks for the refund at once, whatever was said (as ScriptedRefund in the tests)."""
+
+    name = "bench-scripted-refund"
+
+    def complete(self, *, messages: list[dict[str, Any]], tools: list[Any], on_token: Any = None) -> Any:
+        from agents.llm import ModelResponse, ToolCallRequest
+
+        if not any(m["role"] == "tool" for m in messages):
+            arguments = f'{{"order_number": "{REFUND_ORDER}", "amount_cents": {REFUND_CENTS}}}'
+            return ModelResponse(text="", tool_calls=[ToolCallRequest("r1", "issue_refund", arguments)])
+        return ModelResponse(text="Done.")
+
+
+# --- measuring --------------------------------------------------------------------------------------
 
 
 def _table_rows(tables: list[str]) -> dict[str, int]:
@@ -107,38 +124,21 @@ def _sample(base_url: str, samples: int) -> list[dict[str, Any]]:
 # --- pausing: the real path -------------------------------------------------------------------------
 
 
-def pause_real(count: int, *, in_flight: int = 32) -> list[int]:
-    """Open ``count`` tickets asking for the refund; the running worker processes take each one
-    (the doorbell after commit), look the order up, ask for the refund and pause it for an
-    approval. At most ``in_flight`` wait to be paused at a time. Returns the tickets."""
-    from agents.models import AgentRun, RunStatus
+def pause_real(count: int) -> list[int]:
+    from agents.models import RunStatus
+    from agents.runner import advance
     from tickets import services as ticket_services
     from tickets.models import Customer
 
     customer = Customer.objects.select_related("user").get(user__username=REFUND_CUSTOMER)
-    ids: list[int] = []
-
-    def paused() -> int:
-        return AgentRun.objects.filter(ticket_id__in=ids, status=RunStatus.WAITING_APPROVAL).count()
-
-    def wait_below(limit: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while len(ids) - paused() > limit:
-            ended = AgentRun.objects.filter(ticket_id__in=ids).exclude(
-                status__in=[RunStatus.RUNNING, RunStatus.WAITING_APPROVAL]
-            )
-            if ended.exists():
-                run = ended.first()
-                raise BenchError(f"ticket {run.ticket_id}: the run ended {run.status!r}, not waiting_approval")
-            if time.monotonic() > deadline:
-                raise BenchError(f"{len(ids) - paused()} of {len(ids)} tickets not paused after {timeout:.0f} s")
-            time.sleep(0.05)
-
+    model = ScriptedRefund()
+    ids = []
     for _ in range(count):
         ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body=REFUND_BODY)
+        outcome = advance(ticket.pk, model=model)
+        if outcome.state != RunStatus.WAITING_APPROVAL:
+            raise BenchError(f"ticket {ticket.pk}: advance ended {outcome.state!r}, not waiting_approval")
         ids.append(ticket.pk)
-        wait_below(in_flight - 1, timeout=120)
-    wait_below(0, timeout=120)
     return ids
 
 
@@ -154,6 +154,7 @@ CLONED = {
         "id": "m.step",
         "ticket_id": "m.ticket",
         "run_id": "m.run",
+        "request_prefix_id": "NULL",  # the template's one step is the first of its pass: no prefix
         "request_messages": "replace(t.request_messages::text, %(ticket_tag)s, 'Ticket #' || m.ticket || ':')::jsonb",
     },
     "agents_toolcall": {
