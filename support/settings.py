@@ -173,7 +173,7 @@ CHANNELS_PREFIX = os.environ.get("CHANNELS_PREFIX", "asgi")
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": CHANNELS_PREFIX},
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": CHANNELS_PREFIX, "capacity": env_int("CHANNELS_CAPACITY", 1000)},
     },
 }
 
