@@ -6,8 +6,10 @@ kills itself with SIGKILL, e.g. ``after_step_stored`` or ``mid_stream:3``
 fires once: a marker file records that it fired, so the next worker passes.
 Unset in production: ``hit`` is then a dictionary lookup and nothing more.
 
-Points: after_step_stored, after_call_started, after_keyed_effect,
-after_never_effect, after_provider_refund, mid_stream, before_lease_release.
+Points: after_step_stored, after_call_started (a step's call intents are committed),
+after_safe_effect (a safe call ran; its outcome waits in memory for the next step),
+after_keyed_effect, after_never_effect, after_provider_refund, mid_stream,
+before_lease_release.
 
 Faults that break the product on purpose, for drills that must show they catch it
 (``armed``): ``skip_idempotency_key`` makes refunds reach the provider under a new key

@@ -92,6 +92,19 @@ def test_crash_after_a_call_is_started_runs_the_safe_call_again_once(cluster):
     assert len(replies(ticket)) == 1
 
 
+def test_crash_after_a_safe_effect_whose_outcome_waited_for_the_next_step_runs_it_again(cluster):
+    ticket = open_ticket("Where is my order A-8106?", "A-8106")
+
+    crash_then_recover(cluster, ticket, "after_safe_effect")
+
+    call = ToolCall.objects.get(ticket=ticket)
+    # The outcome was only in the dead worker's memory: the call was still started, so it ran again.
+    assert (call.name, call.status, call.attempts) == ("lookup_order", CallStatus.SUCCEEDED, 2)
+    assert call.result["order_number"] == "A-8106"
+    assert_no_step_generated_twice(ticket)
+    assert len(replies(ticket)) == 1 and "A-8106" in replies(ticket)[0]
+
+
 def test_crash_after_a_keyed_effect_reconciles_instead_of_repeating(cluster):
     ticket = open_ticket("I want to talk to a person")
 
