@@ -332,13 +332,6 @@ def park(*, lease: Lease, run: AgentRun, error: str, failures: int) -> None:
         run_transition(lease=lease, run=run, to_status=RunStatus.FAILED, outcome=f"parked: {error[:500]}")
 
 
-def ticket_tokens_used(*, ticket_id: int) -> int:
-    totals = AgentRun.objects.filter(ticket_id=ticket_id).aggregate(
-        p=Sum("prompt_tokens"), c=Sum("completion_tokens"), w=Sum("wasted_tokens")
-    )
-    return sum(v or 0 for v in totals.values())
-
-
 WAITING_NOTE = (
     "Thanks, we got your message. Your earlier request is still under review by our team; "
     "we will answer everything here as soon as it is decided."

@@ -56,8 +56,6 @@ class _Publisher:
         self.loop = asyncio.new_event_loop()
         self.waiting: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
         self.ready = asyncio.Event()
-        self.sent = threading.Condition()
-        self.pending = 0
         self.pid = os.getpid()
         threading.Thread(target=self._run, name="realtime-publisher", daemon=True).start()
 
@@ -65,11 +63,10 @@ class _Publisher:
         asyncio.set_event_loop(self.loop)
         self.loop.run_until_complete(self._drain())
 
-    def _take(self) -> tuple[str, dict[str, Any], int]:
+    def _take(self) -> tuple[str, dict[str, Any]]:
         """The next message; pieces of one answer already waiting behind it join it, as one frame
         (fewer messages for the channel layer and the browser when the model streams faster)."""
         group, message = self.waiting.popleft()
-        taken = 1
         while message.get("type") == "ticket.token" and self.waiting:
             next_group, following = self.waiting[0]
             if (
@@ -80,9 +77,8 @@ class _Publisher:
             ):
                 break
             self.waiting.popleft()
-            taken += 1
             message = {**message, "text": message["text"] + following["text"]}
-        return group, message, taken
+        return group, message
 
     async def _drain(self) -> None:
         while True:
@@ -90,30 +86,20 @@ class _Publisher:
                 self.ready.clear()
                 await self.ready.wait()
                 continue
-            group, message, taken = self._take()
+            group, message = self._take()
             try:
                 layer = get_channel_layer()
                 if layer is not None:
                     await layer.group_send(group, message)
             except Exception:  # noqa: BLE001 - best effort, see above
                 logger.warning("could not publish to %s", group, exc_info=True)
-            finally:
-                with self.sent:
-                    self.pending -= taken
-                    self.sent.notify_all()
 
     def _push(self, item: tuple[str, dict[str, Any]]) -> None:
         self.waiting.append(item)
         self.ready.set()
 
     def put(self, group: str, message: dict[str, Any]) -> None:
-        with self.sent:
-            self.pending += 1
         self.loop.call_soon_threadsafe(self._push, (group, message))
-
-    def wait_sent(self, timeout: float = 5.0) -> None:
-        with self.sent:
-            self.sent.wait_for(lambda: self.pending == 0, timeout=timeout)
 
 
 _publisher: _Publisher | None = None
@@ -139,12 +125,6 @@ def _send(ticket_id: int, message: dict[str, Any]) -> None:
             logger.warning("could not publish to %s", group_name(ticket_id), exc_info=True)
         return
     _the_publisher().put(group_name(ticket_id), message)
-
-
-def wait_sent(timeout: float = 5.0) -> None:
-    """Wait until everything this process published has been handed to the channel layer."""
-    if _publisher is not None and _publisher.pid == os.getpid():
-        _publisher.wait_sent(timeout)
 
 
 def _in_event_loop() -> bool:
@@ -187,14 +167,6 @@ def streamed_so_far(ticket_id: int) -> tuple[int | None, str]:
         return int(step), text.decode()
     except redis.RedisError:
         return None, ""
-
-
-def stream_text(ticket_id: int, step_id: int) -> str:
-    try:
-        text = _client().get(f"{_stream_key(ticket_id)}:{step_id}") or b""
-    except redis.RedisError:
-        return ""
-    return text.decode()
 
 
 def stream_finished(ticket_id: int, step_id: int) -> None:
