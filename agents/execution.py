@@ -28,6 +28,7 @@ from agents.approval import apply_decision, may_execute, pause_for_approval
 from agents.lease import Lease, LeaseLost
 from agents.models import FINAL_CALL_STATUSES, AgentRun, CallStatus, ModelStep, ReplayPolicy, RunStatus, ToolCall
 from agents.pass_state import Pass
+from agents.policy import approval_reason
 from agents.tools import REGISTRY, Tool, ToolContext, ToolError, ToolEscalation, ToolUncertain, parse_arguments
 
 logger = logging.getLogger(__name__)
@@ -39,15 +40,6 @@ class Stop(Exception):
 
 class ToolCrashed(Exception):
     """A tool raised something other than a ToolError; its call is recorded as failed."""
-
-
-def approval_reason(p: Pass, tool: Tool, ctx: ToolContext, args: dict[str, Any]) -> str:
-    """Why this call needs a staff approval, or "" (agents.policy, with the rules read once per pass)."""
-    if tool.name in p.approval_rules:
-        return f"every {tool.name} call needs a staff approval"
-    if tool.needs_approval is not None:
-        return tool.needs_approval(ctx, args) or ""
-    return ""
 
 
 def record_intents(p: Pass, step: ModelStep) -> bool:
@@ -85,7 +77,7 @@ def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, An
     except ToolError as exc:
         call = calls.call_start(**intent, public_label=tool.public_label)
         return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
-    reason = approval_reason(p, tool, ctx, args)
+    reason = approval_reason(tool=tool, ctx=ctx, args=args, always=p.approval_rules)
     call = calls.call_start(
         **intent,
         public_label=tool.public_label,

@@ -20,7 +20,8 @@ from typing import Any
 from agents import calls
 from agents.conversation import assistant_message, build_conversation, tool_message
 from agents.lease import Lease
-from agents.models import AgentRun, ModelStep, StepStatus, ToolApprovalRule, ToolCall
+from agents.models import AgentRun, ModelStep, StepStatus, ToolCall
+from agents.policy import tools_always_approved
 from tickets.models import Ticket
 
 # A step's answer streams under an id made of where the step sits, known before the step is
@@ -67,9 +68,7 @@ class Pass:
         """Read the run's ledger again and rebuild the conversation from it."""
         self.steps = list(ModelStep.objects.filter(ticket_id=self.ticket.pk).order_by("run_id", "index", "attempt"))
         self.calls = {(c.step_id, c.index): c for c in ToolCall.objects.filter(ticket_id=self.ticket.pk)}
-        self.approval_rules = frozenset(
-            ToolApprovalRule.objects.filter(requires_approval=True).values_list("tool_name", flat=True)
-        )
+        self.approval_rules = tools_always_approved()
         self.other_runs_tokens = sum(
             s.prompt_tokens + s.completion_tokens + s.wasted_tokens for s in self.steps if s.run_id != self.run.pk
         )

@@ -20,9 +20,15 @@ from agents.models import ToolApprovalRule
 from agents.tools import Tool, ToolContext
 
 
-def approval_reason(*, tool: Tool, ctx: ToolContext, args: dict[str, Any]) -> str:
-    """Why this call needs a staff approval, or "" when it needs none. Caller: inside the intent transaction."""
-    if ToolApprovalRule.objects.filter(tool_name=tool.name, requires_approval=True).exists():
+def tools_always_approved() -> frozenset[str]:
+    """The tools every call of which needs a staff approval (ToolApprovalRule), read once per pass."""
+    return frozenset(ToolApprovalRule.objects.filter(requires_approval=True).values_list("tool_name", flat=True))
+
+
+def approval_reason(*, tool: Tool, ctx: ToolContext, args: dict[str, Any], always: frozenset[str]) -> str:
+    """Why this call needs a staff approval, or "" when it needs none. Caller: inside the intent
+    transaction; ``always`` is ``tools_always_approved()`` as the pass read it."""
+    if tool.name in always:
         return f"every {tool.name} call needs a staff approval"
     if tool.needs_approval is not None:
         return tool.needs_approval(ctx, args) or ""
