@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "agents",
     "approvals",
     "payments",
+    "staff",
     "axes",
 ]
 
@@ -301,6 +302,13 @@ AGENT_SYSTEM_PROMPT = os.environ.get("AGENT_SYSTEM_PROMPT", "")
 OFFLINE_MODEL_TOKEN_DELAY_MS = env_int("OFFLINE_MODEL_TOKEN_DELAY_MS", 0)
 # Short: the sweeper is also how a dead lease owner is noticed (its advisory lock is gone).
 AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 3)
+
+# --- Staff pages -------------------------------------------------------------------------
+# Approving more than this (in the currency's minor unit) asks the approver to confirm the
+# amount once more on the dashboard.
+APPROVAL_CONFIRM_ABOVE_CENTS = env_int("APPROVAL_CONFIRM_ABOVE_CENTS", 50_000)
+# Times in the admin and on staff pages to the second (support/formats).
+FORMAT_MODULE_PATH = ["support.formats"]
 
 CELERY_BEAT_SCHEDULE = {
     "agents.sweep": {"task": "agents.sweep", "schedule": float(AGENT_SWEEP_SECONDS)},

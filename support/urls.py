@@ -16,5 +16,6 @@ urlpatterns = [
     path("accounts/password_reset/", views.ThrottledPasswordResetView.as_view(), name="password_reset"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("staff/approvals/", include("approvals.urls")),
+    path("staff/", include("staff.urls")),
     path("", include("tickets.urls")),
 ]

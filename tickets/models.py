@@ -111,6 +111,11 @@ TICKET_TRANSITIONS: dict[str, frozenset[str]] = {
     TicketStatus.CLOSED: frozenset(),
 }  # fmt: skip
 
+# The permission the staff inbox asks for, and the group (created by a migration) that has it
+# with everything else a member of the support team needs.
+HANDLE_PERMISSION = "tickets.handle_ticket"
+SUPPORT_STAFF_GROUP = "Support staff"
+
 # A person has the ticket, or it is closed: the agent neither starts nor finishes a turn on it.
 AGENT_STAYS_OUT: frozenset[str] = frozenset({TicketStatus.WITH_HUMAN, TicketStatus.CLOSED})
 
@@ -141,6 +146,7 @@ class Ticket(models.Model):
     class Meta:
         ordering = ["-updated_at"]
         indexes = [models.Index(fields=["status", "updated_at"])]
+        permissions = [("handle_ticket", "Can work tickets in the staff inbox (reply, note, take over, hand back)")]
         constraints = [
             models.UniqueConstraint(
                 fields=["customer", "client_ref"],

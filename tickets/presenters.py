@@ -71,7 +71,8 @@ def _message(event: TicketEvent) -> dict[str, Any] | None:
     item: dict[str, Any] = {
         "kind": "message",
         "author": author,
-        "author_name": AUTHOR_NAMES[author],
+        # A person signs with their own name (fixed in the event when they wrote).
+        "author_name": (author == AuthorKind.STAFF and payload.get("author_name")) or AUTHOR_NAMES[author],
         "text": body,
         "message_id": payload.get("message_id"),
     }
@@ -94,6 +95,8 @@ def _status_changed(event: TicketEvent) -> dict[str, Any]:
             else "A person from our team will take it from here and reply in this chat."
         )
         item.update(kind="notice", tone="info", text=text, typing=False)
+    elif to == TicketStatus.OPEN and event.payload.get("from") == TicketStatus.WITH_HUMAN:
+        item.update(kind="notice", tone="info", text="Our assistant is back to help you in this chat.")
     elif to == TicketStatus.RESOLVED:
         item.update(kind="notice", tone="ok", text="This ticket was marked as resolved. Reply here if you need more.")
     elif to == TicketStatus.CLOSED:

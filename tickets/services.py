@@ -318,7 +318,7 @@ def message_post(
     return message, True
 
 
-def _message_event(message: Message, actor_ref: str, stream: int | None) -> None:
+def _message_event(message: Message, actor_ref: str, stream: int | None, *, author_name: str = "") -> None:
     event_append(
         ticket=message.ticket_id,
         kind="message",
@@ -332,6 +332,8 @@ def _message_event(message: Message, actor_ref: str, stream: int | None) -> None
             # Lets the sender's chat match the event to the bubble it already shows.
             "client_msg_id": message.client_msg_id,
             **({"stream": stream} if stream is not None else {}),
+            # A person's name as the customer sees it, fixed when they wrote.
+            **({"author_name": author_name} if author_name else {}),
         },
         is_public=message.is_public,
     )
@@ -469,23 +471,6 @@ def ticket_transition_locked(
     return ticket
 
 
-def ticket_assign(
-    *, ticket: Ticket | int, assignee: AbstractBaseUser | None, actor_user: AbstractBaseUser | None
-) -> Ticket:
-    with transaction.atomic():
-        locked = Ticket.objects.select_for_update().get(pk=_ticket_id(ticket))
-        locked.assignee = assignee
-        locked.save(update_fields=["assignee"])
-        event_append(
-            ticket=locked,
-            kind="assigned",
-            actor_kind=ActorKind.STAFF if actor_user else ActorKind.SYSTEM,
-            actor_user=actor_user,
-            payload={"assignee": getattr(assignee, "username", None)},
-        )
-    return locked
-
-
 def ticket_hand_to_person(*, ticket: Ticket | int, reason: str, actor_ref: str = "") -> bool:
     """Give the ticket to a person (status ``with_human``) from any open status; False if it is closed or
     a person has it already. A resolved ticket is reopened on the way."""
@@ -502,3 +487,148 @@ def ticket_hand_to_person(*, ticket: Ticket | int, reason: str, actor_ref: str =
             reason=reason,
         )  # fmt: skip
     return True
+
+
+# --- What a person does on a ticket (the staff inbox, the admin) ---------------------------------
+
+
+def staff_name(user: AbstractBaseUser | None) -> str:
+    """How a member of staff is named to customers: their full name, else their first name, else the username."""
+    if user is None:
+        return "Support team"
+    full = (getattr(user, "get_full_name", lambda: "")() or "").strip()
+    return full or user.get_username()
+
+
+def _locked(ticket: Ticket | int) -> Ticket:
+    return Ticket.objects.select_for_update().get(pk=_ticket_id(ticket))
+
+
+def _set_assignee(ticket: Ticket, assignee: AbstractBaseUser | None, actor_user: AbstractBaseUser | None) -> None:
+    """Assign a ticket the caller locked; no event when nothing changes (a double click)."""
+    if ticket.assignee_id == (assignee.pk if assignee is not None else None):
+        return
+    ticket.assignee = assignee
+    rows.update([ticket], ["assignee"])
+    event_append(
+        ticket=ticket,
+        kind="assigned",
+        actor_kind=ActorKind.STAFF if actor_user else ActorKind.SYSTEM,
+        actor_user=actor_user,
+        payload={"assignee": assignee.get_username() if assignee is not None else None},
+    )
+
+
+def _with_person_locked(ticket: Ticket, user: AbstractBaseUser) -> None:
+    """The ticket (locked by the caller) goes to ``user``: status with_human, assigned to them.
+    A resolved ticket is reopened on the way; a closed one is refused."""
+    if ticket.status == TicketStatus.CLOSED:
+        raise InvalidTransition(f"Ticket #{ticket.pk} is closed; nothing more can happen on it.", code="closed")
+    if ticket.status != TicketStatus.WITH_HUMAN and TicketStatus.WITH_HUMAN not in TICKET_TRANSITIONS[ticket.status]:
+        ticket_transition_locked(
+            ticket=ticket, to_status=TicketStatus.OPEN, actor_kind=ActorKind.STAFF, actor_user=user
+        )
+    ticket_transition_locked(
+        ticket=ticket, to_status=TicketStatus.WITH_HUMAN, actor_kind=ActorKind.STAFF, actor_user=user,
+        reason="taken over",
+    )  # fmt: skip
+    _set_assignee(ticket, user, user)
+
+
+def ticket_take_over(*, ticket: Ticket | int, user: AbstractBaseUser) -> Ticket:
+    """A person takes the ticket: the agent stays out (a run in flight ends without replying)
+    until someone hands it back. Taking over one's own ticket again changes nothing."""
+    with transaction.atomic():
+        locked = _locked(ticket)
+        _with_person_locked(locked, user)
+    return locked
+
+
+def ticket_hand_back(*, ticket: Ticket | int, user: AbstractBaseUser) -> Ticket:
+    """The person gives the ticket back to the agent, which then answers what is unanswered.
+    A ticket the agent already has is left as it is (a double click); resolved and closed
+    tickets are refused (reopen by replying instead)."""
+    with transaction.atomic():
+        locked = _locked(ticket)
+        if locked.status in {TicketStatus.OPEN, TicketStatus.WAITING_ON_CUSTOMER, TicketStatus.PENDING_APPROVAL}:
+            return locked
+        if locked.status != TicketStatus.WITH_HUMAN:
+            raise InvalidTransition(
+                f"Ticket #{locked.pk} is {locked.get_status_display().lower()}; only a ticket with a person can be "
+                "handed back to the agent.",
+                code="not_with_person",
+            )
+        ticket_transition_locked(
+            ticket=locked, to_status=TicketStatus.OPEN, actor_kind=ActorKind.STAFF, actor_user=user,
+            reason="handed back to the agent",
+        )  # fmt: skip
+        _set_assignee(locked, None, user)
+        ticket_id = locked.pk
+        transaction.on_commit(lambda: ticket_needs_agent.send(sender=Ticket, ticket_id=ticket_id))
+    return locked
+
+
+def ticket_resolve(*, ticket: Ticket | int, user: AbstractBaseUser) -> Ticket:
+    return ticket_transition(
+        ticket=ticket, to_status=TicketStatus.RESOLVED, actor_kind=ActorKind.STAFF, actor_user=user
+    )
+
+
+def ticket_close(*, ticket: Ticket | int, user: AbstractBaseUser) -> Ticket:
+    return ticket_transition(ticket=ticket, to_status=TicketStatus.CLOSED, actor_kind=ActorKind.STAFF, actor_user=user)
+
+
+def ticket_assign_to(*, ticket: Ticket | int, assignee: AbstractBaseUser | None, user: AbstractBaseUser) -> Ticket:
+    """Assign (or unassign, with None) without changing who answers: the status stays."""
+    with transaction.atomic():
+        locked = _locked(ticket)
+        _set_assignee(locked, assignee, user)
+    return locked
+
+
+def _staff_message(
+    *, ticket: Ticket | int, user: AbstractBaseUser, body: str, client_msg_id: str, is_public: bool
+) -> tuple[Message, bool]:
+    text = _clean_body(body)
+    key = (client_msg_id or "").strip()
+    if not key or len(key) > 100:
+        raise ValidationError("A client message ID must be 1 to 100 characters.", code="bad_client_msg_id")
+    existing = Message.objects.filter(ticket_id=_ticket_id(ticket), client_msg_id=key).first()
+    if existing is not None:  # a double click or a retried form: the original, nothing new
+        return _same_message(existing, text), False
+    try:
+        with transaction.atomic():
+            locked = _locked(ticket)
+            if is_public:
+                _with_person_locked(locked, user)
+                # What the customer asked so far is answered by a person: after a hand-back the
+                # agent answers only what comes next, with this reply in its conversation.
+                unanswered_before = Message.objects.filter(
+                    ticket_id=locked.pk, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
+                )
+                unanswered_before.update(agent_handled_at=timezone.now())
+            elif locked.status == TicketStatus.CLOSED:
+                raise InvalidTransition(f"Ticket #{locked.pk} is closed; nothing more can happen on it.", code="closed")
+            message = Message.objects.create(
+                ticket_id=locked.pk, author_kind=AuthorKind.STAFF, author_user=user, body=text,
+                is_public=is_public, client_msg_id=key,
+            )  # fmt: skip
+            _message_event(message, "", None, author_name=staff_name(user))
+    except IntegrityError:
+        existing = Message.objects.filter(ticket_id=_ticket_id(ticket), client_msg_id=key).first()
+        if existing is None:
+            raise
+        return _same_message(existing, text), False
+    return message, True
+
+
+def staff_reply(*, ticket: Ticket | int, user: AbstractBaseUser, body: str, client_msg_id: str) -> tuple[Message, bool]:
+    """A person answers the customer, under their own name. Replying takes the ticket (the
+    agent stays out until it is handed back). Idempotent on ``client_msg_id``."""
+    return _staff_message(ticket=ticket, user=user, body=body, client_msg_id=client_msg_id, is_public=True)
+
+
+def staff_note(*, ticket: Ticket | int, user: AbstractBaseUser, body: str, client_msg_id: str) -> tuple[Message, bool]:
+    """An internal note: on the staff timeline only, never shown or sent to the customer, never
+    read by the agent. Changes no status. Idempotent on ``client_msg_id``."""
+    return _staff_message(ticket=ticket, user=user, body=body, client_msg_id=client_msg_id, is_public=False)

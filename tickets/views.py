@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from support.throttle import over_limit, too_many
 from tickets import presenters, selectors, services
-from tickets.models import AuthorKind, Customer, Message
+from tickets.models import HANDLE_PERMISSION, AuthorKind, Customer, Message
 
 CLIENT_REF_MAX_CHARS = 100
 
@@ -34,6 +34,8 @@ def _customer_or_404(request: HttpRequest) -> Customer:
 def home(request: HttpRequest) -> HttpResponse:
     if not request.user.is_authenticated:
         return redirect("login")
+    if request.user.has_perm(HANDLE_PERMISSION):
+        return redirect("staff:inbox")
     if request.user.is_staff:
         return redirect("/staff/approvals/")
     return redirect("tickets:list")

@@ -1,0 +1,50 @@
+"""``/ws/staff/tickets/<id>/``: rings a staff page when a ticket's timeline changes.
+
+Frames to the browser: ``{"type": "changed"}``; the page then fetches what is new over HTTP
+(``staff:timeline``), so internal events never travel on a socket a customer could open, and
+a lost frame costs nothing (the next one, or a reconnect, fetches everything after the page's
+last seq). Closed with 4403 for anyone without ``tickets.handle_ticket``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+
+from support.websocket import SafeJsonConsumer
+from tickets import realtime
+from tickets.models import HANDLE_PERMISSION, Ticket
+
+CLOSE_NOT_ALLOWED = 4403
+CLOSE_NO_SUCH_TICKET = 4404
+
+
+def _allowed(user: Any) -> bool:
+    return bool(user is not None and user.is_authenticated and user.is_active and user.has_perm(HANDLE_PERMISSION))
+
+
+class StaffTicketConsumer(SafeJsonConsumer):
+    group: str | None = None
+
+    async def connect(self) -> None:
+        await self.accept()
+        if not await database_sync_to_async(_allowed)(self.scope.get("user")):
+            await self.close(code=CLOSE_NOT_ALLOWED)
+            return
+        ticket_id = int(self.scope["url_route"]["kwargs"]["ticket_id"])
+        if not await database_sync_to_async(Ticket.objects.filter(pk=ticket_id).exists)():
+            await self.close(code=CLOSE_NO_SUCH_TICKET)
+            return
+        self.group = realtime.group_name(ticket_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+
+    async def disconnect(self, code: int) -> None:
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def ticket_event(self, message: dict[str, Any]) -> None:
+        await self.send_json({"type": "changed"})
+
+    async def ticket_token(self, message: dict[str, Any]) -> None:
+        """The agent's answer streaming: staff read the answer when it is posted."""

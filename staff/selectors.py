@@ -1,0 +1,154 @@
+"""Reads for the staff inbox: which tickets need whom, one ticket's conversation, orders and trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+
+from agents.models import AgentRun, ModelStep, Refund, ToolCall
+from agents.selectors import orders_with_refunded_total
+from approvals.models import ApprovalRequest
+from tickets.models import HANDLE_PERMISSION, Message, Order, Ticket, TicketStatus
+
+FINISHED = [TicketStatus.RESOLVED, TicketStatus.CLOSED]
+
+
+@dataclass(frozen=True)
+class View:
+    slug: str
+    title: str
+    description: str
+
+
+VIEWS = [
+    View("needs_person", "Needs a person", "Handed off by the agent, parked after failures, or taken over."),
+    View("mine", "Mine", "Assigned to you and not resolved."),
+    View("approval", "Waiting for approval", "The agent paused for a staff decision."),
+    View("open", "All open", "Every ticket that is not resolved or closed."),
+]
+VIEW_SLUGS = {view.slug for view in VIEWS}
+
+
+def _in_view(tickets: QuerySet[Ticket], slug: str, user: AbstractBaseUser) -> QuerySet[Ticket]:
+    if slug == "needs_person":
+        return tickets.filter(status=TicketStatus.WITH_HUMAN)
+    if slug == "mine":
+        return tickets.filter(assignee=user).exclude(status__in=FINISHED)
+    if slug == "approval":
+        return tickets.filter(status=TicketStatus.PENDING_APPROVAL)
+    return tickets.exclude(status__in=FINISHED)
+
+
+def view_counts(*, user: AbstractBaseUser) -> dict[str, int]:
+    return {view.slug: _in_view(Ticket.objects.all(), view.slug, user).count() for view in VIEWS}
+
+
+def inbox(
+    *, user: AbstractBaseUser, view: str, status: str = "", assignee: str = "", query: str = "", limit: int = 200
+) -> list[Ticket]:
+    """The tickets of one view, oldest first (the one left alone longest on top), filtered.
+
+    ``assignee``: a username, or "none" for unassigned. ``query``: a ticket id (``42`` or
+    ``#42``), an order number, or part of the customer's name or email, or of the subject."""
+    tickets = _in_view(Ticket.objects.select_related("customer", "assignee"), view, user)
+    if status in TicketStatus.values:
+        tickets = tickets.filter(status=status)
+    if assignee == "none":
+        tickets = tickets.filter(assignee__isnull=True)
+    elif assignee:
+        tickets = tickets.filter(assignee__username=assignee)
+    query = query.strip()
+    if query:
+        match = (
+            Q(subject__icontains=query)
+            | Q(customer__name__icontains=query)
+            | Q(customer__email__icontains=query)
+            | Q(Exists(Order.objects.filter(customer=OuterRef("customer"), number__iexact=query)))
+        )
+        digits = query.removeprefix("#")
+        if digits.isdigit() and len(digits) < 18:
+            match |= Q(pk=int(digits))
+        tickets = tickets.filter(match)
+    last = Message.objects.filter(ticket=OuterRef("pk")).order_by("-created_at", "-id")
+    tickets = tickets.annotate(
+        last_message=Subquery(last.values("body")[:1]),
+        last_author=Subquery(last.values("author_kind")[:1]),
+        last_public=Subquery(last.values("is_public")[:1]),
+    )
+    return list(tickets.order_by("updated_at", "id")[:limit])
+
+
+def assignable_staff() -> QuerySet[AbstractBaseUser]:
+    """People who can work tickets: the support staff group, direct grants, superusers."""
+    app_label, codename = HANDLE_PERMISSION.split(".")
+    granted = Q(groups__permissions__codename=codename, groups__permissions__content_type__app_label=app_label) | Q(
+        user_permissions__codename=codename, user_permissions__content_type__app_label=app_label
+    )
+    return (
+        get_user_model()
+        .objects.filter(Q(is_active=True) & (granted | Q(is_superuser=True)))
+        .distinct()
+        .order_by("username")
+    )
+
+
+def orders_beside(*, ticket: Ticket) -> list[Order]:
+    return list(orders_with_refunded_total(Order.objects.filter(customer_id=ticket.customer_id)).order_by("-placed_at"))
+
+
+def refunds_of(*, ticket: Ticket) -> list[Refund]:
+    """Every refund of the customer's orders (from any ticket), newest first."""
+    return list(
+        Refund.objects.filter(order__customer_id=ticket.customer_id).select_related("order").order_by("-created_at")
+    )
+
+
+@dataclass
+class StepTrace:
+    step: ModelStep
+    calls: list[ToolCall]
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.step.completed_at is None:
+            return None
+        return (self.step.completed_at - self.step.started_at).total_seconds() * 1000
+
+
+@dataclass
+class RunTrace:
+    run: AgentRun
+    steps: list[StepTrace]
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.run.ended_at is None:
+            return None
+        return (self.run.ended_at - self.run.started_at).total_seconds() * 1000
+
+
+def trace(*, ticket: Ticket) -> dict[str, Any]:
+    """What the agent did on a ticket, run by run: steps, calls, approvals, refunds, recovery, tokens."""
+    runs = list(AgentRun.objects.filter(ticket=ticket).order_by("started_at", "id"))
+    steps = ModelStep.objects.filter(ticket=ticket).defer("request_messages").order_by("run_id", "index", "attempt")
+    calls = ToolCall.objects.filter(ticket=ticket).order_by("step_id", "index")
+    calls_by_step: dict[int, list[ToolCall]] = {}
+    for call in calls:
+        calls_by_step.setdefault(call.step_id, []).append(call)
+    steps_by_run: dict[int, list[StepTrace]] = {}
+    for step in steps:
+        steps_by_run.setdefault(step.run_id, []).append(StepTrace(step, calls_by_step.get(step.pk, [])))
+    return {
+        "runs": [RunTrace(run, steps_by_run.get(run.pk, [])) for run in runs],
+        "approvals": list(ApprovalRequest.objects.filter(ticket=ticket).select_related("decided_by")),
+        "refunds": list(Refund.objects.filter(ticket=ticket).select_related("order").order_by("created_at")),
+        "tokens": {
+            "prompt": sum(r.prompt_tokens for r in runs),
+            "completion": sum(r.completion_tokens for r in runs),
+            "wasted": sum(r.wasted_tokens for r in runs),
+        },
+    }

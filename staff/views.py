@@ -1,0 +1,216 @@
+"""The staff inbox: the tickets that need a person, one ticket's conversation, and what a person
+does on it. Every page and action asks for ``tickets.handle_ticket`` (the "Support staff" group):
+anonymous users go to the login page, signed-in users without it get 403.
+
+Thin: parse, call one service in ``tickets.services``, redirect (or render the form again with
+what was typed and the reason, status 400/409, when a service refuses).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from staff import presenters, selectors
+from tickets import services
+from tickets.models import HANDLE_PERMISSION, TICKET_TRANSITIONS, Ticket, TicketEvent, TicketStatus
+
+
+def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not (request.user.is_active and request.user.has_perm(HANDLE_PERMISSION)):
+            raise PermissionDenied("This page is for the support team.")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+@require_GET
+@staff_required
+def inbox(request: HttpRequest) -> HttpResponse:
+    view = request.GET.get("view", "needs_person")
+    if view not in selectors.VIEW_SLUGS:
+        view = "needs_person"
+    status = request.GET.get("status", "")
+    assignee = request.GET.get("assignee", "")
+    query = request.GET.get("q", "")[:200]
+    tickets = selectors.inbox(user=request.user, view=view, status=status, assignee=assignee, query=query)
+    context = {
+        "views": selectors.VIEWS,
+        "view": view,
+        "counts": selectors.view_counts(user=request.user),
+        "tickets": tickets,
+        "status": status,
+        "assignee": assignee,
+        "query": query,
+        "statuses": TicketStatus.choices,
+        "staff_people": selectors.assignable_staff(),
+    }
+    return render(request, "staff/inbox.html", context)
+
+
+def _timeline(ticket: Ticket, after: int = 0) -> tuple[list[dict[str, Any]], int]:
+    events = TicketEvent.objects.filter(ticket=ticket, seq__gt=after).select_related("actor_user").order_by("seq")
+    return presenters.present_all(events, ticket=ticket)
+
+
+def _ticket_page(
+    request: HttpRequest, ticket: Ticket, *, reply: str = "", note: str = "", status: int = 200
+) -> HttpResponse:
+    items, last_seq = _timeline(ticket)
+    context = {
+        "ticket": ticket,
+        "items": items,
+        "last_seq": last_seq,
+        "reply_text": reply,
+        "note_text": note,
+        # Per render: a double-clicked (or retried) send carries the same id and posts once.
+        "reply_id": uuid.uuid4().hex,
+        "note_id": uuid.uuid4().hex,
+        "orders": selectors.orders_beside(ticket=ticket),
+        "refunds": selectors.refunds_of(ticket=ticket),
+        "trace": selectors.trace(ticket=ticket),
+        "staff_people": selectors.assignable_staff(),
+        "allowed": _allowed_actions(ticket),
+        "counts": selectors.view_counts(user=request.user),
+        "views": selectors.VIEWS,
+    }
+    return render(request, "staff/ticket.html", context, status=status)
+
+
+def _allowed_actions(ticket: Ticket) -> dict[str, bool]:
+    status = ticket.status
+    return {
+        "take_over": status != TicketStatus.CLOSED and status != TicketStatus.WITH_HUMAN,
+        "hand_back": status == TicketStatus.WITH_HUMAN,
+        "resolve": TicketStatus.RESOLVED in TICKET_TRANSITIONS[status],
+        "close": TicketStatus.CLOSED in TICKET_TRANSITIONS[status],
+        "write": status != TicketStatus.CLOSED,
+    }
+
+
+def _ticket_or_404(ticket_id: int) -> Ticket:
+    return get_object_or_404(Ticket.objects.select_related("customer", "assignee"), pk=ticket_id)
+
+
+@require_GET
+@staff_required
+def ticket(request: HttpRequest, ticket_id: int) -> HttpResponse:
+    return _ticket_page(request, _ticket_or_404(ticket_id))
+
+
+@require_GET
+@staff_required
+def timeline_after(request: HttpRequest, ticket_id: int) -> JsonResponse:
+    """What is new on the timeline after ``?after=<seq>``, rendered, with the ticket's status now."""
+    found = _ticket_or_404(ticket_id)
+    try:
+        after = max(0, int(request.GET.get("after", "0")))
+    except ValueError:
+        return JsonResponse({"error": "after must be a whole number."}, status=400)
+    items, last_seq = _timeline(found, after)
+    html = render_to_string("staff/_timeline_items.html", {"items": items}, request=request)
+    return JsonResponse(
+        {
+            "html": html,
+            "last_seq": max(after, last_seq),
+            "status": found.status,
+            "status_text": found.get_status_display(),
+            "assignee": found.assignee.get_username() if found.assignee else "",
+            "allowed": _allowed_actions(found),
+        }
+    )
+
+
+def _back(ticket_id: int) -> HttpResponse:
+    return redirect(reverse("staff:ticket", kwargs={"ticket_id": ticket_id}) + "#composer")
+
+
+def _refused(request: HttpRequest, ticket_id: int, exc: ValidationError, **typed: str) -> HttpResponse:
+    messages.error(request, " ".join(exc.messages))
+    code = getattr(exc, "code", "")
+    status = 409 if code in {"invalid_transition", "closed", "not_with_person", "client_msg_id_conflict"} else 400
+    return _ticket_page(request, _ticket_or_404(ticket_id), status=status, **typed)
+
+
+def _write(is_public: bool) -> Callable[..., HttpResponse]:
+    post = services.staff_reply if is_public else services.staff_note
+    field = "reply" if is_public else "note"
+
+    @require_POST
+    @staff_required
+    def view(request: HttpRequest, ticket_id: int) -> HttpResponse:
+        found = _ticket_or_404(ticket_id)
+        body = request.POST.get("body", "")
+        try:
+            _, created = post(
+                ticket=found, user=request.user, body=body, client_msg_id=request.POST.get("client_msg_id", "")
+            )
+        except ValidationError as exc:
+            return _refused(request, ticket_id, exc, **{field: body})
+        if created:
+            messages.success(request, "Reply sent to the customer." if is_public else "Internal note added.")
+        return _back(ticket_id)
+
+    view.__name__ = field
+    return view
+
+
+reply = _write(is_public=True)
+note = _write(is_public=False)
+
+
+def _action(service: Callable[..., Ticket], done: str) -> Callable[..., HttpResponse]:
+    @require_POST
+    @staff_required
+    def view(request: HttpRequest, ticket_id: int) -> HttpResponse:
+        found = _ticket_or_404(ticket_id)
+        try:
+            service(ticket=found, user=request.user)
+        except ValidationError as exc:
+            return _refused(request, ticket_id, exc)
+        messages.success(request, done)
+        return _back(ticket_id)
+
+    view.__name__ = service.__name__
+    return view
+
+
+take_over = _action(services.ticket_take_over, "You have the ticket: the agent stays out until you hand it back.")
+hand_back = _action(services.ticket_hand_back, "Handed back: the agent answers what comes next.")
+resolve = _action(services.ticket_resolve, "Marked resolved.")
+close = _action(services.ticket_close, "Closed.")
+
+
+@require_POST
+@staff_required
+def assign(request: HttpRequest, ticket_id: int) -> HttpResponse:
+    found = _ticket_or_404(ticket_id)
+    username = request.POST.get("assignee", "")
+    assignee = None
+    if username == "me":
+        assignee = request.user
+    elif username:
+        assignee = selectors.assignable_staff().filter(username=username).first()
+        if assignee is None:
+            exists = get_user_model().objects.filter(username=username).exists()
+            reason = "cannot work tickets" if exists else "is not a user"
+            return _refused(request, ticket_id, ValidationError(f"{username!r} {reason}.", code="bad_assignee"))
+    services.ticket_assign_to(ticket=found, assignee=assignee, user=request.user)
+    messages.success(request, f"Assigned to {assignee.get_username()}." if assignee else "Unassigned.")
+    return _back(ticket_id)
