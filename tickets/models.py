@@ -111,10 +111,8 @@ TICKET_TRANSITIONS: dict[str, frozenset[str]] = {
     TicketStatus.CLOSED: frozenset(),
 }  # fmt: skip
 
-# The permission the staff inbox asks for, and the group (created by a migration) that has it
-# with everything else a member of the support team needs.
+# The permission the staff inbox asks for (the "Support staff" group has it: staff.permissions).
 HANDLE_PERMISSION = "tickets.handle_ticket"
-SUPPORT_STAFF_GROUP = "Support staff"
 
 # A person has the ticket, or it is closed: the agent neither starts nor finishes a turn on it.
 AGENT_STAYS_OUT: frozenset[str] = frozenset({TicketStatus.WITH_HUMAN, TicketStatus.CLOSED})

@@ -10,15 +10,7 @@ from __future__ import annotations
 from django.contrib.auth.management import create_permissions
 from django.db import migrations
 
-GROUP = "Support staff"
-PERMISSIONS = [
-    ("tickets", "handle_ticket"),
-    ("approvals", "decide_approval"),
-    *[("tickets", f"view_{m}") for m in ("ticket", "message", "ticketevent", "customer", "order", "orderline")],
-    ("tickets", "view_helparticle"),
-    *[("agents", f"view_{m}") for m in ("agentrun", "modelstep", "toolcall", "refund")],
-    ("approvals", "view_approvalrequest"),
-]
+from staff.permissions import GROUP, PERMISSIONS
 
 
 def create_group(apps, schema_editor):  # noqa: ANN001, ANN201

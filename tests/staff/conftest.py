@@ -4,7 +4,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from tickets.models import SUPPORT_STAFF_GROUP
+from staff.permissions import GROUP
 
 STAFF_PASSWORD = "staff-pass-123"
 
@@ -14,7 +14,7 @@ def make_support_staff(username: str, *, first_name: str = "", last_name: str = 
     user = get_user_model().objects.create_user(
         username=username, password=STAFF_PASSWORD, first_name=first_name, last_name=last_name, is_staff=True
     )
-    user.groups.add(Group.objects.get(name=SUPPORT_STAFF_GROUP))
+    user.groups.add(Group.objects.get(name=GROUP))
     return get_user_model().objects.get(pk=user.pk)
 
 

@@ -45,7 +45,7 @@ def rings() -> list[int]:
 
 
 def _endpoints(ticket_id: int) -> list[tuple[str, str]]:
-    gets = [reverse("staff:inbox"), reverse("staff:ticket", args=[ticket_id]), reverse("staff:timeline", args=[ticket_id])]
+    gets = [reverse("staff:inbox")] + [reverse(f"staff:{name}", args=[ticket_id]) for name in ("ticket", "timeline")]
     posts = [
         reverse(f"staff:{name}", args=[ticket_id])
         for name in ("reply", "note", "take_over", "hand_back", "resolve", "close", "assign")
@@ -100,7 +100,7 @@ def test_views_count_and_list_tickets_oldest_first(person: Client, agent_person,
     counts = dict(re.findall(r'data-view-count="(\w+)">(\d+)<', page))
     assert counts == {"needs_person": "2", "mine": "1", "approval": "1", "open": "3"}
     mine = person.get(reverse("staff:inbox") + "?view=mine").content.decode()
-    assert "#%d Newer" % newer.pk in mine and "#%d Older" % older.pk not in mine
+    assert f"#{newer.pk} Newer" in mine and f"#{older.pk} Older" not in mine
 
 
 def test_search_by_ticket_id_order_number_name_and_email(person: Client):
@@ -136,7 +136,11 @@ def test_filters_by_status_and_assignee(person: Client, agent_person, customer):
 
 
 def test_take_over_reply_and_hand_back_go_through_the_status_rules(
-    person: Client, agent_person, ticket: Ticket, rings: list[int], django_capture_on_commit_callbacks  # noqa: ANN001
+    person: Client,
+    agent_person,
+    ticket: Ticket,
+    rings: list[int],
+    django_capture_on_commit_callbacks,  # noqa: ANN001
 ):
     assert person.post(reverse("staff:take_over", args=[ticket.pk])).status_code == 302
     ticket.refresh_from_db()
