@@ -129,6 +129,7 @@ def main() -> int:
                     "",
                     "Support agent is running (offline model unless AGENT_MODEL is set).",
                     f"  Customer chat:       {base}/",
+                    f"  Staff inbox:         {base}/staff/",
                     f"  Approval dashboard:  {base}/staff/approvals/",
                     f"  Admin:               {base}/admin/",
                     f"  Health:              {base}/healthz",
