@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, QuerySet
@@ -12,7 +14,13 @@ from agents.refunds import refund_reconcile
 from agents.tasks import ring
 from tickets import services as ticket_services
 from tickets.admin import ReadOnlyInline, TicketAdmin
-from tickets.models import ActorKind, Ticket, TicketStatus
+from tickets.models import Ticket
+from tickets.money import format_money
+
+
+@admin.display(description="amount", ordering="amount_cents")
+def refund_amount(refund: Refund) -> str:
+    return format_money(refund.amount_cents, refund.currency)
 
 
 class AgentRunInline(ReadOnlyInline):
@@ -32,9 +40,13 @@ class ToolCallTicketInline(ReadOnlyInline):
 
 class RefundTicketInline(ReadOnlyInline):
     model = Refund
-    fields = ["id", "order", "amount_cents", "currency", "status", "provider_refund_id", "idempotency_key", "attempts"]
+    fields = ["id", "order", "amount", "status", "provider_refund_id", "idempotency_key", "attempts"]
     readonly_fields = fields
     show_change_link = True
+
+    @admin.display(description="amount")
+    def amount(self, refund: Refund) -> str:
+        return refund_amount(refund)
 
 
 TicketAdmin.inlines = [*TicketAdmin.inlines, AgentRunInline, ToolCallTicketInline, RefundTicketInline]
@@ -83,36 +95,37 @@ def ring_agent(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Que
     messages.success(request, f"Rang the agent for {queryset.count()} ticket(s).")
 
 
-def _transition_action(to_status: str, description: str, *, ring_after: bool = False):  # noqa: ANN202
+def _ticket_action(name: str, service: Callable[..., Ticket], description: str) -> Callable[..., None]:
+    """A bulk action calling one ticket service per ticket, as the ticket page's buttons do."""
+
     def action(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Ticket]) -> None:
-        moved, refused = 0, []
+        done: dict[str, int] = {}
+        refused = []
         for ticket in queryset:
             try:
-                ticket_services.ticket_transition(
-                    ticket=ticket, to_status=to_status, actor_kind=ActorKind.STAFF, actor_user=request.user
-                )
+                ticket = service(ticket=ticket, user=request.user)
             except ValidationError as exc:
                 refused.append(" ".join(exc.messages))
                 continue
-            moved += 1
-            if ring_after:
-                ring(ticket.pk)
-        if moved:
-            messages.success(request, f"{moved} ticket(s) now {to_status.replace('_', ' ')}.")
+            status = ticket.get_status_display().lower()
+            done[status] = done.get(status, 0) + 1
+        for status, count in sorted(done.items()):
+            messages.success(request, f"{count} ticket(s) now {status}.")
         for reason in refused:
             messages.error(request, reason)
 
-    action.__name__ = f"move_to_{to_status}"
+    action.__name__ = name
     return admin.action(description=description)(action)
 
 
 TicketAdmin.actions = [
     *(TicketAdmin.actions or []),
     ring_agent,
-    _transition_action(TicketStatus.OPEN, "Hand back to the agent", ring_after=True),
-    _transition_action(TicketStatus.WITH_HUMAN, "Take over (agent stays out)"),
-    _transition_action(TicketStatus.RESOLVED, "Mark resolved"),
-    _transition_action(TicketStatus.CLOSED, "Close"),
+    # Handing back rings the agent itself (after commit), once per ticket.
+    _ticket_action("move_to_open", ticket_services.ticket_hand_back, "Hand back to the agent"),
+    _ticket_action("move_to_with_human", ticket_services.ticket_take_over, "Take over (agent stays out)"),
+    _ticket_action("move_to_resolved", ticket_services.ticket_resolve, "Mark resolved"),
+    _ticket_action("move_to_closed", ticket_services.ticket_close, "Close"),
 ]
 
 
@@ -183,10 +196,20 @@ def reconcile_refunds(modeladmin: admin.ModelAdmin, request: HttpRequest, querys
 
 @admin.register(Refund)
 class RefundAdmin(ReadOnlyAdmin):
-    list_display = ["id", "ticket", "order", "amount_cents", "currency", "status", "provider_refund_id", "updated_at"]
+    list_display = ["id", "ticket", "order", refund_amount, "status", "provider_refund_id", "updated_at"]
+    list_select_related = ["ticket", "order"]
     list_filter = ["status", "currency"]
     search_fields = ["ticket__id", "order__number", "idempotency_key", "provider_refund_id"]
+    fields = [
+        "ticket", "order", "tool_call", "idempotency_key", "amount", "reason", "status", "provider_status",
+        "escalated_at", "provider_refund_id", "attempts", "error", "created_at", "updated_at",
+    ]  # fmt: skip
+    readonly_fields = ["amount"]
     actions = [reconcile_refunds]
+
+    @admin.display(description="amount")
+    def amount(self, refund: Refund) -> str:
+        return refund_amount(refund)
 
     def get_actions(self, request: HttpRequest) -> dict:
         # Read-only admins still get the reconcile action (it only asks the provider).

@@ -4,6 +4,7 @@ from django.contrib import admin
 
 from agents.models import ApprovalPolicy, ToolApprovalRule
 from approvals.models import ApprovalRequest
+from tickets.admin import TicketAdmin
 
 
 @admin.register(ApprovalPolicy)
@@ -27,12 +28,25 @@ class ToolApprovalRuleAdmin(admin.ModelAdmin):
     list_editable = ["requires_approval"]
 
 
+def _fields_with_amount() -> list[str]:
+    """Every field of a request, the amount (cents and currency) shown once, as money."""
+    names = [f.name for f in ApprovalRequest._meta.fields if f.name != "currency"]
+    return ["amount" if name == "amount_cents" else name for name in names]
+
+
 @admin.register(ApprovalRequest)
 class ApprovalRequestAdmin(admin.ModelAdmin):
-    list_display = ["id", "ticket", "tool_name", "amount_cents", "status", "requested_at", "expires_at", "decided_by"]
+    list_display = ["id", "ticket", "tool_name", "amount", "status", "requested_at", "expires_at", "decided_by"]
     list_filter = ["status", "tool_name"]
+    list_select_related = ["ticket", "decided_by"]
     search_fields = ["ticket__id", "ticket__customer__email"]
-    readonly_fields = [f.name for f in ApprovalRequest._meta.fields]
+    # Decisions go through approvals.services (the dashboard); here a request is read.
+    fields = _fields_with_amount()
+    readonly_fields = fields
+
+    @admin.display(description="amount", ordering="amount_cents")
+    def amount(self, approval: ApprovalRequest) -> str:
+        return approval.amount_display
 
     def has_add_permission(self, request) -> bool:  # noqa: ANN001
         return False
@@ -45,17 +59,19 @@ class ApprovalRequestInline(admin.TabularInline):
     model = ApprovalRequest
     extra = 0
     can_delete = False
-    fields = ["id", "tool_name", "amount_cents", "status", "requested_at", "decided_by", "decided_at", "note"]
+    fields = ["id", "tool_name", "amount", "status", "requested_at", "decided_by", "decided_at", "note"]
     readonly_fields = fields
     show_change_link = True
+
+    @admin.display(description="amount")
+    def amount(self, approval: ApprovalRequest) -> str:
+        return approval.amount_display
 
     def has_add_permission(self, request, obj=None) -> bool:  # noqa: ANN001
         return False
 
 
 def _attach_to_ticket_admin() -> None:
-    from tickets.admin import TicketAdmin
-
     if ApprovalRequestInline not in TicketAdmin.inlines:
         TicketAdmin.inlines = [*TicketAdmin.inlines, ApprovalRequestInline]
 

@@ -1,8 +1,37 @@
+"""The admin for operations: the ledger is read here and changed only through ``tickets.services``."""
+
 from __future__ import annotations
 
-from django.contrib import admin
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from tickets.models import Customer, HelpArticle, Message, Order, OrderLine, Ticket, TicketEvent
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Exists, OuterRef, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.views.decorators.http import require_POST
+
+from tickets import services
+from tickets.models import (
+    TICKET_TRANSITIONS,
+    Customer,
+    HelpArticle,
+    Message,
+    Order,
+    OrderLine,
+    Ticket,
+    TicketEvent,
+    TicketStatus,
+)
+from tickets.money import format_money
+
+# Ticket ids are bigints; a longer number is not an id (and would overflow the query).
+_MAX_TICKET_ID = 2**63 - 1
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -18,6 +47,9 @@ class ReadOnlyInline(admin.TabularInline):
     def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
         return False
 
+    def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        return False
+
 
 @admin.register(Customer)
 class CustomerAdmin(admin.ModelAdmin):
@@ -30,14 +62,35 @@ class CustomerAdmin(admin.ModelAdmin):
 class OrderLineInline(admin.TabularInline):
     model = OrderLine
     extra = 0
+    fields = ["sku", "description", "quantity", "unit_price_cents", "unit_price"]
+    readonly_fields = ["unit_price"]
+
+    @admin.display(description="unit price")
+    def unit_price(self, line: OrderLine) -> str:
+        if line.pk is None:
+            return ""
+        return format_money(line.unit_price_cents, line.order.currency)
 
 
 @admin.register(Order)
 class OrderAdmin(admin.ModelAdmin):
-    list_display = ["number", "customer", "status", "total_cents", "currency", "payment_reference", "placed_at"]
+    list_display = ["number", "customer", "status", "total_amount", "payment_reference", "placed_at"]
     list_filter = ["status", "currency"]
+    list_select_related = ["customer"]
     search_fields = ["number", "customer__email", "payment_reference"]
+    autocomplete_fields = ["customer"]
+    fields = [
+        "number", "customer", "status", "currency", "total_cents", "total_amount", "payment_reference",
+        "placed_at", "shipped_at", "delivered_at",
+    ]  # fmt: skip
+    readonly_fields = ["total_amount"]
     inlines = [OrderLineInline]
+
+    @admin.display(description="total", ordering="total_cents")
+    def total_amount(self, order: Order) -> str:
+        if order.pk is None:
+            return ""
+        return format_money(order.total_cents, order.currency)
 
 
 class MessageInline(ReadOnlyInline):
@@ -55,26 +108,174 @@ class TicketEventInline(ReadOnlyInline):
     ordering = ["seq"]
 
 
+@dataclass(frozen=True)
+class TicketButton:
+    """A button on the ticket page that calls one service for the signed-in person."""
+
+    slug: str
+    label: str
+    service: Callable[..., Ticket]
+    shown: Callable[[Ticket, AbstractBaseUser], bool]
+
+    @property
+    def url_name(self) -> str:
+        return f"tickets_ticket_{self.slug.replace('-', '_')}"
+
+
+# The buttons a ticket's status allows, as the services read TICKET_TRANSITIONS: taking over also
+# reopens a resolved ticket; handing back is only for a ticket a person has.
+TICKET_BUTTONS: tuple[TicketButton, ...] = (
+    TicketButton(
+        "take-over",
+        "Take over",
+        services.ticket_take_over,
+        lambda ticket, user: (
+            ticket.status != TicketStatus.CLOSED
+            and not (ticket.status == TicketStatus.WITH_HUMAN and ticket.assignee_id == user.pk)
+        ),
+    ),
+    TicketButton(
+        "hand-back",
+        "Hand back to the agent",
+        services.ticket_hand_back,
+        lambda ticket, user: ticket.status == TicketStatus.WITH_HUMAN,
+    ),
+    TicketButton(
+        "resolve",
+        "Resolve",
+        services.ticket_resolve,
+        lambda ticket, user: TicketStatus.RESOLVED in TICKET_TRANSITIONS[ticket.status],
+    ),
+    TicketButton(
+        "close",
+        "Close",
+        services.ticket_close,
+        lambda ticket, user: TicketStatus.CLOSED in TICKET_TRANSITIONS[ticket.status],
+    ),
+)
+
+
+def ticket_id_in(search_term: str) -> int | None:
+    """The ticket id a search asks for ("123" or "#123"), or None when it is not a number."""
+    term = search_term.strip().removeprefix("#")
+    if not term.isascii() or not term.isdigit() or int(term) > _MAX_TICKET_ID:
+        return None
+    return int(term)
+
+
 @admin.register(Ticket)
 class TicketAdmin(admin.ModelAdmin):
     list_display = ["id", "subject", "customer", "status", "priority", "assignee", "updated_at"]
     list_filter = ["status", "priority"]
-    search_fields = ["subject", "customer__email", "customer__name"]
+    list_select_related = ["customer", "assignee"]
+    search_fields = ["subject", "customer__email", "customer__name", "customer__orders__number"]
+    search_help_text = "A ticket number, an order number, the customer's email or name, or words of the subject."
     readonly_fields = ["status", "last_event_seq", "created_at", "updated_at", "resolved_at", "client_ref"]
-    raw_id_fields = ["customer", "assignee"]
+    autocomplete_fields = ["customer", "assignee"]
     inlines = [MessageInline, TicketEventInline]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # Tickets are opened by customers (tickets.services.ticket_open), never typed in here.
+        return False
+
+    def save_model(self, request: HttpRequest, obj: Ticket, form: Any, change: bool) -> None:
+        """A new assignee goes through the service (an ``assigned`` event with who did it)."""
+        if change and "assignee" in form.changed_data:
+            services.ticket_assign_to(ticket=obj.pk, assignee=obj.assignee, user=request.user)
+            form.changed_data.remove("assignee")
+            obj.assignee = Ticket.objects.get(pk=obj.pk).assignee
+        super().save_model(request, obj, form, change)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Ticket], search_term: str
+    ) -> tuple[QuerySet[Ticket], bool]:
+        ticket_id = ticket_id_in(search_term)
+        if ticket_id is None:
+            return super().get_search_results(request, queryset, search_term)
+        # A number is a ticket id, or a shop's all-digit order number; never a piece of an
+        # email address or an order number (searching "12" must not list every customer12).
+        digits = search_term.strip().removeprefix("#")
+        numbered_order = Order.objects.filter(customer=OuterRef("customer"), number=digits)
+        return queryset.filter(pk=ticket_id) | queryset.filter(Exists(numbered_order)), False
+
+    # --- The buttons on the ticket page -------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        buttons = [
+            path(
+                f"<path:object_id>/{button.slug}/",
+                self.admin_site.admin_view(require_POST(self._button_view(button))),
+                name=button.url_name,
+            )
+            for button in TICKET_BUTTONS
+        ]
+        # Before the default patterns: their "<path:object_id>/" would take these URLs.
+        return [*buttons, *super().get_urls()]
+
+    def _button_view(self, button: TicketButton) -> Callable[..., HttpResponse]:
+        def view(request: HttpRequest, object_id: str) -> HttpResponse:
+            ticket = self.get_object(request, unquote(object_id))
+            if ticket is None:
+                return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            if not self.has_change_permission(request, ticket):
+                raise PermissionDenied
+            try:
+                ticket = button.service(ticket=ticket, user=request.user)
+            except ValidationError as exc:
+                self.message_user(request, " ".join(exc.messages), messages.ERROR)
+            else:
+                self.message_user(
+                    request, f"{button.label}: ticket #{ticket.pk} is now {ticket.get_status_display().lower()}."
+                )
+            return HttpResponseRedirect(
+                reverse(
+                    f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
+                    args=[ticket.pk],
+                    current_app=self.admin_site.name,
+                )
+            )
+
+        view.__name__ = f"ticket_{button.slug.replace('-', '_')}"
+        return view
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Ticket | None = None,
+    ) -> TemplateResponse:
+        context["ticket_buttons"] = []
+        if obj is not None and self.has_change_permission(request, obj):
+            context["ticket_buttons"] = [
+                {
+                    "label": button.label,
+                    "url": reverse(f"admin:{button.url_name}", args=[obj.pk], current_app=self.admin_site.name),
+                }
+                for button in TICKET_BUTTONS
+                if button.shown(obj, request.user)
+            ]
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
 
 @admin.register(TicketEvent)
 class TicketEventAdmin(admin.ModelAdmin):
-    list_display = ["ticket", "seq", "kind", "actor_kind", "actor_ref", "created_at"]
-    list_filter = ["kind", "actor_kind"]
-    search_fields = ["ticket__id", "kind"]
+    """The timeline is written by the services only; here it is read."""
 
-    def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+    list_display = ["ticket", "seq", "kind", "actor_kind", "actor_user", "actor_ref", "created_at"]
+    list_filter = ["kind", "actor_kind"]
+    list_select_related = ["ticket", "actor_user"]
+    search_fields = ["ticket__id__exact", "kind"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+    def has_change_permission(self, request: HttpRequest, obj: TicketEvent | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: TicketEvent | None = None) -> bool:
         return False
 
 

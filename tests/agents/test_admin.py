@@ -58,7 +58,7 @@ def test_staff_hand_a_ticket_back_to_the_agent_and_illegal_moves_are_explained(a
 
     assert "1 ticket(s) now open" in back.content.decode()
     assert "1 ticket(s) now closed" in closed.content.decode()
-    assert "cannot go from closed to open" in again.content.decode()
+    assert f"Ticket #{ticket.pk} is closed; only a ticket with a person can be handed back" in again.content.decode()
     ticket.refresh_from_db()
     assert ticket.status == "closed"
     assert ticket.events.filter(kind="status_changed", actor_kind="staff").count() == 2
