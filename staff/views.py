@@ -125,9 +125,16 @@ def timeline_after(request: HttpRequest, ticket_id: int) -> JsonResponse:
         return JsonResponse({"error": "after must be a whole number."}, status=400)
     items, last_seq = _timeline(found, after)
     html = render_to_string("staff/_timeline_items.html", {"items": items}, request=request)
+    side = {
+        "ticket": found,
+        "orders": selectors.orders_beside(ticket=found),
+        "refunds": selectors.refunds_of(ticket=found),
+    }
     return JsonResponse(
         {
             "html": html,
+            # The customer's orders and refunds, as they are now (a refund may just have been issued).
+            "side_html": render_to_string("staff/_side.html", side, request=request),
             "last_seq": max(after, last_seq),
             "status": found.status,
             "status_text": found.get_status_display(),

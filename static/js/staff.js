@@ -10,6 +10,7 @@
   var live = document.getElementById("live-status");
   var statusBadge = document.getElementById("ticket-status");
   var assigneeText = document.getElementById("ticket-assignee");
+  var side = document.getElementById("customer-side");
   var after = parseInt(root.dataset.after, 10) || 0;
   var delay = 500;
   var fetching = false;
@@ -24,6 +25,7 @@
       });
     }
     after = Math.max(after, data.last_seq || 0);
+    if (typeof data.side_html === "string") side.innerHTML = data.side_html;  // no inputs in it: nothing to lose
     statusBadge.textContent = data.status_text;
     statusBadge.className = "badge " + data.status;
     statusBadge.dataset.status = data.status;

@@ -255,6 +255,7 @@ def test_the_timeline_endpoint_returns_what_is_new_with_the_status(person: Clien
     data = person.get(reverse("staff:timeline", args=[ticket.pk]), {"after": last}).json()
     assert "Checking the warehouse" in data["html"] and "My kettle" not in data["html"]
     assert data["last_seq"] == last + 1 and data["status"] == TicketStatus.OPEN
+    assert "No orders." in data["side_html"]
     assert person.get(reverse("staff:timeline", args=[ticket.pk]), {"after": "x"}).status_code == 400
 
 
