@@ -7,6 +7,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from tickets.models import Ticket
+from tickets.money import format_money
 
 
 class TicketLease(models.Model):
@@ -284,7 +285,7 @@ class Refund(models.Model):
         indexes = [models.Index(fields=["status", "updated_at"], name="refund_status_updated")]
 
     def __str__(self) -> str:
-        return f"refund {self.amount_cents} {self.currency} on {self.order_id} ({self.status})"
+        return f"refund {format_money(self.amount_cents, self.currency)} on {self.order_id} ({self.status})"
 
 
 class ApprovalPolicy(models.Model):

@@ -21,6 +21,7 @@ from typing import Any
 from django.conf import settings
 
 from agents.llm import Message, ModelResponse, TokenCallback, ToolCallRequest, ToolSpec, Usage
+from tickets.money import format_money
 
 ORDER_NUMBER = re.compile(r"\b([A-Z]-\d{3,6}|T-\d{3,6})\b", re.IGNORECASE)
 AMOUNT = re.compile(r"\$\s?(\d{1,3}(?:,\d{3})+(?:\.\d{1,2})?|\d+(?:\.\d{1,2})?)")
@@ -40,9 +41,8 @@ def _words(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-def _money(cents: int, currency: str = "usd") -> str:
-    symbol = "$" if currency.lower() == "usd" else f"{currency.upper()} "
-    return f"{symbol}{cents / 100:,.2f}"
+def _amount(result: dict[str, Any]) -> str:
+    return format_money(int(result.get("amount_cents", 0)), str(result.get("currency", "usd")))
 
 
 def _refunded_before(calls: list[Done], order_number: str) -> Done | None:
@@ -197,7 +197,7 @@ class OfflineDeterministicModel:
         if not done and order_match and "refund" in request.lower():
             previous = _refunded_before(earlier or [], order_match.group(1).upper())
             if previous is not None and not AGAIN.search(request):
-                amount = _money(int(previous.result.get("amount_cents", 0)), previous.result.get("currency", "usd"))
+                amount = _amount(previous.result)
                 return (
                     f"Your refund of {amount} on order {previous.result.get('order_number')} is already on its way; "
                     "it should reach your original payment method in 5 to 10 business days."
@@ -214,7 +214,7 @@ class OfflineDeterministicModel:
                     line += f" (delivered on {result['delivered_at']})"
                 elif result.get("shipped_at"):
                     line += f" (shipped on {result['shipped_at']})"
-                parts.append(line + f"; the total was {_money(result['total_cents'], result['currency'])}.")
+                parts.append(line + f"; the total was {format_money(result['total_cents'], result['currency'])}.")
             elif item.name == "list_orders":
                 orders = result.get("orders", [])
                 if not orders:
@@ -239,13 +239,13 @@ class OfflineDeterministicModel:
                 elif result.get("status") == "awaiting_approval":
                     parts.append("Your refund request is waiting for a member of our team to review it.")
                 elif result.get("status") == "pending":
-                    amount = _money(int(result.get("amount_cents", 0)), result.get("currency", "usd"))
+                    amount = _amount(result)
                     parts.append(
                         f"I've submitted a refund of {amount} on order {result.get('order_number')}; "
                         "the payment provider is processing it and it should reach you in 5 to 10 business days."
                     )
                 else:
-                    amount = _money(int(result.get("amount_cents", 0)), result.get("currency", "usd"))
+                    amount = _amount(result)
                     parts.append(
                         f"I've refunded {amount} on order {result.get('order_number')}. "
                         "It should reach your original payment method in 5 to 10 business days."

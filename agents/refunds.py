@@ -209,6 +209,7 @@ def _result(refund: Refund) -> dict[str, Any]:
         "order_number": refund.order.number,
         "amount_cents": refund.amount_cents,
         "currency": refund.currency,
+        "amount": format_money(refund.amount_cents, refund.currency),
     }
     if refund.status == RefundStatus.PENDING:
         result["note"] = "The payment provider accepted the refund and is still processing it."

@@ -29,6 +29,7 @@ from agents.models import ReplayPolicy, ToolCall
 from agents.selectors import orders_with_refunded_total, refunded_total_cents
 from tickets import services as ticket_services
 from tickets.models import ActorKind, AuthorKind, HelpArticle, Message, Order, Ticket, TicketStatus
+from tickets.money import format_money
 
 
 class ToolError(Exception):
@@ -176,6 +177,7 @@ def parse_arguments(name: str, raw: str | dict[str, Any]) -> tuple[Tool, dict[st
 
 def order_summary(order: Order) -> dict[str, Any]:
     refunded = refunded_total_cents(order)
+    refundable = max(0, order.total_cents - refunded)
     return {
         "order_number": order.number,
         "status": order.status,
@@ -185,7 +187,11 @@ def order_summary(order: Order) -> dict[str, Any]:
         "currency": order.currency,
         "total_cents": order.total_cents,
         "refunded_cents": refunded,
-        "refundable_cents": max(0, order.total_cents - refunded),
+        "refundable_cents": refundable,
+        # Spelled for people, so that a model quotes "$49.99" rather than "4999 cents" or "49.99 USD".
+        "total": format_money(order.total_cents, order.currency),
+        "refunded": format_money(refunded, order.currency),
+        "refundable": format_money(refundable, order.currency),
         "lines": [
             {"description": line.description, "quantity": line.quantity, "unit_price_cents": line.unit_price_cents}
             for line in order.lines.all()

@@ -34,6 +34,8 @@ from urllib.parse import urlsplit
 import requests
 import stripe
 
+from tickets.money import format_money
+
 log = logging.getLogger(__name__)
 
 DEFAULT_API_KEY = "sk_test_sandbox"
@@ -251,7 +253,7 @@ class PaymentProvider:
             )
         except stripe.StripeError as exc:
             raise _translate(
-                exc, doing=f"refunding {amount_cents} {currency.upper()} cents of {payment_reference}"
+                exc, doing=f"refunding {format_money(amount_cents, currency)} of {payment_reference}"
             ) from exc
         return _to_refund(refund)
 

@@ -72,6 +72,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from tickets.money import format_money
+
 log = logging.getLogger("payments.sandbox")
 
 SCHEMA = "payments_sandbox"
@@ -302,10 +304,6 @@ def limit_param(params: dict[str, Any]) -> int:
     return int(raw)
 
 
-def money(amount: int, currency: str) -> str:
-    return f"{amount / 100:.2f} {currency.upper()}"
-
-
 # --- Objects ---------------------------------------------------------------------------
 
 
@@ -374,8 +372,8 @@ def payment_seed(
         if (row["amount"], row["currency"]) != (amount, currency):
             raise ApiError(
                 409,
-                f"Payment {payment_id} already exists with {money(row['amount'], row['currency'])}; "
-                f"cannot seed it with {money(amount, currency)}.",
+                f"Payment {payment_id} already exists with {format_money(row['amount'], row['currency'])}; "
+                f"cannot seed it with {format_money(amount, currency)}.",
                 code="resource_already_exists",
             )
     return payment_intent_json(row)
@@ -433,7 +431,7 @@ def create_refund(conn: Conn, params: dict[str, Any], match: re.Match[str]) -> R
         raise ApiError(
             400,
             f"Payment {payment_id} has already been refunded in full "
-            f"({money(payment['amount'], payment['currency'])}).",
+            f"({format_money(payment['amount'], payment['currency'])}).",
             code="charge_already_refunded",
             store=True,
         )
@@ -442,8 +440,8 @@ def create_refund(conn: Conn, params: dict[str, Any], match: re.Match[str]) -> R
     if amount > remaining:
         raise ApiError(
             400,
-            f"Refund amount ({money(amount, payment['currency'])}) is greater than the unrefunded amount "
-            f"on payment {payment_id} ({money(remaining, payment['currency'])}).",
+            f"Refund amount ({format_money(amount, payment['currency'])}) is greater than the unrefunded amount "
+            f"on payment {payment_id} ({format_money(remaining, payment['currency'])}).",
             code="amount_too_large",
             param="amount",
             store=True,
@@ -1094,7 +1092,7 @@ def main(argv: list[str] | None = None) -> int:
         with connect(args.database_url) as conn:
             for payment_id, amount, currency in args.seed:
                 payment_seed(conn, payment_id=payment_id, amount=amount, currency=currency)
-                log.info("seeded %s with %s", payment_id, money(amount, currency))
+                log.info("seeded %s with %s", payment_id, format_money(amount, currency))
     except psycopg.Error as exc:
         log.error("cannot use the sandbox database: %s", exc)
         return 2

@@ -325,12 +325,12 @@ def test_a_review_and_the_refund_show_up_live_in_the_customers_words(live: Stack
             ticket=ticket.pk,
             kind="refund_succeeded",
             actor_kind=ActorKind.AGENT,
-            payload={"label": "Refund of 49.99 USD issued"},
+            payload={"label": "Refund of $49.99 issued"},
             is_public=True,
         )
 
     in_another_thread(approve)
-    page.wait_for_selector("#chat-log .notice.tone-ok >> text=Refund of 49.99 USD issued")
+    page.wait_for_selector("#chat-log .notice.tone-ok >> text=Refund of $49.99 issued")
     assert page.locator("#chat-log .notice.tone-ok", has_text="Our team approved your request").count() == 1
     assert status.text_content() == "Open"
     page.screenshot(path=str(SCREENSHOTS / "refund-confirmed.png"))

@@ -152,7 +152,7 @@ def test_refunding_more_than_remains_is_declined_with_a_readable_message(payment
 
     assert declined.value.code == "amount_too_large"
     assert str(declined.value) == (
-        "Refund amount (10.00 USD) is greater than the unrefunded amount on payment pi_demo_A-1001 (9.00 USD)."
+        "Refund amount ($10.00) is greater than the unrefunded amount on payment pi_demo_A-1001 ($9.00)."
     )
     assert [r["amount"] for r in payment_sandbox.refunds()] == [2000]
 

@@ -192,7 +192,7 @@ def test_chat_page_shows_approval_and_refund_labels_as_they_are_recorded(signed_
     for kind, payload in [
         ("approval_requested", {"label": "Refund of $49.99 sent for review"}),
         ("approval_decided", {"decision": "approved", "label": "Refund of $49.99 approved"}),
-        ("refund_succeeded", {"label": "Refund of 49.99 USD issued"}),
+        ("refund_succeeded", {"label": "Refund of $49.99 issued"}),
         ("approval_decided", {"decision": "rejected"}),
     ]:
         services.event_append(ticket=ticket, kind=kind, actor_kind=ActorKind.STAFF, payload=payload, is_public=True)
@@ -201,7 +201,7 @@ def test_chat_page_shows_approval_and_refund_labels_as_they_are_recorded(signed_
 
     assert "Refund of $49.99 sent for review" in text
     assert "Refund of $49.99 approved" in text
-    assert "Refund of 49.99 USD issued" in text
+    assert "Refund of $49.99 issued" in text
     assert "Our team could not approve your request." in text
 
 
@@ -406,9 +406,9 @@ def test_a_status_change_without_words_still_updates_the_status(ticket):
 
 def test_resolution_and_refund_are_told_in_plain_words(ticket):
     resolved = presenters.present_event(_event(ticket, "status_changed", to=TicketStatus.RESOLVED))
-    refund = presenters.present_event(_event(ticket, "refund_succeeded", label="Refund of 12.50 USD issued"))
+    refund = presenters.present_event(_event(ticket, "refund_succeeded", label="Refund of $12.50 issued"))
     assert (resolved["kind"], resolved["tone"]) == ("notice", "ok") and "resolved" in resolved["text"]
-    assert (refund["text"], refund["tone"]) == ("Refund of 12.50 USD issued", "ok")
+    assert (refund["text"], refund["tone"]) == ("Refund of $12.50 issued", "ok")
 
 
 def test_approval_events_without_a_label_get_plain_words(ticket):
