@@ -19,6 +19,8 @@ from tickets.models import ActorKind, AuthorKind, Ticket, TicketEvent, TicketSta
 from tickets.services import staff_name
 
 DETAIL_MAX_CHARS = 300
+# A rating at or below this is shown as bad news.
+LOW_RATING = 2
 
 
 def _actor(event: TicketEvent, customer_name: str) -> str:
@@ -54,6 +56,13 @@ def _detail(event: TicketEvent, payload: dict[str, Any]) -> str:
         return words + (f" ({payload['reason']})" if payload.get("reason") else "")
     if event.kind == "assigned":
         return f"to {payload.get('assignee') or 'nobody'}"
+    if event.kind == "rated":
+        words = f"{payload.get('score')} out of 5"
+        if payload.get("previous_score") is not None:
+            words += f" (was {payload['previous_score']})"
+        if payload.get("comment"):
+            words += f": “{payload['comment']}”"
+        return words[:DETAIL_MAX_CHARS]
     facts = []
     for key in ("tool", "label", "reason", "decision", "note", "amount", "error", "outcome"):
         value = payload.get(key)
@@ -70,6 +79,8 @@ def present(event: TicketEvent, *, customer_name: str) -> dict[str, Any]:
     declared = timeline.kind(event.kind)
     text = declared.description if declared is not None else event.kind.replace("_", " ")
     tone = "bad" if event.kind.endswith(("failed", "escalated", "expired")) else "info"
+    if event.kind == "rated" and isinstance(payload.get("score"), int):
+        tone = "bad" if payload["score"] <= LOW_RATING else "ok"
     return {**base, "kind": "line", "text": text, "detail": _detail(event, payload), "tone": tone}
 
 

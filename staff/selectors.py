@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 
 from agents.models import AgentRun, ModelStep, Refund, ToolCall
 from agents.selectors import orders_with_refunded_total
@@ -29,6 +29,7 @@ VIEWS = [
     View("mine", "Mine", "Assigned to you and not resolved."),
     View("approval", "Waiting for approval", "The agent paused for a staff decision."),
     View("open", "All open", "Every ticket that is not resolved or closed."),
+    View("rated", "Rated", "Tickets the customer rated, the latest rating first."),
 ]
 VIEW_SLUGS = {view.slug for view in VIEWS}
 
@@ -40,6 +41,8 @@ def _in_view(tickets: QuerySet[Ticket], slug: str, user: AbstractBaseUser) -> Qu
         return tickets.filter(assignee=user).exclude(status__in=FINISHED)
     if slug == "approval":
         return tickets.filter(status=TicketStatus.PENDING_APPROVAL)
+    if slug == "rated":
+        return tickets.filter(rating__isnull=False)
     return tickets.exclude(status__in=FINISHED)
 
 
@@ -50,7 +53,8 @@ def view_counts(*, user: AbstractBaseUser) -> dict[str, int]:
 def inbox(
     *, user: AbstractBaseUser, view: str, status: str = "", assignee: str = "", query: str = "", limit: int = 200
 ) -> list[Ticket]:
-    """The tickets of one view, oldest first (the one left alone longest on top), filtered.
+    """The tickets of one view, oldest first (the one left alone longest on top; in "rated", the
+    latest rating first), filtered, each with its last message and the customer's rating.
 
     ``assignee``: a username, or "none" for unassigned. ``query``: a ticket id (``42`` or
     ``#42``), an order number, or part of the customer's name or email, or of the subject."""
@@ -78,8 +82,11 @@ def inbox(
         last_message=Subquery(last.values("body")[:1]),
         last_author=Subquery(last.values("author_kind")[:1]),
         last_public=Subquery(last.values("is_public")[:1]),
+        rating_score=F("rating__score"),
+        rating_comment=F("rating__comment"),
     )
-    return list(tickets.order_by("updated_at", "id")[:limit])
+    order = ["-rating__updated_at", "-id"] if view == "rated" else ["updated_at", "id"]
+    return list(tickets.order_by(*order)[:limit])
 
 
 def assignable_staff() -> QuerySet[AbstractBaseUser]:

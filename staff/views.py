@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from staff import presenters, selectors
+from tickets import selectors as ticket_selectors
 from tickets import services
 from tickets.models import HANDLE_PERMISSION, TICKET_TRANSITIONS, Ticket, TicketEvent, TicketStatus
 
@@ -84,6 +85,7 @@ def _ticket_page(
         "note_id": uuid.uuid4().hex,
         "orders": selectors.orders_beside(ticket=ticket),
         "refunds": selectors.refunds_of(ticket=ticket),
+        "rating": ticket_selectors.ticket_rating(ticket=ticket),
         "trace": selectors.trace(ticket=ticket),
         "staff_people": selectors.assignable_staff(),
         "allowed": _allowed_actions(ticket),
@@ -129,6 +131,7 @@ def timeline_after(request: HttpRequest, ticket_id: int) -> JsonResponse:
         "ticket": found,
         "orders": selectors.orders_beside(ticket=found),
         "refunds": selectors.refunds_of(ticket=found),
+        "rating": ticket_selectors.ticket_rating(ticket=found),
     }
     return JsonResponse(
         {

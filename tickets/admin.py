@@ -26,6 +26,7 @@ from tickets.models import (
     OrderLine,
     Ticket,
     TicketEvent,
+    TicketRating,
     TicketStatus,
 )
 from tickets.money import format_money
@@ -96,6 +97,13 @@ class OrderAdmin(admin.ModelAdmin):
 class MessageInline(ReadOnlyInline):
     model = Message
     fields = ["created_at", "author_kind", "author_user", "is_public", "body", "client_msg_id"]
+    readonly_fields = fields
+
+
+class TicketRatingInline(ReadOnlyInline):
+    model = TicketRating
+    verbose_name = "customer rating"
+    fields = ["score", "comment", "created_at", "updated_at"]
     readonly_fields = fields
 
 
@@ -170,9 +178,11 @@ class TicketAdmin(admin.ModelAdmin):
     list_select_related = ["customer", "assignee"]
     search_fields = ["subject", "customer__email", "customer__name", "customer__orders__number"]
     search_help_text = "A ticket number, an order number, the customer's email or name, or words of the subject."
-    readonly_fields = ["status", "last_event_seq", "created_at", "updated_at", "resolved_at", "client_ref"]
+    readonly_fields = [
+        "status", "last_event_seq", "customer_seen_seq", "created_at", "updated_at", "resolved_at", "client_ref",
+    ]  # fmt: skip
     autocomplete_fields = ["customer", "assignee"]
-    inlines = [MessageInline, TicketEventInline]
+    inlines = [TicketRatingInline, MessageInline, TicketEventInline]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         # Tickets are opened by customers (tickets.services.ticket_open), never typed in here.

@@ -11,7 +11,9 @@ Frames sent to the browser (JSON):
 - ``{"type": "ready", "seq"}``: the replay is done; live frames follow.
 
 Frames from the browser: ``{"type": "resync"}`` asks for the events and the
-streamed text again (the browser saw a gap in a step's offsets).
+streamed text again (the browser saw a gap in a step's offsets);
+``{"type": "seen", "seq"}`` says the customer has seen the chat up to ``seq`` (the page
+was visible when those events arrived): My tickets stops showing those replies as unread.
 
 The order on connect rules out gaps: join the group first, then read the
 ledger and the streaming buffer. Anything committed or streamed after the read
@@ -30,7 +32,7 @@ from channels.db import database_sync_to_async
 from django.http import Http404
 
 from support.websocket import SafeJsonConsumer
-from tickets import presenters, realtime, selectors
+from tickets import presenters, realtime, selectors, services
 from tickets.models import Ticket
 
 CLOSE_NOT_SIGNED_IN = 4403
@@ -51,6 +53,7 @@ class TicketConsumer(SafeJsonConsumer):
     group: str | None = None
     last_seq: int = 0
     last_resync: float = float("-inf")
+    seen_seq: int = 0
 
     async def connect(self) -> None:
         # Accept first: a close code (4403/4404) only reaches the browser on an open socket.
@@ -78,7 +81,12 @@ class TicketConsumer(SafeJsonConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        if self.ticket is None or not isinstance(content, dict) or content.get("type") != "resync":
+        if self.ticket is None or not isinstance(content, dict):
+            return
+        if content.get("type") == "seen":
+            await self._seen(content.get("seq"))
+            return
+        if content.get("type") != "resync":
             return
         now = time.monotonic()
         if now - self.last_resync < RESYNC_MIN_SECONDS:
@@ -99,6 +107,16 @@ class TicketConsumer(SafeJsonConsumer):
         )
 
     # --- helpers -------------------------------------------------------------------------
+
+    async def _seen(self, seq: Any) -> None:
+        # Never past what this connection sent, and only forward: at most one write per event.
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            return
+        seq = min(seq, self.last_seq)
+        if seq <= self.seen_seq:
+            return
+        self.seen_seq = seq
+        await database_sync_to_async(services.ticket_mark_seen)(ticket=self.ticket.pk, seq=seq)
 
     async def _catch_up(self) -> None:
         await self._send_events()

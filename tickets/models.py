@@ -137,6 +137,8 @@ class Ticket(models.Model):
     client_ref = models.CharField(max_length=100, null=True, blank=True)
     # The last sequence number handed to a TicketEvent; bumped under the row lock.
     last_event_seq = models.PositiveIntegerField(default=0)
+    # The last event the customer has seen in their chat: replies after it are unread in My tickets.
+    customer_seen_seq = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     resolved_at = models.DateTimeField(null=True, blank=True)
@@ -230,6 +232,36 @@ class TicketEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.ticket_id}.{self.seq} {self.kind}"
+
+
+RATING_SCORES = range(1, 6)
+RATING_COMMENT_MAX_CHARS = 1000
+
+
+def ticket_can_be_rated(ticket: Ticket) -> bool:
+    """A resolved ticket, or one closed after it was resolved: the one rule for showing and taking a rating."""
+    return ticket.status == TicketStatus.RESOLVED or (
+        ticket.status == TicketStatus.CLOSED and ticket.resolved_at is not None
+    )
+
+
+class TicketRating(models.Model):
+    """How the customer rated the help on a ticket: 1 to 5, with an optional comment. One per ticket;
+    the customer may change it, and each change is on the timeline (``rated``)."""
+
+    ticket = models.OneToOneField(Ticket, on_delete=models.CASCADE, related_name="rating")
+    score = models.PositiveSmallIntegerField()
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(score__gte=1, score__lte=5), name="ticket_rating_score_1_5"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.ticket_id} rated {self.score}/5"
 
 
 class HelpArticle(models.Model):

@@ -14,16 +14,20 @@ Every item has ``seq`` and ``at`` (ISO 8601). Then, by ``kind``:
 - ``kind="state"``: no text, only what changes below.
 
 Any item may also carry ``status`` (the ticket's status after it) and
-``typing`` (whether the assistant is now working on an answer).
+``typing`` (whether the assistant is now working on an answer). On the server-rendered
+page, the first item of each day also carries ``day`` ("Today", "Yesterday", "March 3, 2026"):
+the date separator above it (``with_day_separators``; chat.js places the live ones).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
+from django.utils.dateformat import format as format_date
+from django.utils.text import Truncator
 from django.utils.timesince import timesince
 
 from tickets import timeline
@@ -56,6 +60,54 @@ def updated_text(when: datetime, *, now: datetime | None = None) -> str:
     if (now - when).total_seconds() < 60:
         return "just now"
     return f"{timesince(when, now, depth=1)} ago"
+
+
+PREVIEW_MAX_CHARS = 90
+
+
+def message_preview(payload: Any) -> dict[str, str] | None:
+    """My tickets' line under a subject: who wrote last and the start of what they wrote, from a
+    message event's payload (``selectors.tickets_for_customer``'s ``last_message``)."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("body"), str):
+        return None
+    author = payload.get("author_kind")
+    text = Truncator(" ".join(payload["body"].split())).chars(PREVIEW_MAX_CHARS)
+    if author == AuthorKind.STAFF and isinstance(payload.get("author_name"), str) and payload["author_name"]:
+        return {"author": payload["author_name"], "text": text}
+    return {"author": AUTHOR_NAMES.get(author, ""), "text": text}
+
+
+def day_label(when: datetime, *, now: datetime | None = None) -> str:
+    """The date separator's words, in the current time zone: "Today", "Yesterday", "March 3, 2026"."""
+    day = timezone.localdate(when)
+    today = timezone.localdate(now or timezone.now())
+    if day == today:
+        return "Today"
+    if day == today - timedelta(days=1):
+        return "Yesterday"
+    return format_date(day, "F j, Y")
+
+
+def with_day_separators(items: list[dict[str, Any]], *, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Mark the first shown item (message or notice) of each day with ``day`` (the words) and
+    ``day_key`` (YYYY-MM-DD): a separator goes above it."""
+    now = now or timezone.now()
+    previous = None
+    for item in items:
+        if item.get("kind") not in {"message", "notice"}:
+            continue
+        when = datetime.fromisoformat(item["at"])
+        day = timezone.localdate(when)
+        if day != previous:
+            item["day"], item["day_key"] = day_label(when, now=now), day.isoformat()
+            previous = day
+    return items
+
+
+def _rated(event: TicketEvent, payload: dict[str, Any]) -> dict[str, Any]:
+    changed = payload.get("previous_score") is not None
+    text = "Thanks, your rating was updated." if changed else "Thanks for your rating."
+    return {"kind": "notice", "tone": "ok", "text": text}
 
 
 def _message(event: TicketEvent) -> dict[str, Any] | None:
@@ -130,6 +182,9 @@ def register_kinds() -> None:
         present=lambda e, p: _status_changed(e),
     )
     timeline.register("assigned", app="tickets", description="The ticket was assigned to a member of staff.")
+    timeline.register(
+        "rated", app="tickets", description="The customer rated the help they got (1 to 5).", present=_rated
+    )
 
 
 def present_events(events: Iterable[TicketEvent]) -> tuple[list[dict[str, Any]], int]:

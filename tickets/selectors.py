@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import QuerySet
+from django.db.models import Exists, JSONField, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
-from tickets.models import AuthorKind, Customer, Message, Ticket, TicketEvent
+from tickets.models import ActorKind, AuthorKind, Customer, Message, Ticket, TicketEvent, TicketRating
 
 
 def unanswered_messages(*, ticket_id: int | None = None) -> QuerySet[Message]:
@@ -22,10 +22,27 @@ def customer_for_user(*, user: AbstractBaseUser | AnonymousUser) -> Customer | N
 
 
 def tickets_for_customer(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Ticket]:
+    """The customer's tickets, newest activity first, each with (in the same query):
+
+    - ``last_message``: the payload of its last public message event (author and text as the
+      chat shows them), or None;
+    - ``unread``: whether someone other than the customer wrote publicly after the last event the
+      customer saw (``Ticket.customer_seen_seq``).
+    """
     customer = customer_for_user(user=user)
     if customer is None:
         return Ticket.objects.none()
-    return Ticket.objects.filter(customer=customer).order_by("-updated_at")
+    public_messages = TicketEvent.objects.filter(ticket=OuterRef("pk"), kind="message", is_public=True)
+    return (
+        Ticket.objects.filter(customer=customer)
+        .annotate(
+            last_message=Subquery(public_messages.order_by("-seq").values("payload")[:1], output_field=JSONField()),
+            unread=Exists(
+                public_messages.filter(seq__gt=OuterRef("customer_seen_seq")).exclude(actor_kind=ActorKind.CUSTOMER)
+            ),
+        )
+        .order_by("-updated_at")
+    )
 
 
 def ticket_get_for_customer(*, user: AbstractBaseUser | AnonymousUser, ticket_id: int) -> Ticket:
@@ -59,3 +76,7 @@ def public_messages(*, ticket: Ticket) -> QuerySet[Message]:
 def ticket_for_client_ref(*, customer: Customer, client_ref: str) -> Ticket | None:
     """The ticket a retried "open ticket" submit already opened, if any."""
     return Ticket.objects.filter(customer=customer, client_ref=client_ref).first()
+
+
+def ticket_rating(*, ticket: Ticket) -> TicketRating | None:
+    return TicketRating.objects.filter(ticket=ticket).first()

@@ -13,11 +13,15 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
+from django.db.models.functions import Least
 from django.utils import timezone
 
 from support import rows
 from tickets.models import (
     AGENT_STAYS_OUT,
+    RATING_COMMENT_MAX_CHARS,
+    RATING_SCORES,
     TICKET_TRANSITIONS,
     ActorKind,
     AuthorKind,
@@ -25,7 +29,9 @@ from tickets.models import (
     Message,
     Ticket,
     TicketEvent,
+    TicketRating,
     TicketStatus,
+    ticket_can_be_rated,
 )
 from tickets.signals import ticket_event_appended, ticket_needs_agent
 
@@ -632,3 +638,77 @@ def staff_note(*, ticket: Ticket | int, user: AbstractBaseUser, body: str, clien
     """An internal note: on the staff timeline only, never shown or sent to the customer, never
     read by the agent. Changes no status. Idempotent on ``client_msg_id``."""
     return _staff_message(ticket=ticket, user=user, body=body, client_msg_id=client_msg_id, is_public=False)
+
+
+# --- What the customer does besides writing (My tickets, the rating) -----------------------------
+
+
+def ticket_mark_seen(*, ticket: Ticket | int, seq: int) -> bool:
+    """The customer has seen their chat up to event ``seq``: replies up to it are no longer unread.
+
+    Only moves forward (a stale tab cannot make read replies unread again) and never past the
+    timeline's end. Appends no event and leaves ``updated_at`` alone: reading changes nothing in
+    the conversation. Returns whether the mark moved.
+    """
+    with transaction.atomic():
+        behind = Ticket.objects.filter(pk=_ticket_id(ticket), customer_seen_seq__lt=Least(seq, F("last_event_seq")))
+        moved = behind.update(customer_seen_seq=Least(seq, F("last_event_seq")))
+    return bool(moved)
+
+
+class RatingRefused(ValidationError):
+    """A rating of a ticket that is not resolved (or closed after it was resolved)."""
+
+
+def ticket_rate(
+    *, ticket: Ticket | int, user: AbstractBaseUser, score: int | str, comment: str = ""
+) -> tuple[TicketRating, bool]:
+    """The ticket's customer rates the help they got, 1 to 5 with an optional comment; returns
+    (rating, changed).
+
+    Precondition: ``user`` reached the ticket through ``selectors.ticket_get_for_customer``.
+    Only a resolved ticket (or one closed after it was resolved) takes a rating (RatingRefused).
+    One rating per ticket: rating again replaces it and is recorded as a change; the same score
+    and comment again (a double click, a second tab) changes nothing and records nothing.
+    """
+    try:
+        value = int(score)
+    except (TypeError, ValueError):
+        value = 0
+    if value not in RATING_SCORES:
+        raise ValidationError("Choose a rating from 1 to 5.", code="bad_score")
+    text = (comment or "").strip()
+    _storable_or_refuse(text, "The comment")
+    if len(text) > RATING_COMMENT_MAX_CHARS:
+        raise ValidationError(
+            f"A comment can be at most {RATING_COMMENT_MAX_CHARS} characters; this one has {len(text)}.",
+            code="comment_too_long",
+        )
+    with transaction.atomic():
+        locked = _locked(ticket)
+        if not ticket_can_be_rated(locked):
+            raise RatingRefused(
+                "You can rate a conversation once it is resolved. Reply here if you still need help.",
+                code="not_resolved",
+            )
+        rating = TicketRating.objects.filter(ticket=locked).first()
+        previous = rating.score if rating is not None else None
+        if rating is not None and (rating.score, rating.comment) == (value, text):
+            return rating, False
+        now = timezone.now()
+        if rating is None:
+            rating = TicketRating.objects.create(
+                ticket=locked, score=value, comment=text, created_at=now, updated_at=now
+            )
+        else:
+            rating.score, rating.comment, rating.updated_at = value, text, now
+            rating.save(update_fields=["score", "comment", "updated_at"])
+        event_append(
+            ticket=locked,
+            kind="rated",
+            actor_kind=ActorKind.CUSTOMER,
+            actor_user=user,
+            payload={"score": value, "comment": text, "previous_score": previous},
+            is_public=True,
+        )
+    return rating, True

@@ -14,11 +14,20 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from support.throttle import over_limit, too_many
 from tickets import presenters, selectors, services
-from tickets.models import HANDLE_PERMISSION, AuthorKind, Customer, Message
+from tickets.models import (
+    HANDLE_PERMISSION,
+    RATING_COMMENT_MAX_CHARS,
+    AuthorKind,
+    Customer,
+    Message,
+    Ticket,
+    ticket_can_be_rated,
+)
 
 CLIENT_REF_MAX_CHARS = 100
 
@@ -47,7 +56,13 @@ def ticket_list(request: HttpRequest) -> HttpResponse:
     _customer_or_404(request)
     tickets = selectors.tickets_for_customer(user=request.user)
     rows = [
-        {"ticket": t, "status_text": presenters.status_text(t.status), "updated": presenters.updated_text(t.updated_at)}
+        {
+            "ticket": t,
+            "status_text": presenters.status_text(t.status),
+            "updated": presenters.updated_text(t.updated_at),
+            "preview": presenters.message_preview(t.last_message),
+            "unread": t.unread,
+        }
         for t in tickets
     ]
     return render(request, "tickets/list.html", {"rows": rows})
@@ -101,15 +116,43 @@ def _new_form(
 @require_GET
 def ticket_chat(request: HttpRequest, ticket_id: int) -> HttpResponse:
     ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
+    return _chat_page(request, ticket, mark_seen=True)
+
+
+RATING_CHOICES = [(1, "Very poor"), (2, "Poor"), (3, "Okay"), (4, "Good"), (5, "Excellent")]
+
+
+def _chat_page(
+    request: HttpRequest,
+    ticket: Ticket,
+    *,
+    mark_seen: bool = False,
+    rating_error: str = "",
+    rating_form: dict[str, str] | None = None,
+    status: int = 200,
+) -> HttpResponse:
     items, last_seq = presenters.present_events(selectors.ticket_timeline(ticket=ticket, public_only=True))
+    if mark_seen:
+        services.ticket_mark_seen(ticket=ticket, seq=last_seq)
     state = presenters.chat_state(ticket=ticket, items=items)
+    current = selectors.ticket_rating(ticket=ticket)
+    typed = rating_form or {}
     context = {
         "ticket": ticket,
-        "items": items,
+        "items": presenters.with_day_separators(items),
         "last_seq": last_seq,
         "state": state,
         "status_text": presenters.TYPING_TEXT if state["typing"] else presenters.status_text(ticket.status),
         "author_names": presenters.AUTHOR_NAMES,
+        "rating": {
+            "shown": ticket_can_be_rated(ticket) or bool(rating_error),
+            "current": current,
+            "score": typed.get("score", str(current.score) if current else ""),
+            "comment": typed.get("comment", current.comment if current else ""),
+            "choices": [(str(value), label) for value, label in RATING_CHOICES],
+            "comment_max_chars": RATING_COMMENT_MAX_CHARS,
+            "error": rating_error,
+        },
         "chat_config": {
             "ticketId": ticket.pk,
             "afterSeq": last_seq,
@@ -121,7 +164,22 @@ def ticket_chat(request: HttpRequest, ticket_id: int) -> HttpResponse:
             "maxChars": services.MESSAGE_MAX_CHARS,
         },
     }
-    return render(request, "tickets/chat.html", context)
+    return render(request, "tickets/chat.html", context, status=status)
+
+
+@require_POST
+def ticket_rate(request: HttpRequest, ticket_id: int) -> HttpResponse:
+    """POST score (1 to 5) and comment from the chat's rating form: back to the chat, or the chat
+    again with the reason (400 for a bad form, 409 for a ticket not resolved)."""
+    ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
+    form = {"score": request.POST.get("score", ""), "comment": request.POST.get("comment", "")}
+    try:
+        services.ticket_rate(ticket=ticket, user=request.user, score=form["score"], comment=form["comment"])
+    except services.RatingRefused as exc:
+        return _chat_page(request, ticket, rating_error=exc.messages[0], rating_form=form, status=409)
+    except ValidationError as exc:
+        return _chat_page(request, ticket, rating_error=exc.messages[0], rating_form=form, status=400)
+    return redirect(reverse("tickets:chat", args=[ticket.pk]) + "#chat-rating")
 
 
 def _message_json(message: Message) -> dict[str, Any]:

@@ -243,7 +243,89 @@
       if (!item.typing) dropStream();
     }
     renderStatus();
+    afterEvent(item);
     keepScrolled(wasNearBottom);
+  }
+
+  // --- date separators, the rating form, what the customer has seen ----------------------
+
+  // "Today", "Yesterday" or the date above the first item of each day, in the browser's time zone
+  // (the server renders them in its own; this corrects them and adds the live ones). A separator
+  // carries the seq of the item it heads, so insertBySeq keeps it in place.
+  function dayKey(date) {
+    var month = String(date.getMonth() + 1);
+    var day = String(date.getDate());
+    return date.getFullYear() + "-" + (month.length < 2 ? "0" : "") + month + "-" + (day.length < 2 ? "0" : "") + day;
+  }
+
+  function dayLabel(date) {
+    var now = new Date();
+    if (dayKey(date) === dayKey(now)) return "Today";
+    if (dayKey(date) === dayKey(new Date(now.getFullYear(), now.getMonth(), now.getDate() - 1))) return "Yesterday";
+    return date.toLocaleDateString([], { year: "numeric", month: "long", day: "numeric" });
+  }
+
+  function itemDate(el) {
+    if (!el || el.getAttribute("data-seq") === null || el.classList.contains("day-separator")) return null;
+    var time = el.querySelector("time[datetime]");
+    var at = el.getAttribute("data-at") || (time && time.getAttribute("datetime"));
+    var when = at ? new Date(at) : null;
+    return when && !isNaN(when.getTime()) ? when : null;
+  }
+
+  function placeDaySeparators() {
+    var previousDay = null;
+    for (var child = log.firstElementChild; child; ) {
+      var next = child.nextElementSibling;
+      var when = itemDate(child);
+      if (child.classList.contains("day-separator")) {
+        // Kept only right above the first item of its day.
+        var headed = itemDate(next);
+        var day = headed ? dayKey(headed) : null;
+        if (!day || day === previousDay || day !== child.getAttribute("data-day")) child.remove();
+        else if (child.textContent !== dayLabel(headed)) child.firstElementChild.textContent = dayLabel(headed);
+      } else if (when && dayKey(when) !== previousDay) {
+        var above = child.previousElementSibling;
+        if (!above || !above.classList.contains("day-separator")) {
+          var separator = document.createElement("li");
+          separator.className = "day-separator";
+          separator.setAttribute("data-day", dayKey(when));
+          separator.setAttribute("data-seq", child.getAttribute("data-seq"));
+          var words = document.createElement("span");
+          words.textContent = dayLabel(when);
+          separator.appendChild(words);
+          log.insertBefore(separator, child);
+        }
+        previousDay = dayKey(when);
+      }
+      child = next;
+    }
+  }
+
+  // The rating form shows once the ticket is resolved, hides when it is reopened, stays when closed.
+  function showRating() {
+    var rating = document.getElementById("chat-rating");
+    if (!rating) return;
+    if (state.status === "resolved") rating.hidden = false;
+    else if (state.status !== "closed") rating.hidden = true;
+  }
+
+  // Replies shown while the page is visible are read: tell the server (My tickets' unread marker).
+  var seenSent = config.afterSeq;
+  function markSeen() {
+    if (document.visibilityState !== "visible" || state.lastSeq <= seenSent) return;
+    if (!state.socket || state.socket.readyState !== WebSocket.OPEN) return;
+    seenSent = state.lastSeq;
+    state.socket.send(JSON.stringify({ type: "seen", seq: seenSent }));
+  }
+  document.addEventListener("visibilitychange", markSeen);
+
+  function afterEvent(item) {
+    var el = log.querySelector('[data-seq="' + Number(item.seq) + '"]:not(.day-separator)');
+    if (el && item.at) el.setAttribute("data-at", item.at);
+    placeDaySeparators();
+    showRating();
+    markSeen();
   }
 
   // --- the socket -----------------------------------------------------------------------
@@ -423,6 +505,7 @@
   };
 
   formatTimes(log);
+  placeDaySeparators();
   renderStatus();
   scroller.scrollTop = scroller.scrollHeight;
   connect();
