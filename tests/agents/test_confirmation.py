@@ -14,7 +14,17 @@ from django.utils import timezone
 
 from agents.approval import may_execute
 from agents.confirmation import confirmations_expire_due
-from agents.models import AgentRun, ApprovalPolicy, CallStatus, ConfirmationDecision, Refund, RunStatus, ToolCall
+from agents.conversation import request_of
+from agents.models import (
+    AgentRun,
+    ApprovalPolicy,
+    CallStatus,
+    ConfirmationDecision,
+    ModelStep,
+    Refund,
+    RunStatus,
+    ToolCall,
+)
 from agents.runner import advance
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest
@@ -82,6 +92,13 @@ def test_a_refund_waits_for_the_customer_and_is_paid_once_after_confirm(sandbox)
     assert [r["amount"] for r in paid(sandbox, order)] == [4999]
     assert question(ticket).status == CallStatus.SUCCEEDED
     assert any("refunded $49.99" in w for w in public_words(ticket)), public_words(ticket)
+    # The resumed run told the model each call's result once, right after the call.
+    last = ModelStep.objects.filter(ticket=ticket).order_by("-run_id", "-index").first()
+    request = request_of(last)
+    results = [m["tool_call_id"] for m in request if m["role"] == "tool"]
+    assert len(results) == len(set(results)) == 2, request
+    asked = [c["id"] for m in request if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert results == asked
     assert_money_invariants(sandbox)
 
 
