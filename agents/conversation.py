@@ -146,6 +146,10 @@ def call_view(call: ToolCall | None) -> dict[str, Any]:
         return {"rejected": True, "status": "rejected_by_staff", "note": call.approval_note or ""}
     if call.status == CallStatus.AWAITING_APPROVAL:
         return {"status": "awaiting_approval", "note": "waiting for a staff decision"}
+    if call.status == CallStatus.AWAITING_CONFIRMATION:
+        return {"status": "awaiting_customer_confirmation", "note": "waiting for the customer to confirm"}
+    if call.status == CallStatus.CANCELLED:
+        return {"cancelled": True, **(call.result or {}), "note": "not done: the customer did not confirm it"}
     if call.status == CallStatus.STARTED:
         return {"status": "started", "note": "not finished yet"}
     return {"error": call.error or "failed", **(call.result or {})}

@@ -303,6 +303,10 @@ OFFLINE_MODEL_TOKEN_DELAY_MS = env_int("OFFLINE_MODEL_TOKEN_DELAY_MS", 0)
 # Short: the sweeper is also how a dead lease owner is noticed (its advisory lock is gone).
 AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 3)
 
+# Before a refund is paid (after any staff approval) the customer confirms the amount with a
+# button in the chat (agents.confirmation). The admin's approval policy can turn it off too.
+REFUND_CUSTOMER_CONFIRMATION = env_bool("REFUND_CUSTOMER_CONFIRMATION", True)
+
 # --- Staff pages -------------------------------------------------------------------------
 # Approving more than this (in the currency's minor unit) asks the approver to confirm the
 # amount once more on the dashboard.
@@ -314,6 +318,11 @@ CELERY_BEAT_SCHEDULE = {
     "agents.sweep": {"task": "agents.sweep", "schedule": float(AGENT_SWEEP_SECONDS)},
     "agents.reconcile_refunds": {"task": "agents.reconcile_refunds", "schedule": float(REFUND_RECONCILE_SECONDS)},
     "approvals.expire_due": {"task": "approvals.expire_due", "schedule": float(env_int("APPROVAL_EXPIRY_SECONDS", 60))},
+    # Refunds the customer did not confirm in time are not paid, and the customer is told.
+    "agents.expire_confirmations": {
+        "task": "agents.expire_confirmations",
+        "schedule": float(env_int("AGENT_CONFIRMATION_EXPIRY_SECONDS", 30)),
+    },
 }
 
 

@@ -16,6 +16,13 @@ _counter = itertools.count(1)
 
 
 @pytest.fixture(autouse=True)
+def _customer_confirmation(request, settings):  # noqa: ANN001
+    """The customer's confirmation before a refund is paid is on in the product; tests of other
+    things turn it off, tests of it are marked ``customer_confirms``."""
+    settings.REFUND_CUSTOMER_CONFIRMATION = request.node.get_closest_marker("customer_confirms") is not None
+
+
+@pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):  # noqa: ANN001
     # Test users need real logins, not production-strength hashing (hundreds of ms each).
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -144,6 +144,15 @@ def present_events(events: Iterable[TicketEvent]) -> tuple[list[dict[str, Any]],
     return items, last_seq
 
 
+def mark_answered(items: list[dict[str, Any]]) -> None:
+    """A question in the chat (``kind="confirm"``) that a later item answers is shown answered:
+    its buttons are gone on a page loaded after the answer."""
+    answered = {item["answers"] for item in items if item.get("answers") is not None}
+    for item in items:
+        if item["kind"] == "confirm":
+            item["answered"] = item.get("call_id") in answered
+
+
 def chat_state(*, ticket: Ticket, items: list[dict[str, Any]]) -> dict[str, Any]:
     """Where the page starts: the ticket's status, and typing if a run started and has not ended."""
     typing = False

@@ -109,6 +109,12 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None) -> N
     for draft in drafts:
         per_ticket.setdefault(draft.ticket_id, []).append(draft)
     held = rows.take()
+    if per_ticket and any(rows.updates(cte, Ticket) for cte in held):
+        # A held change of a ticket row (its status) and the counter's UPDATE of that row cannot
+        # share a statement: PostgreSQL would apply only one of them. The held rows go first.
+        with connection.cursor() as cursor:
+            cursor.execute(*rows.statement(held))
+        held = []
     if fence is not None and fence.ticket_id not in per_ticket:
         head, params = rows.with_clause([*held, (fence.sql, fence.params)])
         with connection.cursor() as cursor:

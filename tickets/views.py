@@ -102,6 +102,7 @@ def _new_form(
 def ticket_chat(request: HttpRequest, ticket_id: int) -> HttpResponse:
     ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
     items, last_seq = presenters.present_events(selectors.ticket_timeline(ticket=ticket, public_only=True))
+    presenters.mark_answered(items)
     state = presenters.chat_state(ticket=ticket, items=items)
     context = {
         "ticket": ticket,

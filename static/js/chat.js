@@ -230,12 +230,80 @@
     insertBySeq(li, item.seq);
   }
 
+  // --- questions before money moves: Confirm / Cancel ----------------------------------------
+  // Only the button counts (a typed "yes" is a message). One answer per question: the buttons go
+  // at the first click, and the server keeps the first answer (a second tab gets the same one).
+
+  function onConfirm(item) {
+    var li = document.createElement("li");
+    li.className = "confirm";
+    li.setAttribute("data-call-id", String(item.call_id));
+    li.setAttribute("data-digest", item.digest || "");
+    var text = document.createElement("p");
+    text.className = "confirm-text";
+    text.textContent = item.text;
+    li.appendChild(text);
+    var actions = document.createElement("div");
+    actions.className = "confirm-actions";
+    [["confirm", "Confirm", "primary"], ["cancel", "Cancel", ""]].forEach(function (spec) {
+      var button = document.createElement("button");
+      button.type = "button";
+      button.className = spec[2];
+      button.setAttribute("data-answer", spec[0]);
+      button.textContent = spec[1];
+      actions.appendChild(button);
+    });
+    li.appendChild(actions);
+    var note = document.createElement("p");
+    note.className = "confirm-note";
+    note.setAttribute("role", "status");
+    li.appendChild(note);
+    insertBySeq(li, item.seq);
+  }
+
+  function answered(callId, words) {
+    var card = log.querySelector('li.confirm[data-call-id="' + Number(callId) + '"]');
+    if (!card) return;
+    card.classList.add("answered");
+    card.querySelectorAll("button[data-answer]").forEach(function (b) { b.disabled = true; b.hidden = true; });
+    if (words) card.querySelector(".confirm-note").textContent = words;
+  }
+
+  log.addEventListener("click", function (event) {
+    var button = event.target.closest ? event.target.closest("button[data-answer]") : null;
+    if (!button) return;
+    var card = button.closest("li.confirm");
+    if (!card || card.dataset.sending) return;
+    card.dataset.sending = "1";
+    var note = card.querySelector(".confirm-note");
+    card.querySelectorAll("button[data-answer]").forEach(function (b) { b.disabled = true; });
+    note.textContent = "Sending…";
+    fetch("/tickets/" + config.ticketId + "/confirmations/" + card.getAttribute("data-call-id"), {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken },
+      body: JSON.stringify({ answer: button.getAttribute("data-answer"), digest: card.getAttribute("data-digest") }),
+    })
+      .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); })
+      .then(function (res) {
+        if (res.ok) answered(card.getAttribute("data-call-id"), res.body.decision === "confirmed" ? "Confirmed." : "Cancelled.");
+        else answered(card.getAttribute("data-call-id"), res.body.error || "This question cannot be answered now.");
+      })
+      .catch(function () {
+        delete card.dataset.sending;
+        card.querySelectorAll("button[data-answer]").forEach(function (b) { b.disabled = false; });
+        note.textContent = "Not sent. Check your connection and try again.";
+      });
+  });
+
   function onEvent(item) {
     if (item.seq <= state.lastSeq) return; // replayed: already applied
     state.lastSeq = item.seq;
     var wasNearBottom = nearBottom();
     if (item.kind === "message") onMessage(item);
     else if (item.kind === "notice") onNotice(item);
+    else if (item.kind === "confirm") onConfirm(item);
+    if (item.answers) answered(item.answers, item.text);
     if (typeof item.status === "string") state.status = item.status;
     if (typeof item.typing === "boolean") {
       state.typing = item.typing;
