@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import QuerySet
 
 from approvals.models import ApprovalRequest, ApprovalStatus
+from tickets import selectors as ticket_selectors
 from tickets.models import Message
+from tickets.presenters import attachment_item
 
 
 def approvals_pending() -> QuerySet[ApprovalRequest]:
@@ -26,3 +30,8 @@ def approvals_decided(*, limit: int = 100) -> QuerySet[ApprovalRequest]:
 def approval_conversation(*, approval: ApprovalRequest, limit: int = 12) -> list[Message]:
     messages = Message.objects.filter(ticket_id=approval.ticket_id, is_public=True).order_by("-created_at", "-id")
     return list(reversed(messages[:limit]))
+
+
+def approval_attachments(*, approval: ApprovalRequest) -> list[dict[str, Any]]:
+    """The files the customer sent on the ticket (a photo of the damage, a receipt), for the card."""
+    return [attachment_item(a) for a in ticket_selectors.ticket_attachments(ticket_id=approval.ticket_id)]

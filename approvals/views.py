@@ -38,6 +38,7 @@ def _pending_context() -> dict[str, Any]:
                 "approval": approval,
                 "waiting": now - approval.requested_at,
                 "conversation": selectors.approval_conversation(approval=approval),
+                "attachments": selectors.approval_attachments(approval=approval),
             }
         )
     return {"rows": rows, "now": now}
