@@ -109,7 +109,11 @@
       files.forEach(function (file) {
         var li = document.createElement("li");
         li.className = "attachment uploading";
-        li.textContent = file.name + " (uploading…)";
+        li.textContent = file.name + " ";
+        var progress = document.createElement("span");
+        progress.className = "upload-state"; // hidden by the stylesheet once the message failed
+        progress.textContent = "(uploading…)";
+        li.appendChild(progress);
         list.appendChild(li);
       });
     },
