@@ -308,6 +308,8 @@ def message_post(
             return _same_message(existing, text, checked if files is not None else None), False
     stored: list[str] = []
     try:
+        # The bytes first, outside the transaction: a slow upload to remote storage holds no lock.
+        _store_files(ticket_id, checked, stored)
         with transaction.atomic():
             message = Message.objects.create(
                 ticket_id=ticket_id,
@@ -317,7 +319,7 @@ def message_post(
                 is_public=is_public,
                 client_msg_id=client_msg_id,
             )
-            attachments = _attach(message, checked, stored)
+            attachments = _attachment_rows(message, checked, stored)
             _message_event(message, actor_ref, stream, attachments=attachments)
             if author_kind == AuthorKind.CUSTOMER:
                 _reopen_for_customer(ticket_id, author_user)
@@ -334,28 +336,29 @@ def message_post(
     return message, True
 
 
-def _attach(message: Message, checked: list[CheckedFile], stored: list[str]) -> list[Attachment]:
-    """Store the files' bytes and write their rows, in the caller's transaction. Each stored name
-    is added to ``stored`` as soon as it exists, so a caller whose transaction fails can remove it.
-    The bytes are stored under a random name in the ticket's folder; the customer's name for the
-    file is only ever data."""
-    attachments = []
-    for position, file in enumerate(checked):
-        name = default_storage.save(
-            f"attachments/{message.ticket_id}/{uuid.uuid4().hex}{file.extension}", ContentFile(file.data)
+def _store_files(ticket_id: int, checked: list[CheckedFile], stored: list[str]) -> None:
+    """Put the files' bytes in storage, each under a random name in the ticket's folder (the
+    customer's name for a file is only ever data). Each name is added to ``stored`` as soon as
+    it exists, so the caller can remove the files if what names them is not committed."""
+    for file in checked:
+        path = f"attachments/{ticket_id}/{uuid.uuid4().hex}{file.extension}"
+        stored.append(default_storage.save(path, ContentFile(file.data)))
+
+
+def _attachment_rows(message: Message, checked: list[CheckedFile], stored: list[str]) -> list[Attachment]:
+    """The rows of the files ``_store_files`` stored (in the same order), in the caller's transaction."""
+    attachments = [
+        Attachment(
+            message=message,
+            original_name=file.name,
+            content_type=file.content_type,
+            size=len(file.data),
+            sha256=file.sha256,
+            storage_name=name,
+            position=position,
         )
-        stored.append(name)
-        attachments.append(
-            Attachment(
-                message=message,
-                original_name=file.name,
-                content_type=file.content_type,
-                size=len(file.data),
-                sha256=file.sha256,
-                storage_name=name,
-                position=position,
-            )
-        )
+        for position, (file, name) in enumerate(zip(checked, stored, strict=True))
+    ]
     return Attachment.objects.bulk_create(attachments) if attachments else []
 
 
