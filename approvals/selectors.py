@@ -17,8 +17,10 @@ from agents.models import CallStatus, Refund, ToolCall
 from agents.selectors import orders_with_refunded_total, refunded_total_cents
 from agents.tools import REGISTRY
 from approvals.models import ApprovalRequest, ApprovalStatus
+from tickets import selectors as ticket_selectors
 from tickets.models import AuthorKind, Message, Order
 from tickets.money import format_money
+from tickets.presenters import attachment_item
 
 # Tools whose effect is a message already in the conversation: their calls would say it twice.
 _SHOWN_AS_MESSAGES = frozenset({"post_reply", "add_internal_note", "hand_off_to_human"})
@@ -28,6 +30,8 @@ _CALL_OUTCOMES = {
     CallStatus.UNCERTAIN: "outcome uncertain",
     CallStatus.AWAITING_APPROVAL: "waiting for approval",
     CallStatus.REJECTED: "rejected by staff",
+    CallStatus.AWAITING_CONFIRMATION: "waiting for the customer to confirm",
+    CallStatus.CANCELLED: "not confirmed by the customer",
 }
 DECIDED_STATUSES = [ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED]
 
@@ -131,6 +135,13 @@ class ApprovalCard:
     over_refund_warning: str = ""
     needs_confirmation: bool = False
     confirmation_text: str = ""
+    # The files the customer sent on the ticket (a photo of the damage, a receipt).
+    attachments: list[dict[str, Any]] = field(default_factory=list)
+
+
+def approval_attachments(*, approval: ApprovalRequest) -> list[dict[str, Any]]:
+    """The files the customer sent on the ticket, for the card."""
+    return [attachment_item(a) for a in ticket_selectors.ticket_attachments(ticket_id=approval.ticket_id)]
 
 
 def approval_needs_confirmation(approval: ApprovalRequest) -> bool:
@@ -228,6 +239,7 @@ def approval_cards(approvals: Iterable[ApprovalRequest]) -> list[ApprovalCard]:
             conversation=conversation,
             needs_confirmation=approval_needs_confirmation(approval),
             confirmation_text=approval_confirmation_text(approval),
+            attachments=approval_attachments(approval=approval),
         )
         order = orders.get(_order_number(approval))
         if order is not None:

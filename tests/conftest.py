@@ -28,6 +28,18 @@ def _fast_password_hashing(settings):  # noqa: ANN001
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture
+def media(settings, tmp_path):  # noqa: ANN001, ANN201
+    """Attachments stored under a folder of this test's own (Django's default storage)."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+    return settings.MEDIA_ROOT
+
+
+def stored_files(root) -> list:  # noqa: ANN001
+    """Every file under ``root`` (the media fixture's folder)."""
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
 def make_customer(name: str = "", *, flagged: bool = False) -> Customer:
     n = next(_counter)
     username = name or f"customer{n}"

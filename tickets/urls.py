@@ -11,4 +11,5 @@ urlpatterns = [
     path("tickets/new/", views.ticket_new, name="new"),
     path("tickets/<int:ticket_id>/", views.ticket_chat, name="chat"),
     path("tickets/<int:ticket_id>/messages", views.message_create, name="message_create"),
+    path("attachments/<int:attachment_id>/", views.attachment_file, name="attachment"),
 ]

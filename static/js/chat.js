@@ -216,6 +216,7 @@
     } else {
       el = messageElement(item.author, item.author_name, item.text, item.at);
     }
+    if (attach() && item.attachments) attach().show(el, item.attachments);
     if (item.message_id) el.setAttribute("data-message-id", String(item.message_id));
     if (item.client_msg_id) el.setAttribute("data-client-msg-id", item.client_msg_id);
     insertBySeq(el, item.seq);
@@ -365,6 +366,23 @@
     if (!state.socket) connect();
   });
 
+  // --- attachments (static/js/attachments.js): a message with files is sent as a form ---------
+
+  function attach() {
+    return window.chatAttachments || null;
+  }
+
+  function sendHeaders(clientMsgId) {
+    var headers = { "X-CSRFToken": csrfToken };
+    if (!(attach() && attach().has(clientMsgId))) headers["Content-Type"] = "application/json";
+    return headers;
+  }
+
+  function sendBody(clientMsgId, text) {
+    if (attach() && attach().has(clientMsgId)) return attach().form(clientMsgId, text);
+    return JSON.stringify({ client_msg_id: clientMsgId, body: text });
+  }
+
   // --- sending --------------------------------------------------------------------------
 
   function markFailed(el, clientMsgId, reason) {
@@ -381,8 +399,8 @@
     fetch("/tickets/" + config.ticketId + "/messages", {
       method: "POST",
       credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken },
-      body: JSON.stringify({ client_msg_id: clientMsgId, body: text }),
+      headers: sendHeaders(clientMsgId),
+      body: sendBody(clientMsgId, text),
     })
       .then(function (response) {
         return response
@@ -430,6 +448,8 @@
 
   function send() {
     var text = input.value.trim();
+    var files = attach() && !input.disabled ? attach().take() : [];
+    if (!text && files.length) text = files.map(function (file) { return file.name; }).join(", ");
     if (!text || input.disabled) return;
     if (codePoints(text).length > config.maxChars) {
       note.textContent = "A message can be at most " + config.maxChars + " characters.";
@@ -440,6 +460,10 @@
     el.classList.add("pending", "sending");
     el.setAttribute("data-client-msg-id", clientMsgId);
     state.pending[clientMsgId] = el;
+    if (files.length) {
+      attach().keep(clientMsgId, files);
+      attach().pending(el, files);
+    }
     log.appendChild(el);
     input.value = "";
     autosize();
