@@ -10,10 +10,12 @@ import json
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.shortcuts import redirect, render, resolve_url
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from support.throttle import over_limit, too_many
@@ -119,6 +121,7 @@ def ticket_chat(request: HttpRequest, ticket_id: int) -> HttpResponse:
             "typingText": presenters.TYPING_TEXT,
             "authorNames": presenters.AUTHOR_NAMES,
             "maxChars": services.MESSAGE_MAX_CHARS,
+            "loginUrl": _login_url(ticket.pk),
         },
     }
     return render(request, "tickets/chat.html", context)
@@ -134,9 +137,23 @@ def _message_json(message: Message) -> dict[str, Any]:
     }
 
 
+def _login_url(ticket_id: int) -> str:
+    """The sign-in page, coming back to this ticket afterwards (as login_required would send it)."""
+    query = QueryDict(mutable=True)
+    query["next"] = reverse("tickets:chat", args=[ticket_id])
+    return resolve_url(settings.LOGIN_URL) + "?" + query.urlencode(safe="/")
+
+
 @require_POST
 def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
-    """POST {client_msg_id, body}: 201 first time, 200 with the original on a retry, 400, 409."""
+    """POST {client_msg_id, body}: 201 first time, 200 with the original on a retry, 400, 409;
+    401 with a sign-in link back to the ticket when the session has ended."""
+    if not request.user.is_authenticated:
+        # Told before the ticket is looked up: whether it exists is nobody's business yet.
+        return JsonResponse(
+            {"error": "You were signed out, so this message was not sent.", "login_url": _login_url(ticket_id)},
+            status=401,
+        )
     ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
     try:
         data = json.loads(request.body or b"{}")
