@@ -522,5 +522,7 @@
     autosize();
     note.textContent = "The message you wrote before you were signed out is back in the box: press Send to send it.";
   }
+  // Ready to type on open; not on a touch screen, where focus would open the keyboard over the conversation.
+  if (!input.disabled && !window.matchMedia("(pointer: coarse)").matches) input.focus();
   connect();
 })();
