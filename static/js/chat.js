@@ -435,18 +435,34 @@
     return post(clientMsgId, text, el, QUICK_RETRIES); // no quick retries: the customer is watching
   }
 
-  // One after another, oldest first, so they arrive in the order they were written.
+  // One after another, oldest first, so they arrive in the order they were written; one pass at a
+  // time (the browser coming online and the socket's return both ask for one).
+  var retrying = false;
+  var retryAgain = false;
   function retryFailed() {
+    if (retrying) {
+      retryAgain = true;
+      return;
+    }
+    retrying = true;
     var failed = log.querySelectorAll("li.msg.failed[data-retry]");
-    Array.prototype.reduce.call(
-      failed,
-      function (previous, el) {
-        return previous.then(function () {
-          return resend(el);
-        });
-      },
-      Promise.resolve()
-    );
+    Array.prototype.reduce
+      .call(
+        failed,
+        function (previous, el) {
+          return previous.then(function () {
+            return resend(el);
+          });
+        },
+        Promise.resolve()
+      )
+      .then(function () {
+        retrying = false;
+        if (retryAgain) {
+          retryAgain = false;
+          retryFailed();
+        }
+      });
   }
 
   function send() {
