@@ -130,6 +130,10 @@ def test_a_send_after_the_session_ended_says_so_and_signing_in_comes_back_to_the
     link = failure.get_by_role("link", name="Sign in again")
     assert link.get_attribute("href") == f"/accounts/login/?next=/tickets/{ticket.pk}/"
     assert stored(ticket, text) == 0
+    page.evaluate("() => window.__chat.dropSocket(0)")  # the live socket, reconnecting, is told the same
+    banner = page.locator("#chat-connection")
+    banner.get_by_role("link", name="Sign in again").wait_for()
+    assert banner.inner_text() == "You were signed out. Sign in again to see new replies."
 
     link.click()
     page.fill("#id_username", ticket.customer.user.username)
