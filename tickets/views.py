@@ -10,11 +10,13 @@ import json
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.files.storage import default_storage
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.shortcuts import redirect, render, resolve_url
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from support.throttle import over_limit, too_many
@@ -123,6 +125,7 @@ def ticket_chat(request: HttpRequest, ticket_id: int) -> HttpResponse:
             "maxChars": services.MESSAGE_MAX_CHARS,
             "attachMaxBytes": attachments.max_bytes(),
             "attachMaxFiles": attachments.max_files(),
+            "loginUrl": _login_url(ticket.pk),
         },
         "attach_accept": attachments.ACCEPT_ATTRIBUTE,
     }
@@ -138,6 +141,13 @@ def _message_json(message: Message) -> dict[str, Any]:
         "created_at": message.created_at.isoformat(),
         "attachments": [presenters.attachment_item(a) for a in message.attachments.all()],
     }
+
+
+def _login_url(ticket_id: int) -> str:
+    """The sign-in page, coming back to this ticket afterwards (as login_required would send it)."""
+    query = QueryDict(mutable=True)
+    query["next"] = reverse("tickets:chat", args=[ticket_id])
+    return resolve_url(settings.LOGIN_URL) + "?" + query.urlencode(safe="/")
 
 
 class _Refusal(Exception):
@@ -179,7 +189,14 @@ def _message_input(request: HttpRequest) -> tuple[str, str, list[attachments.Inc
 @require_POST
 def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
     """POST {client_msg_id, body} as JSON, or as a multipart form that may carry ``files``
-    (attachments): 201 first time, 200 with the original on a retry, 400, 409, 413."""
+    (attachments): 201 first time, 200 with the original on a retry, 400, 409, 413; 401 with a
+    sign-in link back to the ticket when the session has ended."""
+    if not request.user.is_authenticated:
+        # Told before the ticket is looked up: whether it exists is nobody's business yet.
+        return JsonResponse(
+            {"error": "You were signed out, so this message was not sent.", "login_url": _login_url(ticket_id)},
+            status=401,
+        )
     ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
     try:
         client_msg_id, body, files = _message_input(request)

@@ -18,6 +18,14 @@
  *     generated again); the agent's message event replaces the bubble with the
  *     final text, and tokens of that step or older are ignored afterwards.
  *
+ * A send that fails (no network, a server error) is tried twice more, then shown as
+ * "Not sent. Retry"; failed sends are tried again, in order, when the connection
+ * returns (the browser comes back online, or the socket reconnects). Every attempt
+ * carries the same client message ID, so the server stores the message once.
+ * A send refused because the session ended says so, with a sign-in link that comes
+ * back to this ticket; the unsent text waits in this tab's sessionStorage and is put
+ * back in the message box after signing in.
+ *
  * User text is only ever set with textContent, never as HTML.
  */
 (function () {
@@ -55,7 +63,10 @@
     holdUntil: 0,
     resyncAsked: false,
     pending: {}, // client_msg_id -> element, until its event arrives
+    unsent: {}, // client_msg_id -> text, until the server has it
   };
+  var QUICK_RETRIES = 2;
+  var UNSENT_KEY = "chat-unsent-" + config.ticketId;
   var connectionTimer = null;
 
   // --- small helpers --------------------------------------------------------------------
@@ -208,11 +219,13 @@
     if (item.client_msg_id && state.pending[item.client_msg_id]) {
       el = state.pending[item.client_msg_id];
       delete state.pending[item.client_msg_id];
+      delete state.unsent[item.client_msg_id];
     } else if (item.message_id) {
       el = log.querySelector('li.msg[data-message-id="' + Number(item.message_id) + '"]');
     }
     if (el) {
-      el.classList.remove("pending", "sending");
+      el.classList.remove("pending", "sending", "failed");
+      clearFailure(el); // a send whose answer was lost did reach us
     } else {
       el = messageElement(item.author, item.author_name, item.text, item.at);
     }
@@ -323,6 +336,7 @@
     else if (frame.type === "ready") {
       state.attempts = 0;
       setConnected(true);
+      retryFailed();
     }
   }
 
@@ -342,8 +356,13 @@
       state.socket = null;
       if (closed.code === 4403 || closed.code === 4404) {
         state.denied = true;
-        connectionEl.textContent =
-          closed.code === 4403 ? "Please sign in again to see new replies." : "This conversation is not available.";
+        if (closed.code === 4403) {
+          connectionEl.textContent = "You were signed out. ";
+          connectionEl.appendChild(signInLink());
+          connectionEl.appendChild(document.createTextNode(" to see new replies."));
+        } else {
+          connectionEl.textContent = "This conversation is not available.";
+        }
         setConnected(false);
         return;
       }
@@ -364,6 +383,7 @@
 
   window.addEventListener("online", function () {
     if (!state.socket) connect();
+    retryFailed();
   });
 
   // --- attachments (static/js/attachments.js): a message with files is sent as a form ---------
@@ -385,18 +405,56 @@
 
   // --- sending --------------------------------------------------------------------------
 
-  function markFailed(el, clientMsgId, reason) {
-    delete state.pending[clientMsgId];
+  function signInLink() {
+    var link = document.createElement("a");
+    link.href = config.loginUrl;
+    link.textContent = "Sign in again";
+    return link;
+  }
+
+  function clearFailure(el) {
+    var why = el.querySelector(".msg-error");
+    if (why) why.remove();
+    el.removeAttribute("data-retry");
+  }
+
+  // retryable: a network or server failure, tried again on Retry and when the connection returns.
+  function markFailed(el, clientMsgId, reason, retryable) {
+    if (!retryable) delete state.pending[clientMsgId];
     el.classList.remove("sending");
     el.classList.add("failed");
+    clearFailure(el);
     var why = document.createElement("div");
     why.className = "msg-error";
-    why.textContent = "Not sent: " + reason;
+    why.textContent = reason ? "Not sent: " + reason : "Not sent. ";
+    if (retryable) {
+      el.setAttribute("data-retry", "");
+      var again = document.createElement("button");
+      again.type = "button";
+      again.className = "link msg-retry";
+      again.textContent = "Retry";
+      again.addEventListener("click", function () {
+        resend(el);
+      });
+      why.appendChild(again);
+    }
     el.appendChild(why);
   }
 
+  function markSignedOut(el, clientMsgId, text) {
+    markFailed(el, clientMsgId, null, false);
+    delete state.unsent[clientMsgId];
+    var kept = window.sessionStorage.getItem(UNSENT_KEY);
+    window.sessionStorage.setItem(UNSENT_KEY, kept ? kept + "\n\n" + text : text);
+    var why = el.querySelector(".msg-error");
+    why.textContent = "Not sent: you were signed out. ";
+    why.appendChild(signInLink());
+    why.appendChild(document.createTextNode(" and your message will be back in the box."));
+  }
+
+  // Settles once the message is sent or shown as not sent.
   function post(clientMsgId, text, el, attempt) {
-    fetch("/tickets/" + config.ticketId + "/messages", {
+    return fetch("/tickets/" + config.ticketId + "/messages", {
       method: "POST",
       credentials: "same-origin",
       headers: sendHeaders(clientMsgId),
@@ -415,7 +473,9 @@
       .then(
         function (result) {
           if (result.status === 200 || result.status === 201) {
-            el.classList.remove("sending");
+            delete state.unsent[clientMsgId];
+            el.classList.remove("sending", "failed");
+            clearFailure(el);
             var id = result.data.message && result.data.message.id;
             var shown = id && log.querySelector('li.msg[data-message-id="' + Number(id) + '"][data-seq]');
             if (shown && shown !== el) {
@@ -424,26 +484,71 @@
             } else if (id) {
               el.setAttribute("data-message-id", String(id));
             }
+          } else if (result.status === 401) {
+            markSignedOut(el, clientMsgId, text);
           } else if (result.status >= 500 || result.status === 429) {
-            retry();
+            return retry();
           } else {
-            markFailed(el, clientMsgId, result.data.error || "please try again.");
+            delete state.unsent[clientMsgId];
+            markFailed(el, clientMsgId, result.data.error || "please try again.", false);
           }
         },
         function () {
-          retry(); // the network: the same client message ID makes the retry safe
+          return retry(); // the network: the same client message ID makes the retry safe
         }
       );
 
     function retry() {
-      if (attempt >= 6) {
-        markFailed(el, clientMsgId, "we could not reach our servers. Check your connection.");
+      if (attempt >= QUICK_RETRIES || navigator.onLine === false) {
+        markFailed(el, clientMsgId, null, true);
         return;
       }
-      setTimeout(function () {
-        post(clientMsgId, text, el, attempt + 1);
-      }, Math.min(8000, 500 * Math.pow(2, attempt)));
+      return new Promise(function (resolve) {
+        setTimeout(function () {
+          resolve(post(clientMsgId, text, el, attempt + 1));
+        }, 500 * Math.pow(2, attempt));
+      });
     }
+  }
+
+  function resend(el) {
+    var clientMsgId = el.getAttribute("data-client-msg-id");
+    var text = state.unsent[clientMsgId];
+    if (!el.classList.contains("failed") || text === undefined) return Promise.resolve();
+    el.classList.remove("failed");
+    el.classList.add("sending");
+    clearFailure(el);
+    return post(clientMsgId, text, el, QUICK_RETRIES); // no quick retries: the customer is watching
+  }
+
+  // One after another, oldest first, so they arrive in the order they were written; one pass at a
+  // time (the browser coming online and the socket's return both ask for one).
+  var retrying = false;
+  var retryAgain = false;
+  function retryFailed() {
+    if (retrying) {
+      retryAgain = true;
+      return;
+    }
+    retrying = true;
+    var failed = log.querySelectorAll("li.msg.failed[data-retry]");
+    Array.prototype.reduce
+      .call(
+        failed,
+        function (previous, el) {
+          return previous.then(function () {
+            return resend(el);
+          });
+        },
+        Promise.resolve()
+      )
+      .then(function () {
+        retrying = false;
+        if (retryAgain) {
+          retryAgain = false;
+          retryFailed();
+        }
+      });
   }
 
   function send() {
@@ -464,6 +569,7 @@
       attach().keep(clientMsgId, files);
       attach().pending(el, files);
     }
+    state.unsent[clientMsgId] = text;
     log.appendChild(el);
     input.value = "";
     autosize();
@@ -517,5 +623,14 @@
   formatTimes(log);
   renderStatus();
   scroller.scrollTop = scroller.scrollHeight;
+  var unsent = window.sessionStorage.getItem(UNSENT_KEY);
+  if (unsent && !input.disabled) {
+    window.sessionStorage.removeItem(UNSENT_KEY);
+    input.value = unsent;
+    autosize();
+    note.textContent = "The message you wrote before you were signed out is back in the box: press Send to send it.";
+  }
+  // Ready to type on open; not on a touch screen, where focus would open the keyboard over the conversation.
+  if (!input.disabled && !window.matchMedia("(pointer: coarse)").matches) input.focus();
   connect();
 })();
