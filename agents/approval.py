@@ -20,15 +20,14 @@ arguments it was made on) and rings the ticket; the next pass applies it:
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
-from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
 from agents import calls
 from agents import services as agent_services
+from agents.calls import arguments_digest
+from agents.confirmation import confirmed, needs_confirmation, pause_for_confirmation
 from agents.lease import Lease
 from agents.models import AgentRun, ApprovalDecision, CallStatus, RunStatus, ToolCall
 from agents.tools import REGISTRY, ToolContext
@@ -42,13 +41,11 @@ PauseHook = Callable[..., None]
 pause_hooks: list[PauseHook] = []
 
 
-def arguments_digest(arguments: dict[str, Any]) -> str:
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
 def may_execute(call: ToolCall) -> bool:
-    """The one door to a call's effect: no approval needed, or approved for exactly these arguments."""
+    """The one door to a call's effect: no approval needed, or approved for exactly these arguments;
+    and no confirmation needed, or confirmed by the customer for exactly these arguments."""
+    if not confirmed(call):
+        return False
     if not call.approval_required:
         return True
     return call.approval_decision == ApprovalDecision.APPROVED and call.approval_digest == arguments_digest(
@@ -127,6 +124,11 @@ def apply_decision(
                 error="rejected by staff",
             )
             return None
+        ctx = ToolContext(ticket=ticket, call=call)
+        if needs_confirmation(tool, call):
+            # Approved by staff; now the customer confirms the exact amount before it is paid.
+            pause_for_confirmation(lease=lease, run=run, call=call, tool=tool, ctx=ctx)
+            return RunStatus.WAITING_CONFIRMATION
         call = calls.call_approved_to_run(lease=lease, call=call)
     execute(lease, call, tool, ToolContext(ticket=ticket, call=call))
     return None

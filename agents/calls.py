@@ -11,6 +11,7 @@ transaction.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -24,6 +25,7 @@ from agents.models import (
     AgentRun,
     ApprovalDecision,
     CallStatus,
+    ConfirmationDecision,
     ModelStep,
     ToolCall,
 )
@@ -42,6 +44,12 @@ def check_transition(call: ToolCall, to_status: str) -> None:
         raise InvalidCallTransition(f"call {call.pk} cannot go from {call.status} to {to_status}; allowed: {allowed}")
 
 
+def arguments_digest(arguments: dict[str, Any]) -> str:
+    """What a staff approval or a customer confirmation is bound to: these exact arguments."""
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def idempotency_key(*, ticket_id: int, run_id: int, step_index: int, call_index: int) -> str:
     """Stable across retries and workers: derived only from where the call sits in the ledger."""
     return f"t{ticket_id}-r{run_id}-s{step_index}-c{call_index}"
@@ -58,7 +66,7 @@ def call_start(
     arguments: dict[str, Any],
     replay_policy: str,
     public_label: str,
-    status: str = CallStatus.STARTED,
+    status: str | None = None,
     approval_reason: str = "",
 ) -> ToolCall:
     """Commit the intent (status ``started``) before any effect runs.
@@ -79,7 +87,7 @@ def call_start(
                 ticket_id=run.ticket_id, run_id=run.pk, step_index=step.index, call_index=index
             ),
             replay_policy=replay_policy,
-            status=status,
+            status=status or CallStatus.STARTED,
             approval_required=bool(approval_reason),
             approval_reason=approval_reason,
             epoch=lease.epoch,
@@ -176,6 +184,42 @@ def call_approved_to_run(*, lease: Lease, call: ToolCall) -> ToolCall:
         ToolCall.objects.filter(pk=call.pk, status=CallStatus.AWAITING_APPROVAL).update(status=CallStatus.STARTED)
     call.refresh_from_db()
     return call
+
+
+def call_await_confirmation(*, lease: Lease, call: ToolCall, question: str, expires_at: Any, digest: str) -> ToolCall:
+    """The call waits for the customer to confirm these exact arguments (a fresh question: any
+    earlier answer is cleared). Caller: inside the fenced transaction that records the pause."""
+    if call.status != CallStatus.AWAITING_CONFIRMATION or call.confirmation_decision is not None:
+        check_transition(call, CallStatus.AWAITING_CONFIRMATION)
+    changes = {
+        "status": CallStatus.AWAITING_CONFIRMATION, "confirmation_required": True, "confirmation_text": question,
+        "confirmation_expires_at": expires_at, "confirmation_decision": None, "confirmation_digest": digest,
+    }  # fmt: skip
+    with lease.guard():
+        ToolCall.objects.filter(pk=call.pk).update(**changes)
+    for field, value in changes.items():
+        setattr(call, field, value)
+    return call
+
+
+def call_confirmed_to_run(*, lease: Lease, call: ToolCall) -> ToolCall:
+    """A confirmed call goes back to ``started``, to run under its original idempotency key."""
+    check_transition(call, CallStatus.STARTED)
+    with lease.guard():
+        ToolCall.objects.filter(pk=call.pk, status=CallStatus.AWAITING_CONFIRMATION).update(status=CallStatus.STARTED)
+    call.refresh_from_db()
+    return call
+
+
+def call_record_confirmation(*, call_id: int, decision: str) -> int:
+    """The customer's answer (or an expiry) on a call waiting for confirmation, once: the first
+    answer stands. Caller: in the transaction that records it on the timeline. Returns the rows
+    written (0 if the call no longer waits or was answered already)."""
+    if decision not in ConfirmationDecision.values:
+        raise ValueError(f"{decision!r} is not a confirmation decision")
+    return ToolCall.objects.filter(
+        pk=call_id, status=CallStatus.AWAITING_CONFIRMATION, confirmation_decision__isnull=True
+    ).update(confirmation_decision=decision)
 
 
 def call_record_decision(*, call_id: int, decision: str, note: str = "", digest: str = "") -> int:

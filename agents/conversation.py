@@ -20,6 +20,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 
 from agents.models import AgentRun, CallStatus, ModelStep, StepStatus, ToolCall
+from tickets.attachments import size_words
 from tickets.models import AuthorKind, Message, Ticket, TicketEvent
 
 DEFAULT_SYSTEM_PROMPT = """You are the customer-support agent of an online shop that sells kitchen goods.
@@ -87,12 +88,13 @@ def build_conversation(
         Message.objects.filter(ticket=ticket, is_public=True)
         .exclude(author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True)
         .annotate(seq=Subquery(_message_seq))
+        .prefetch_related("attachments")
     )
     for message in messages:
         if message.client_msg_id in posted_by_tools:
             continue  # posted by a tool call: the call and its result already say so
         if message.author_kind == AuthorKind.CUSTOMER:
-            entry = {"role": "user", "content": message.body}
+            entry = {"role": "user", "content": customer_text(message)}
         else:
             entry = {"role": "assistant", "content": _PREFIX.get(message.author_kind, "") + message.body}
         placed.append(((message.seq or 0, 0, message.pk), [entry]))
@@ -109,6 +111,17 @@ def build_conversation(
     for note in run.recovery_notes:
         conversation.append({"role": "system", "content": note["text"]})
     return conversation
+
+
+def customer_text(message: Message) -> str:
+    """A customer's message as the model reads it: the text, then one line per attached file
+    (the model is told a file exists, its name, type and size; it does not see the file)."""
+    lines = [message.body]
+    for attachment in message.attachments.all():
+        lines.append(
+            f"[attached: {attachment.original_name} ({attachment.content_type}, {size_words(attachment.size)})]"
+        )
+    return "\n".join(lines)
 
 
 # The timeline position of a message: its "message" event.
@@ -147,6 +160,10 @@ def call_view(call: ToolCall | None) -> dict[str, Any]:
         return {"rejected": True, "status": "rejected_by_staff", "note": call.approval_note or ""}
     if call.status == CallStatus.AWAITING_APPROVAL:
         return {"status": "awaiting_approval", "note": "waiting for a staff decision"}
+    if call.status == CallStatus.AWAITING_CONFIRMATION:
+        return {"status": "awaiting_customer_confirmation", "note": "waiting for the customer to confirm"}
+    if call.status == CallStatus.CANCELLED:
+        return {"cancelled": True, **(call.result or {}), "note": "not done: the customer did not confirm it"}
     if call.status == CallStatus.STARTED:
         return {"status": "started", "note": "not finished yet"}
     return {"error": call.error or "failed", **(call.result or {})}

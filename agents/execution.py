@@ -25,8 +25,23 @@ from django.utils import timezone
 from agents import calls, faults
 from agents import services as agent_services
 from agents.approval import apply_decision, may_execute, pause_for_approval
+from agents.confirmation import (
+    apply_confirmation,
+    mark_for_confirmation,
+    needs_confirmation,
+    pause_for_confirmation,
+)
 from agents.lease import Lease, LeaseLost
-from agents.models import FINAL_CALL_STATUSES, AgentRun, CallStatus, ModelStep, ReplayPolicy, RunStatus, ToolCall
+from agents.models import (
+    FINAL_CALL_STATUSES,
+    PAUSED_RUN_STATUSES,
+    AgentRun,
+    CallStatus,
+    ModelStep,
+    ReplayPolicy,
+    RunStatus,
+    ToolCall,
+)
 from agents.pass_state import Pass
 from agents.policy import approval_reason
 from agents.tools import REGISTRY, Tool, ToolContext, ToolError, ToolEscalation, ToolUncertain, parse_arguments
@@ -42,14 +57,18 @@ class ToolCrashed(Exception):
     """A tool raised something other than a ToolError; its call is recorded as failed."""
 
 
-def record_intents(p: Pass, step: ModelStep) -> bool:
+def record_intents(p: Pass, step: ModelStep) -> str | None:
     """Record the intent of each call ``step`` asks for. Caller: inside the step's fenced transaction.
-    Returns True if a call paused the run for an approval."""
-    paused = False
+    Returns the run's paused state if a call paused it (for a staff approval, or the customer's
+    confirmation), else None."""
+    paused = None
     for index, requested in enumerate(step.tool_calls):
         call = _record_intent(p, step, index, requested)
         p.call_stored(call)
-        paused = paused or call.status == CallStatus.AWAITING_APPROVAL
+        if paused is None and call.status == CallStatus.AWAITING_APPROVAL:
+            paused = RunStatus.WAITING_APPROVAL
+        elif paused is None and call.status == CallStatus.AWAITING_CONFIRMATION:
+            paused = RunStatus.WAITING_CONFIRMATION
     return paused
 
 
@@ -78,14 +97,23 @@ def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, An
         call = calls.call_start(**intent, public_label=tool.public_label)
         return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
     reason = approval_reason(tool=tool, ctx=ctx, args=args, always=p.approval_rules)
+    confirm = not reason and needs_confirmation(tool, draft)
     call = calls.call_start(
         **intent,
         public_label=tool.public_label,
-        status=CallStatus.AWAITING_APPROVAL if reason else CallStatus.STARTED,
+        status=CallStatus.AWAITING_APPROVAL if reason else CallStatus.AWAITING_CONFIRMATION if confirm else None,
         approval_reason=reason,
     )
     if reason:
         pause_for_approval(lease=lease, run=run, call=call, reason=reason)
+    elif confirm:
+        # The last gate before money moves: the customer confirms (after any approval; a call that
+        # needs one is asked when it is approved, see agents.approval.apply_decision). Behind an
+        # earlier call of this step that waits for staff, it is marked now and asked when reached.
+        if run.status in PAUSED_RUN_STATUSES:
+            mark_for_confirmation(lease=lease, call=call)
+        else:
+            pause_for_confirmation(lease=lease, run=run, call=call, tool=tool, ctx=ctx)
     return call
 
 
@@ -111,6 +139,16 @@ def run_calls(p: Pass, step: ModelStep) -> str | None:
             if state is not None:
                 return state
             call = p.calls[(step.pk, index)]
+        elif call.status == CallStatus.AWAITING_CONFIRMATION:
+            p.flush_outcomes()
+            state = apply_confirmation(lease=lease, run=run, call=call, ticket=p.ticket)
+            p.reload()
+            if state is not None:
+                return state
+            call = p.calls[(step.pk, index)]
+            if call.status in FINAL_CALL_STATUSES:
+                continue  # cancelled: the model reads it
+            call = execute(p, call)
         else:
             call = execute(p, call)
         if run.failures and call.status == CallStatus.SUCCEEDED:

@@ -36,6 +36,7 @@ class TicketLease(models.Model):
 class RunStatus(models.TextChoices):
     RUNNING = "running", "Running"
     WAITING_APPROVAL = "waiting_approval", "Waiting for approval"
+    WAITING_CONFIRMATION = "waiting_confirmation", "Waiting for the customer to confirm"
     COMPLETED = "completed", "Completed"
     HANDED_OFF = "handed_off", "Handed off to a person"
     FAILED = "failed", "Failed"
@@ -43,15 +44,27 @@ class RunStatus(models.TextChoices):
 
 RUN_TRANSITIONS: dict[str, frozenset[str]] = {
     RunStatus.RUNNING: frozenset(
-        {RunStatus.WAITING_APPROVAL, RunStatus.COMPLETED, RunStatus.HANDED_OFF, RunStatus.FAILED}
+        {
+            RunStatus.WAITING_APPROVAL,
+            RunStatus.WAITING_CONFIRMATION,
+            RunStatus.COMPLETED,
+            RunStatus.HANDED_OFF,
+            RunStatus.FAILED,
+        }
     ),
-    RunStatus.WAITING_APPROVAL: frozenset({RunStatus.RUNNING, RunStatus.HANDED_OFF, RunStatus.FAILED}),
+    # An approved call that the customer must confirm pauses again, on the customer.
+    RunStatus.WAITING_APPROVAL: frozenset(
+        {RunStatus.RUNNING, RunStatus.WAITING_CONFIRMATION, RunStatus.HANDED_OFF, RunStatus.FAILED}
+    ),
+    RunStatus.WAITING_CONFIRMATION: frozenset({RunStatus.RUNNING, RunStatus.HANDED_OFF, RunStatus.FAILED}),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.HANDED_OFF: frozenset(),
     RunStatus.FAILED: frozenset(),
 }
 
-ACTIVE_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.WAITING_APPROVAL)
+ACTIVE_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.WAITING_APPROVAL, RunStatus.WAITING_CONFIRMATION)
+# A run paused on a decision (staff or customer): rows only, no worker.
+PAUSED_RUN_STATUSES = (RunStatus.WAITING_APPROVAL, RunStatus.WAITING_CONFIRMATION)
 
 
 class AgentRun(models.Model):
@@ -156,10 +169,16 @@ class CallStatus(models.TextChoices):
     FAILED = "failed", "Failed"
     UNCERTAIN = "uncertain", "Uncertain (may have taken effect)"
     AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+    AWAITING_CONFIRMATION = "awaiting_confirmation", "Awaiting the customer's confirmation"
     REJECTED = "rejected", "Rejected by staff"
+    CANCELLED = "cancelled", "Not confirmed by the customer"
 
 
-FINAL_CALL_STATUSES = (CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.UNCERTAIN, CallStatus.REJECTED)
+FINAL_CALL_STATUSES = (
+    CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.UNCERTAIN, CallStatus.REJECTED, CallStatus.CANCELLED
+)  # fmt: skip
+# A call paused on a decision (staff or customer).
+PAUSED_CALL_STATUSES = (CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_CONFIRMATION)
 
 # Where a call may go from each status (agents.calls, the one module that writes calls, checks it).
 CALL_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -167,20 +186,38 @@ CALL_TRANSITIONS: dict[str, frozenset[str]] = {
     CallStatus.STARTED: frozenset(
         {CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.UNCERTAIN, CallStatus.AWAITING_APPROVAL}
     ),
-    # Approved (it runs), rejected, expired (failed), or asked again on changed arguments.
+    # Approved (it runs, or waits for the customer), rejected, expired (failed), or asked again on
+    # changed arguments.
     CallStatus.AWAITING_APPROVAL: frozenset(
-        {CallStatus.STARTED, CallStatus.REJECTED, CallStatus.FAILED, CallStatus.AWAITING_APPROVAL}
+        {
+            CallStatus.STARTED,
+            CallStatus.AWAITING_CONFIRMATION,
+            CallStatus.REJECTED,
+            CallStatus.FAILED,
+            CallStatus.AWAITING_APPROVAL,
+        }
+    ),
+    # Confirmed (it runs), cancelled or expired (not run), or asked again on changed arguments.
+    CallStatus.AWAITING_CONFIRMATION: frozenset(
+        {CallStatus.STARTED, CallStatus.CANCELLED, CallStatus.AWAITING_CONFIRMATION}
     ),
     CallStatus.SUCCEEDED: frozenset(),
     CallStatus.FAILED: frozenset(),
     CallStatus.UNCERTAIN: frozenset(),
     CallStatus.REJECTED: frozenset(),
+    CallStatus.CANCELLED: frozenset(),
 }
 
 
 class ApprovalDecision(models.TextChoices):
     APPROVED = "approved", "Approved"
     REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired"
+
+
+class ConfirmationDecision(models.TextChoices):
+    CONFIRMED = "confirmed", "Confirmed"
+    CANCELLED = "cancelled", "Cancelled"
     EXPIRED = "expired", "Expired"
 
 
@@ -197,7 +234,7 @@ class ToolCall(models.Model):
     # Derived from ticket, run, step and position: the same across every retry.
     idempotency_key = models.CharField(max_length=120, unique=True)
     replay_policy = models.CharField(max_length=8, choices=ReplayPolicy.choices)
-    status = models.CharField(max_length=20, choices=CallStatus.choices, default=CallStatus.STARTED)
+    status = models.CharField(max_length=24, choices=CallStatus.choices, default=CallStatus.STARTED)
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=1)
@@ -210,6 +247,13 @@ class ToolCall(models.Model):
     approval_note = models.TextField(blank=True)
     # Digest of the arguments the decision was made on (see agents.approval.arguments_digest).
     approval_digest = models.CharField(max_length=64, blank=True)
+    # The customer confirms some calls (a refund) in the chat before they run, after any approval:
+    # the question they were asked, until when, and their decision on these exact arguments.
+    confirmation_required = models.BooleanField(default=False)
+    confirmation_text = models.TextField(blank=True)
+    confirmation_expires_at = models.DateTimeField(null=True, blank=True)
+    confirmation_decision = models.CharField(max_length=10, null=True, blank=True, choices=ConfirmationDecision.choices)
+    confirmation_digest = models.CharField(max_length=64, blank=True)
     epoch = models.BigIntegerField()
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -312,6 +356,14 @@ class ApprovalPolicy(models.Model):
     ttl_hours = models.PositiveIntegerField(default=72, help_text="A request not decided in this time expires.")
     reminder_before_hours = models.PositiveIntegerField(
         default=12, help_text="Staff are reminded this long before a request expires."
+    )
+    customer_confirms_refunds = models.BooleanField(
+        default=True,
+        help_text="Before a refund is paid (after any staff approval), the customer confirms the amount in the "
+        "chat with a button.",
+    )
+    confirmation_minutes = models.PositiveIntegerField(
+        default=30, help_text="A refund the customer has not confirmed in this time is not paid."
     )
 
     class Meta:

@@ -231,7 +231,12 @@ class OfflineDeterministicModel:
                 else:
                     parts.append("I couldn't find a help article about that; could you tell me a little more?")
             elif item.name == "issue_refund":
-                if result.get("status") == "rejected_by_staff" or result.get("rejected"):
+                if result.get("cancelled"):
+                    parts.append(
+                        f"Okay, I have not refunded anything on order {item.args.get('order_number', '')}. "
+                        "Let me know if there is anything else I can do."
+                    )
+                elif result.get("status") == "rejected_by_staff" or result.get("rejected"):
                     note = result.get("note") or "no reason given"
                     parts.append(f"A member of our team reviewed the refund and could not approve it ({note}).")
                 elif error:

@@ -143,6 +143,26 @@ class Pass:
         self.calls[(call.step_id, call.index)] = call
 
     def results_known(self, step: ModelStep) -> None:
-        """All calls of ``step`` are final (or paused): the model reads their results next."""
+        """All calls of ``step`` are final (or paused): the model reads their results next.
+
+        A step read from the ledger (a run resumed after a pause) is in the conversation with its
+        results as they were then: those are replaced where they stand, never repeated (a model
+        refuses two results for one call, and a result must follow its call)."""
+        ids = [requested["id"] for requested in step.tool_calls]
+        start = self.prefix_length
+        for at in range(len(self.conversation) - 1, self.prefix_length - 1, -1):
+            entry = self.conversation[at]
+            if entry.get("role") == "assistant" and [c["id"] for c in entry.get("tool_calls") or []] == ids:
+                start = at
+                break
+        placed = {
+            entry["tool_call_id"]: at
+            for at, entry in enumerate(self.conversation[start:], start=start)
+            if entry.get("role") == "tool"
+        }
         for index, requested in enumerate(step.tool_calls):
-            self.conversation.append(tool_message(requested, self.calls.get((step.pk, index))))
+            message = tool_message(requested, self.calls.get((step.pk, index)))
+            if requested["id"] in placed:
+                self.conversation[placed[requested["id"]]] = message
+            else:
+                self.conversation.append(message)

@@ -192,6 +192,13 @@ def refund_approval_reason(ctx: ToolContext, args: dict[str, Any]) -> str | None
     return None
 
 
+def refund_question(ctx: ToolContext, args: dict[str, Any]) -> str:
+    """What the customer confirms, in their words, with the exact amount."""
+    order = customer_order(ctx.ticket, args["order_number"])
+    amount = format_money(int(args["amount_cents"]), order.currency)
+    return f"Refund {amount} to the card used for order {order.number}?"
+
+
 def _set_status(refund: Refund, status: str, **fields: Any) -> None:
     if status != refund.status and status not in REFUND_TRANSITIONS[refund.status]:
         raise ValueError(f"refund {refund.pk} cannot go from {refund.status} to {status}")
@@ -508,6 +515,7 @@ register(
         reconcile=reconcile_call,
         precheck=refund_precheck,
         needs_approval=refund_approval_reason,
+        confirm_question=refund_question,
         public_label="Working on your refund",
     )
 )

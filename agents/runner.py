@@ -23,14 +23,15 @@ from django.utils import timezone
 
 from agents import faults
 from agents import services as agent_services
+from agents.confirmation import acknowledge_while_confirming
 from agents.execution import Stop, ToolCrashed, record_intents, run_calls
 from agents.lease import Lease, LeaseLost, lease_acquire, worker_identity
 from agents.llm import ChatModel, ModelError, validate_response, wasted_tokens
 from agents.model_factory import get_model
-from agents.models import ACTIVE_RUN_STATUSES, AgentRun, CallStatus, RunStatus, StepStatus, ToolCall
+from agents.models import ACTIVE_RUN_STATUSES, PAUSED_RUN_STATUSES, AgentRun, RunStatus, StepStatus
 from agents.pass_state import Pass, stream_id
 from agents.recovery import recover
-from agents.selectors import ticket_has_agent_work
+from agents.selectors import decided_calls, ticket_has_agent_work
 from agents.tools import tool_specs
 from tickets import realtime
 from tickets.models import AGENT_STAYS_OUT, Ticket
@@ -139,14 +140,14 @@ def has_pending_work(ticket_id: int) -> bool:
 def _current_run(lease: Lease, ticket: Ticket, model: ChatModel) -> AgentRun | None:
     run = AgentRun.objects.filter(ticket_id=lease.ticket_id, status__in=ACTIVE_RUN_STATUSES).first()
     if run is not None:
-        if run.status == RunStatus.WAITING_APPROVAL:
-            decided = ToolCall.objects.filter(
-                run=run, status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False
-            ).exists()
-            if not decided:
+        if run.status in PAUSED_RUN_STATUSES:
+            if not decided_calls(run=run).exists():
                 # Paused: nothing but rows until a decision rings the doorbell. A customer
                 # who writes meanwhile is told so once; the run answers them after the decision.
-                agent_services.acknowledge_while_paused(lease=lease, run=run)
+                if run.status == RunStatus.WAITING_CONFIRMATION:
+                    acknowledge_while_confirming(lease=lease, run=run)
+                else:
+                    agent_services.acknowledge_while_paused(lease=lease, run=run)
                 return None
             agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.RUNNING, outcome="resumed")
         return run
@@ -245,8 +246,7 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
         step = agent_services.step_store(**step_fields, response=response)
         p.step_stored(step)
         if step.tool_calls:
-            if record_intents(p, step):
-                state = RunStatus.WAITING_APPROVAL
+            state = record_intents(p, step)
         else:
             replied = not step.response_text.strip() or agent_services.reply_post(
                 lease=lease, run=run, step=step, stream=stream if streamed else None, fresh=True

@@ -8,9 +8,28 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents.lease import LOCK_HELD_SQL
-from agents.models import RESERVING_REFUND_STATUSES, AgentRun, CallStatus, Refund, RunStatus, TicketLease, ToolCall
+from agents.models import (
+    PAUSED_RUN_STATUSES,
+    RESERVING_REFUND_STATUSES,
+    AgentRun,
+    CallStatus,
+    Refund,
+    RunStatus,
+    TicketLease,
+    ToolCall,
+)
 from tickets.models import AGENT_STAYS_OUT, Order, Ticket
 from tickets.selectors import unanswered_messages
+
+
+def decided_calls(*, run: AgentRun | None = None) -> QuerySet[ToolCall]:
+    """Paused calls with a decision to apply: staff approved or rejected (or it expired), or the
+    customer confirmed or cancelled (or did not answer in time)."""
+    calls = ToolCall.objects.filter(
+        Q(status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False)
+        | Q(status=CallStatus.AWAITING_CONFIRMATION, confirmation_decision__isnull=False)
+    )
+    return calls if run is None else calls.filter(run=run)
 
 
 def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
@@ -21,10 +40,8 @@ def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
     unhandled = unanswered_messages().filter(ticket=OuterRef("pk"))
     # A run that failed waits out its backoff (its retry is scheduled); then the sweeper may ring it.
     running = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING).exclude(retry_not_before__gt=now)
-    decided = ToolCall.objects.filter(
-        ticket=OuterRef("pk"), status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False
-    )
-    paused = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.WAITING_APPROVAL)
+    decided = decided_calls().filter(ticket=OuterRef("pk"))
+    paused = AgentRun.objects.filter(ticket=OuterRef("pk"), status__in=PAUSED_RUN_STATUSES)
     return tickets.annotate(
         unhandled=Exists(unhandled), running=Exists(running), paused=Exists(paused), decided=Exists(decided)
     ).filter(

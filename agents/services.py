@@ -338,8 +338,9 @@ WAITING_NOTE = (
 )
 
 
-def acknowledge_while_paused(*, lease: Lease, run: AgentRun) -> int:
-    """Tell a customer who writes during an approval wait that their message is queued.
+def acknowledge_while_paused(*, lease: Lease, run: AgentRun, note: str = WAITING_NOTE) -> int:
+    """Tell a customer who writes during a pause (a staff approval, their own confirmation) that
+    their message is queued.
 
     One system message per customer message (keyed by it), and the messages stay
     unhandled, so the turn after the decision answers them.
@@ -351,7 +352,7 @@ def acknowledge_while_paused(*, lease: Lease, run: AgentRun) -> int:
             _, created = ticket_services.message_post(
                 ticket=run.ticket_id,
                 author_kind=AuthorKind.SYSTEM,
-                body=WAITING_NOTE,
+                body=note,
                 client_msg_id=f"waiting:{message_id}",
                 actor_ref=_actor(run),
             )

@@ -9,6 +9,7 @@ from celery.backends.base import DisabledBackend
 from django.db import transaction
 from django.dispatch import receiver
 
+from agents.confirmation import confirmations_expire_due
 from agents.refunds import reconcile_open_refunds
 from agents.runner import advance
 from agents.selectors import tickets_with_agent_work
@@ -78,3 +79,9 @@ def sweep() -> int:
 def reconcile_refunds() -> dict[str, int]:
     """Settle refunds left submitted or uncertain from the provider's records."""
     return reconcile_open_refunds()
+
+
+@shared_task(name="agents.expire_confirmations", base=NoResultTask)
+def expire_confirmations() -> int:
+    """Record "expired" on questions the customer did not answer in time (the agent then tells them)."""
+    return confirmations_expire_due()

@@ -2,10 +2,41 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tickets import timeline
 from tickets.timeline import notice, typing
 
 APP = "agents"
+
+
+def _question(event: object, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """A question with Confirm and Cancel buttons in the customer's chat (see chat.js)."""
+    if not isinstance(payload.get("question"), str) or not isinstance(payload.get("call_id"), int):
+        return None
+    return {
+        "kind": "confirm",
+        "text": payload["question"],
+        "call_id": payload["call_id"],
+        "digest": str(payload.get("digest", "")),
+        "expires_at": str(payload.get("expires_at", "")),
+        "typing": False,
+    }
+
+
+def _answer(event: object, payload: dict[str, Any]) -> dict[str, Any]:
+    confirmed = payload.get("decision") == "confirmed"
+    return {
+        "kind": "notice",
+        "tone": "ok" if confirmed else "info",
+        "text": "You confirmed." if confirmed else "You cancelled; nothing was done.",
+        "answers": payload.get("call_id"),
+    }
+
+
+def _expired(event: object, payload: dict[str, Any]) -> dict[str, Any]:
+    text = "The question expired, so nothing was done."
+    return {"kind": "notice", "tone": "warn", "text": text, "answers": payload.get("call_id")}
 
 
 def register_kinds() -> None:
@@ -18,6 +49,7 @@ def register_kinds() -> None:
         ("completed", "replied"),
         ("handed_off", "handed the ticket to a person"),
         ("waiting_approval", "paused for a staff approval"),
+        ("waiting_confirmation", "paused for the customer to confirm"),
         ("failed", "failed and was parked with a person"),
     ]:
         add(f"agent_run_{status}", f"The turn ended: the agent {words}.", typing(False))
@@ -28,6 +60,9 @@ def register_kinds() -> None:
     add("tool_call_finished", "A tool call's outcome.")
     add("tool_call_uncertain", "A tool call that may or may not have taken effect.")
     add("tool_call_escalated", "A call ended in a way only a person can settle.")
+    add("confirmation_requested", "The customer is asked to confirm a call (a refund) before it runs.", _question)
+    add("confirmation_decided", "The customer confirmed or cancelled.", _answer)
+    add("confirmation_expired", "The customer did not answer in time; nothing was done.", _expired)
     add("refund_succeeded", "The payment provider refunded.", notice("ok", "Your refund was issued."))
     add("refund_pending", "The provider accepted a refund and has not settled it yet.")
     add("refund_failed", "The provider refused or failed a refund.")

@@ -91,6 +91,10 @@ class Tool:
     # The business rules checked before the intent is recorded and any approval asked;
     # the handler checks them again when it runs.
     precheck: Precheck | None = None
+    # The question the customer confirms (or cancels) with a button in the chat before the call
+    # runs, after any staff approval, e.g. "Refund $49.99 to the card used for order A-1002?".
+    # None: no confirmation. The policy can turn it off (agents.confirmation).
+    confirm_question: Callable[[ToolContext, dict[str, Any]], str] | None = None
     # Friendly words for the customer's timeline, e.g. "Looking up your order".
     public_label: str = ""
     # The run ends after this tool succeeds (a hand-off).

@@ -1,9 +1,157 @@
+"""Reads of approvals: the pending cards as the person deciding reads them, and the history."""
+
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 
+from agents.models import CallStatus, Refund, ToolCall
+from agents.selectors import orders_with_refunded_total, refunded_total_cents
+from agents.tools import REGISTRY
 from approvals.models import ApprovalRequest, ApprovalStatus
-from tickets.models import Message
+from tickets import selectors as ticket_selectors
+from tickets.models import AuthorKind, Message, Order
+from tickets.money import format_money
+from tickets.presenters import attachment_item
+
+# Tools whose effect is a message already in the conversation: their calls would say it twice.
+_SHOWN_AS_MESSAGES = frozenset({"post_reply", "add_internal_note", "hand_off_to_human"})
+_CALL_OUTCOMES = {
+    CallStatus.STARTED: "in progress",
+    CallStatus.FAILED: "failed",
+    CallStatus.UNCERTAIN: "outcome uncertain",
+    CallStatus.AWAITING_APPROVAL: "waiting for approval",
+    CallStatus.REJECTED: "rejected by staff",
+    CallStatus.AWAITING_CONFIRMATION: "waiting for the customer to confirm",
+    CallStatus.CANCELLED: "not confirmed by the customer",
+}
+DECIDED_STATUSES = [ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED]
+
+
+# --- Words ---------------------------------------------------------------------------------
+
+
+def _normalized(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def agent_words(parts: Iterable[str], *, customer_texts: Iterable[str]) -> str:
+    """The parts that are the agent's own words: a part the customer wrote (the offline model
+    passes the customer's request as a refund's ``reason``) is a quote, not reasoning."""
+    # The model reads consecutive customer messages as one request, joined by a space.
+    said = _normalized(" ".join(customer_texts))
+    kept: list[str] = []
+    for part in parts:
+        text = " ".join((part or "").split())
+        if not text or _normalized(text) in said or text in kept:
+            continue
+        kept.append(text)
+    return " ".join(kept)
+
+
+def tool_label(name: str) -> str:
+    """The tool as people read it: its registered label, else its name in words."""
+    tool = REGISTRY.get(name)
+    if tool is not None and tool.public_label:
+        return tool.public_label
+    return name.replace("_", " ").capitalize()
+
+
+def _quoted(value: Any, limit: int = 120) -> str:
+    text = " ".join(str(value).split())
+    return f"“{text[: limit - 1]}…”" if len(text) > limit else f"“{text}”"
+
+
+def action_sentence(*, tool_name: str, arguments: dict[str, Any], currency: str) -> str:
+    """What approving does, as a sentence: "Refund $649.00 of order E-5001 to the customer's ..."."""
+    if tool_name == "issue_refund":
+        amount = arguments.get("amount_cents")
+        money = format_money(int(amount), arguments.get("currency") or currency) if isinstance(amount, int) else "?"
+        number = arguments.get("order_number", "?")
+        return f"Refund {money} of order {number} to the customer's original payment method"
+    details = "; ".join(f"{key.replace('_', ' ')}: {_quoted(value)}" for key, value in sorted(arguments.items()))
+    label = tool_label(tool_name)
+    return f"{label} ({details})" if details else label
+
+
+def _call_words(call: ToolCall, currency: str) -> str:
+    """A tool call in the conversation, from staff's side: "looked up order E-5001"."""
+    args = call.arguments or {}
+    if call.name == "lookup_order":
+        text = f"looked up order {args.get('order_number', '')}"
+    elif call.name == "list_orders":
+        text = "listed the customer's orders"
+    elif call.name == "search_help":
+        text = f"searched the help articles for {_quoted(args.get('query', ''))}"
+    elif call.name == "issue_refund":
+        sentence = action_sentence(tool_name=call.name, arguments=args, currency=currency)
+        what = sentence.removeprefix("Refund ")
+        text = f"refunded {what}" if call.status == CallStatus.SUCCEEDED else f"asked to refund {what}"
+    elif call.name == "notify_customer_by_email":
+        text = f"emailed the customer {_quoted(args.get('subject', ''))}"
+    else:
+        text = f"used “{tool_label(call.name)}”"
+    outcome = _CALL_OUTCOMES.get(call.status)
+    return f"{text} ({outcome})" if outcome else text
+
+
+# --- Cards ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConversationEntry:
+    kind: str  # customer, agent, staff, system, or tool (one of the agent's tool calls)
+    who: str
+    text: str
+    at: datetime
+    internal: bool = False
+
+
+@dataclass(frozen=True)
+class RefundEntry:
+    amount: str
+    status: str
+    at: datetime
+    ticket_id: int
+
+
+@dataclass
+class ApprovalCard:
+    approval: ApprovalRequest
+    sentence: str
+    reasoning: str
+    conversation: list[ConversationEntry]
+    order: Order | None = None
+    order_facts: str = ""
+    refunds: list[RefundEntry] = field(default_factory=list)
+    over_refund_warning: str = ""
+    needs_confirmation: bool = False
+    confirmation_text: str = ""
+    # The files the customer sent on the ticket (a photo of the damage, a receipt).
+    attachments: list[dict[str, Any]] = field(default_factory=list)
+
+
+def approval_attachments(*, approval: ApprovalRequest) -> list[dict[str, Any]]:
+    """The files the customer sent on the ticket, for the card."""
+    return [attachment_item(a) for a in ticket_selectors.ticket_attachments(ticket_id=approval.ticket_id)]
+
+
+def approval_needs_confirmation(approval: ApprovalRequest) -> bool:
+    """Approving this asks for the amount to be confirmed once more (settings.APPROVAL_CONFIRM_ABOVE_CENTS)."""
+    return approval.amount_cents is not None and approval.amount_cents > settings.APPROVAL_CONFIRM_ABOVE_CENTS
+
+
+def approval_confirmation_text(approval: ApprovalRequest) -> str:
+    what = "a refund of " if approval.tool_name == "issue_refund" else ""
+    return f"I confirm {what}{approval.amount_display}"
 
 
 def approvals_pending() -> QuerySet[ApprovalRequest]:
@@ -15,14 +163,128 @@ def approvals_pending() -> QuerySet[ApprovalRequest]:
     )
 
 
-def approvals_decided(*, limit: int = 100) -> QuerySet[ApprovalRequest]:
-    return (
-        ApprovalRequest.objects.exclude(status=ApprovalStatus.PENDING)
-        .select_related("ticket", "ticket__customer", "decided_by")
-        .order_by("-decided_at", "-id")[:limit]
+def approval_conversation(*, approval: ApprovalRequest, limit: int = 40) -> list[ConversationEntry]:
+    """The ticket's messages (internal notes marked) and the agent's tool calls, the latest ``limit``, oldest first."""
+    messages = (
+        Message.objects.filter(ticket_id=approval.ticket_id)
+        .select_related("author_user")
+        .order_by("-created_at", "-id")[:limit]
     )
+    calls = (
+        ToolCall.objects.filter(ticket_id=approval.ticket_id)
+        .exclude(name__in=_SHOWN_AS_MESSAGES)
+        .order_by("-started_at", "-id")[:limit]
+    )
+    entries = []
+    for message in messages:
+        who = message.get_author_kind_display()
+        if message.author_kind == AuthorKind.STAFF and message.author_user is not None:
+            who = f"Staff ({message.author_user.get_username()})"
+        entries.append(
+            ConversationEntry(
+                kind=message.author_kind,
+                who=who,
+                text=message.body,
+                at=message.created_at,
+                internal=not message.is_public,
+            )
+        )
+    currency = approval.currency or "usd"
+    entries.extend(
+        ConversationEntry(kind="tool", who="Agent", text=_call_words(call, currency), at=call.started_at)
+        for call in calls
+    )
+    entries.sort(key=lambda entry: entry.at)
+    return entries[-limit:]
 
 
-def approval_conversation(*, approval: ApprovalRequest, limit: int = 12) -> list[Message]:
-    messages = Message.objects.filter(ticket_id=approval.ticket_id, is_public=True).order_by("-created_at", "-id")
-    return list(reversed(messages[:limit]))
+def _customer_texts(conversation: list[ConversationEntry]) -> list[str]:
+    return [entry.text for entry in conversation if entry.kind == AuthorKind.CUSTOMER]
+
+
+def _order_number(approval: ApprovalRequest) -> str:
+    return str((approval.evidence or {}).get("order_number") or "")
+
+
+def approval_cards(approvals: Iterable[ApprovalRequest]) -> list[ApprovalCard]:
+    """Everything the card shows. Orders and the pending requests on them are read once for all cards."""
+    approvals = list(approvals)
+    numbers = {_order_number(a) for a in approvals} - {""}
+    orders = {o.number: o for o in orders_with_refunded_total(Order.objects.filter(number__in=numbers))}
+    pending_on_order: dict[str, list[ApprovalRequest]] = defaultdict(list)
+    for other in ApprovalRequest.objects.filter(
+        status=ApprovalStatus.PENDING, tool_name="issue_refund", evidence__order_number__in=list(numbers)
+    ).order_by("requested_at", "id"):
+        pending_on_order[_order_number(other)].append(other)
+    refunds_by_order: dict[int, list[RefundEntry]] = defaultdict(list)
+    for refund in Refund.objects.filter(order__in=list(orders.values())).order_by("created_at", "id"):
+        refunds_by_order[refund.order_id].append(
+            RefundEntry(
+                amount=format_money(refund.amount_cents, refund.currency),
+                status=refund.get_status_display(),
+                at=refund.created_at,
+                ticket_id=refund.ticket_id,
+            )
+        )
+    cards = []
+    for approval in approvals:
+        conversation = approval_conversation(approval=approval)
+        card = ApprovalCard(
+            approval=approval,
+            sentence=action_sentence(
+                tool_name=approval.tool_name, arguments=approval.arguments, currency=approval.currency
+            ),
+            # Filtered again on reading: requests recorded before the fix hold the customer's words.
+            reasoning=agent_words([approval.agent_reasoning], customer_texts=_customer_texts(conversation)),
+            conversation=conversation,
+            needs_confirmation=approval_needs_confirmation(approval),
+            confirmation_text=approval_confirmation_text(approval),
+            attachments=approval_attachments(approval=approval),
+        )
+        order = orders.get(_order_number(approval))
+        if order is not None:
+            _add_order(card, order, pending_on_order[order.number], refunds_by_order[order.pk])
+        cards.append(card)
+    return cards
+
+
+def _add_order(card: ApprovalCard, order: Order, pending: list[ApprovalRequest], refunds: list[RefundEntry]) -> None:
+    evidence = card.approval.evidence
+    currency = order.currency
+    facts = [
+        f"{order.number}: {evidence.get('order_status', order.status)}",
+        f"total {format_money(int(evidence.get('order_total_cents', order.total_cents)), currency)}",
+        f"refunded before this request {format_money(int(evidence.get('refunded_before_cents', 0)), currency)}",
+    ]
+    if evidence.get("delivered_at"):
+        facts.append(f"delivered {evidence['delivered_at']}")
+    card.order, card.order_facts, card.refunds = order, ", ".join(facts), refunds
+    refundable = max(0, order.total_cents - refunded_total_cents(order))
+    asked = sum(int(p.amount_cents or 0) for p in pending)
+    if asked > refundable:
+        card.over_refund_warning = (
+            f"{len(pending)} pending request{'s' if len(pending) != 1 else ''} on order {order.number} "
+            f"add up to {format_money(asked, currency)}, more than the {format_money(refundable, currency)} "
+            f"it can still refund (total {format_money(order.total_cents, currency)}, "
+            f"refunded {format_money(order.total_cents - refundable, currency)}). "
+            f"Requests: {', '.join(f'#{p.pk} ({p.amount_display})' for p in pending)}."
+        )
+
+
+# --- History -------------------------------------------------------------------------------
+
+
+def approval_deciders() -> QuerySet[AbstractBaseUser]:
+    """Everyone who has decided a request, by username (the history's decider filter)."""
+    decided = ApprovalRequest.objects.filter(decided_by__isnull=False).values("decided_by")
+    return get_user_model().objects.filter(pk__in=decided).order_by("username")
+
+
+def approvals_decided(*, decision: str = "", decider: str = "", limit: int = 100) -> QuerySet[ApprovalRequest]:
+    """Decided requests, newest first; ``decision`` one of DECIDED_STATUSES, ``decider`` a username."""
+    approvals = ApprovalRequest.objects.exclude(status=ApprovalStatus.PENDING)
+    if decision:
+        approvals = approvals.filter(status=decision)
+    if decider:
+        approvals = approvals.filter(decided_by__username=decider)
+    return approvals.select_related("ticket", "ticket__customer", "decided_by").order_by("-decided_at", "-id")[:limit]

@@ -19,9 +19,10 @@ from agents.models import ApprovalDecision, ModelStep, ToolCall
 from agents.selectors import refunded_total_cents
 from agents.tasks import ring
 from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
+from approvals.selectors import agent_words
 from tickets import services as ticket_services
 from tickets import timeline
-from tickets.models import ActorKind, Order
+from tickets.models import ActorKind, AuthorKind, Message, Order
 
 logger = logging.getLogger(__name__)
 STAFF_GROUP = "approvals.staff"
@@ -79,7 +80,14 @@ def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:
     policy = ApprovalPolicy.current()
     evidence, amount, currency = _evidence(call)
     step = ModelStep.objects.filter(pk=call.step_id).only("response_text").first()
-    reasoning = " ".join(filter(None, [call.arguments.get("reason", ""), step.response_text if step else ""]))
+    # The agent's own words only: a model may pass the customer's request on as the call's reason.
+    said = Message.objects.filter(ticket_id=call.ticket_id, author_kind=AuthorKind.CUSTOMER).order_by(
+        "created_at", "id"
+    )
+    reasoning = agent_words(
+        [str(call.arguments.get("reason") or ""), step.response_text if step else ""],
+        customer_texts=said.values_list("body", flat=True),
+    )
     now = timezone.now()
     approval = ApprovalRequest.objects.create(
         ticket_id=call.ticket_id,
@@ -88,7 +96,7 @@ def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:
         arguments=call.arguments,
         arguments_digest=arguments_digest(call.arguments),
         reason=reason,
-        agent_reasoning=reasoning.strip(),
+        agent_reasoning=reasoning,
         evidence=evidence,
         amount_cents=amount,
         currency=currency,

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals import selectors, services
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, ApprovalStatus
 
 
 def approver_required(view: Any) -> Any:
@@ -30,17 +30,7 @@ def approver_required(view: Any) -> Any:
 
 
 def _pending_context() -> dict[str, Any]:
-    now = timezone.now()
-    rows = []
-    for approval in selectors.approvals_pending():
-        rows.append(
-            {
-                "approval": approval,
-                "waiting": now - approval.requested_at,
-                "conversation": selectors.approval_conversation(approval=approval),
-            }
-        )
-    return {"rows": rows, "now": now}
+    return {"cards": selectors.approval_cards(selectors.approvals_pending()), "now": timezone.now()}
 
 
 @require_GET
@@ -58,7 +48,30 @@ def pending_fragment(request: HttpRequest) -> HttpResponse:
 @require_GET
 @approver_required
 def history(request: HttpRequest) -> HttpResponse:
-    return render(request, "approvals/history.html", {"approvals": selectors.approvals_decided()})
+    usernames = [user.get_username() for user in selectors.approval_deciders()]
+    # Unknown values filter nothing rather than fail: the page is a bookmarkable list.
+    decision = request.GET.get("decision", "")
+    decision = decision if decision in selectors.DECIDED_STATUSES else ""
+    decider = request.GET.get("decider", "")
+    decider = decider if decider in usernames else ""
+    context = {
+        "rows": [
+            {"approval": a, "label": selectors.tool_label(a.tool_name), "sentence": _sentence(a)}
+            for a in selectors.approvals_decided(decision=decision, decider=decider)
+        ],
+        "decisions": [(value, ApprovalStatus(value).label) for value in selectors.DECIDED_STATUSES],
+        "deciders": usernames,
+        "decision": decision,
+        "decision_label": ApprovalStatus(decision).label if decision else "",
+        "decider": decider,
+    }
+    return render(request, "approvals/history.html", context)
+
+
+def _sentence(approval: ApprovalRequest) -> str:
+    return selectors.action_sentence(
+        tool_name=approval.tool_name, arguments=approval.arguments, currency=approval.currency
+    )
 
 
 @require_POST
@@ -69,9 +82,18 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     if decision not in {"approve", "reject"}:
         messages.error(request, "Choose approve or reject.")
         return redirect("approvals:dashboard")
+    approve = decision == "approve"
+    # A request decided meanwhile is refused by the service, which says by whom.
+    if approve and approval.status == ApprovalStatus.PENDING and not _amount_confirmed(request, approval):
+        messages.error(
+            request,
+            f"Approving {approval.amount_display} needs a confirmation: tick "
+            f"“{selectors.approval_confirmation_text(approval)}” and approve again. Nothing was changed.",
+        )
+        return render(request, "approvals/dashboard.html", _pending_context(), status=400)
     try:
         services.approval_decide(
-            approval_id=approval.pk, user=request.user, approve=decision == "approve", note=request.POST.get("note", "")
+            approval_id=approval.pk, user=request.user, approve=approve, note=request.POST.get("note", "")
         )
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
@@ -79,6 +101,13 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     verb = "Approved" if decision == "approve" else "Rejected"
     messages.success(request, f"{verb} request #{approval.pk} for ticket #{approval.ticket_id}.")
     return redirect("approvals:dashboard")
+
+
+def _amount_confirmed(request: HttpRequest, approval: ApprovalRequest) -> bool:
+    """Above the confirmation level the form must carry the amount it confirmed (the one on the card)."""
+    if not selectors.approval_needs_confirmation(approval):
+        return True
+    return request.POST.get("confirm_amount") == str(approval.amount_cents)
 
 
 def _conflict(request: HttpRequest, exc: ValidationError) -> HttpResponse:

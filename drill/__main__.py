@@ -16,7 +16,8 @@ traffic on loopback only:
    SIGKILL), random workers are SIGKILLed ``--kills`` times, the broker's queue is
    flushed once, every connection to the database is dropped once (what a restart
    of PostgreSQL does to its clients), dead workers are started again, and a staff
-   member approves every request that waits;
+   member approves every request that waits, and each customer confirms the refund
+   they are asked about (the button in the chat);
 4. when every ticket is at rest (or ``--timeout`` passes), it checks the ledger in
    SQL and the payment provider's own records and prints one line per invariant.
 
@@ -274,6 +275,27 @@ def _approve_waiting(staff: Any) -> int:
     return approved
 
 
+def _confirm_waiting() -> int:
+    """Every customer confirms the refund they are asked about (the button in the chat)."""
+    from agents.confirmation import confirmation_decide
+    from agents.models import CallStatus, ToolCall
+
+    confirmed = 0
+    waiting = ToolCall.objects.filter(
+        status=CallStatus.AWAITING_CONFIRMATION, confirmation_decision__isnull=True
+    ).exclude(confirmation_expires_at=None)
+    for call in waiting.select_related("ticket__customer__user"):
+        try:
+            confirmation_decide(
+                ticket_id=call.ticket_id, call_id=call.pk, user=call.ticket.customer.user, confirm=True,
+                digest=call.confirmation_digest,
+            )  # fmt: skip
+            confirmed += 1
+        except Exception:  # noqa: BLE001 - answered meanwhile, or expired: the checks will tell
+            pass
+    return confirmed
+
+
 def _live_leases(ticket_ids: list[int]) -> list[int]:
     """Tickets whose lease a live worker holds right now (its advisory lock is there)."""
     from django.db import connection
@@ -293,7 +315,7 @@ def _live_leases(ticket_ids: list[int]) -> list[int]:
 def _at_rest(ticket_ids: list[int]) -> bool:
     """Nothing left to do and nobody doing it. Read in an order in which work cannot slip between the
     reads: a run starts only from a message not yet taken in, so messages are read before runs."""
-    from agents.models import OPEN_REFUND_STATUSES, AgentRun, Refund, RunStatus
+    from agents.models import OPEN_REFUND_STATUSES, AgentRun, CallStatus, Refund, RunStatus, ToolCall
     from approvals.models import ApprovalRequest, ApprovalStatus
     from tickets.models import AuthorKind, Message, TicketStatus
 
@@ -303,6 +325,8 @@ def _at_rest(ticket_ids: list[int]) -> bool:
     if waiting.exists():
         return False
     if ApprovalRequest.objects.filter(ticket_id__in=ticket_ids, status=ApprovalStatus.PENDING).exists():
+        return False
+    if ToolCall.objects.filter(ticket_id__in=ticket_ids, status=CallStatus.AWAITING_CONFIRMATION).exists():
         return False
     if AgentRun.objects.filter(ticket_id__in=ticket_ids, status__in=[RunStatus.RUNNING]).exists():
         return False
@@ -343,6 +367,9 @@ def _chaos(
             approved = _approve_waiting(staff)
             if approved:
                 stack.events.append(f"staff approved {approved} request(s)")
+            confirmed = _confirm_waiting()
+            if confirmed:
+                stack.events.append(f"customers confirmed {confirmed} refund(s)")
             if not kills_left and flushed and dropped:
                 chaos_done.set()
         except Exception as exc:  # noqa: BLE001 - the chaos goes on; a dropped connection hits us too

@@ -3,7 +3,8 @@
 ``present(event)`` gives a dict the staff templates render (escaped by Django):
 
 - ``kind="message"``: ``author`` (customer, agent, staff, system), ``author_name``, ``text``,
-  ``internal`` (an internal note or a system note: never shown to the customer);
+  ``internal`` (an internal note or a system note: never shown to the customer), ``attachments``
+  (the files sent with it, as ``tickets.presenters.attachment_item`` gives them);
 - ``kind="line"``: ``text`` (what happened) and ``detail`` (the facts, short), ``tone``.
 
 Every item has ``seq``, ``at`` (a datetime) and ``actor`` (who did it, in words).
@@ -16,6 +17,7 @@ from typing import Any
 
 from tickets import timeline
 from tickets.models import ActorKind, AuthorKind, Ticket, TicketEvent, TicketStatus
+from tickets.presenters import attachment_items
 from tickets.services import staff_name
 
 DETAIL_MAX_CHARS = 300
@@ -43,6 +45,7 @@ def _message(event: TicketEvent, payload: dict[str, Any], customer_name: str) ->
         "author_name": name or names.get(author, author),
         "text": str(payload.get("body", "")),
         "internal": not event.is_public,
+        "attachments": attachment_items(payload),
     }
 
 

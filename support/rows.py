@@ -163,6 +163,12 @@ def _hold(cte: SqlValue) -> None:
         cursor.execute(*cte)
 
 
+def updates(cte: SqlValue, model: type[Model]) -> bool:
+    """Is this held write an update of ``model``'s table? (PostgreSQL changes a row at most once
+    per statement: a caller about to update the same rows writes such a held update first.)"""
+    return cte[0].startswith(f"UPDATE {_quote(model._meta.db_table)} ")
+
+
 def take() -> list[SqlValue]:
     """The writes held so far, for the caller to put in front of its own statement (as CTEs)."""
     ctes, _held.ctes = _held.ctes, []

@@ -7,6 +7,7 @@ with a message that names the variable to set.
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -248,6 +249,31 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 # Files are found where they live (no collectstatic step needed to run).
 WHITENOISE_USE_FINDERS = True
 
+# --- Customers' attachments (tickets.attachments) -------------------------------------------
+# Stored through Django's storage API: files under MEDIA_ROOT by default, or any storage class
+# (django-storages' S3 for one) named by MEDIA_STORAGE_BACKEND, with its options as a JSON object
+# in MEDIA_STORAGE_OPTIONS. Never served as public files: a view checks who asks first.
+MEDIA_ROOT = Path(os.environ.get("MEDIA_ROOT") or embedded.VAR_DIR / "media")
+MEDIA_URL = "media/"
+try:
+    _media_options = json.loads(os.environ.get("MEDIA_STORAGE_OPTIONS") or "{}")
+except ValueError as exc:
+    raise ImproperlyConfigured(f"MEDIA_STORAGE_OPTIONS is not a JSON object: {exc}") from None
+if not isinstance(_media_options, dict):
+    raise ImproperlyConfigured('MEDIA_STORAGE_OPTIONS must be a JSON object, e.g. {"bucket_name": "support"}')
+STORAGES = {
+    "default": {
+        "BACKEND": os.environ.get("MEDIA_STORAGE_BACKEND") or "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": _media_options,
+    },
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+# One file at most this large; at most this many files on one message; images at most this many
+# pixels (a small file can unpack into a huge image).
+ATTACHMENT_MAX_BYTES = env_int("ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024)
+ATTACHMENT_MAX_FILES = env_int("ATTACHMENT_MAX_FILES", 5)
+ATTACHMENT_MAX_PIXELS = env_int("ATTACHMENT_MAX_PIXELS", 40_000_000)
+
 # The console backend prints mail, password-reset links included, to the log: only when DEBUG is on.
 EMAIL_BACKEND = os.environ.get(
     "EMAIL_BACKEND",
@@ -303,6 +329,10 @@ OFFLINE_MODEL_TOKEN_DELAY_MS = env_int("OFFLINE_MODEL_TOKEN_DELAY_MS", 0)
 # Short: the sweeper is also how a dead lease owner is noticed (its advisory lock is gone).
 AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 3)
 
+# Before a refund is paid (after any staff approval) the customer confirms the amount with a
+# button in the chat (agents.confirmation). The admin's approval policy can turn it off too.
+REFUND_CUSTOMER_CONFIRMATION = env_bool("REFUND_CUSTOMER_CONFIRMATION", True)
+
 # --- Staff pages -------------------------------------------------------------------------
 # Approving more than this (in the currency's minor unit) asks the approver to confirm the
 # amount once more on the dashboard.
@@ -314,6 +344,11 @@ CELERY_BEAT_SCHEDULE = {
     "agents.sweep": {"task": "agents.sweep", "schedule": float(AGENT_SWEEP_SECONDS)},
     "agents.reconcile_refunds": {"task": "agents.reconcile_refunds", "schedule": float(REFUND_RECONCILE_SECONDS)},
     "approvals.expire_due": {"task": "approvals.expire_due", "schedule": float(env_int("APPROVAL_EXPIRY_SECONDS", 60))},
+    # Refunds the customer did not confirm in time are not paid, and the customer is told.
+    "agents.expire_confirmations": {
+        "task": "agents.expire_confirmations",
+        "schedule": float(env_int("AGENT_CONFIRMATION_EXPIRY_SECONDS", 30)),
+    },
 }
 
 

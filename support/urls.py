@@ -17,5 +17,6 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("staff/approvals/", include("approvals.urls")),
     path("staff/", include("staff.urls")),
+    path("", include("agents.urls")),
     path("", include("tickets.urls")),
 ]

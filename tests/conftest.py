@@ -16,9 +16,28 @@ _counter = itertools.count(1)
 
 
 @pytest.fixture(autouse=True)
+def _customer_confirmation(request, settings):  # noqa: ANN001
+    """The customer's confirmation before a refund is paid is on in the product; tests of other
+    things turn it off, tests of it are marked ``customer_confirms``."""
+    settings.REFUND_CUSTOMER_CONFIRMATION = request.node.get_closest_marker("customer_confirms") is not None
+
+
+@pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):  # noqa: ANN001
     # Test users need real logins, not production-strength hashing (hundreds of ms each).
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def media(settings, tmp_path):  # noqa: ANN001, ANN201
+    """Attachments stored under a folder of this test's own (Django's default storage)."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+    return settings.MEDIA_ROOT
+
+
+def stored_files(root) -> list:  # noqa: ANN001
+    """Every file under ``root`` (the media fixture's folder)."""
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
 
 
 def make_customer(name: str = "", *, flagged: bool = False) -> Customer:

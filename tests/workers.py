@@ -123,6 +123,9 @@ class Cluster:
                 "STRIPE_API_BASE": settings.STRIPE_API_BASE,
                 "EMBEDDED_DIR": str(self.tmp_path / "var"),
                 "PYTHONUNBUFFERED": "1",
+                # Off unless a test asks for it (``cluster.worker(REFUND_CUSTOMER_CONFIRMATION="1")``):
+                # the tests of the customer's confirmation are tests/agents/test_confirmation.py.
+                "REFUND_CUSTOMER_CONFIRMATION": "0",
             }
         )
         env.update(extra)

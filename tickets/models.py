@@ -201,6 +201,36 @@ class Message(models.Model):
         return f"{self.author_kind} on #{self.ticket_id}: {self.body[:40]}"
 
 
+class Attachment(models.Model):
+    """A file a customer sent with a message: an image (re-encoded, metadata stripped) or a PDF.
+
+    The bytes live in Django's storage (``storage_name``); this row says what they are. The type
+    is the one sniffed from the content, never the one the name or the browser claimed.
+    """
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="attachments")
+    # As the customer named it (cleaned of paths and control characters); shown, never trusted.
+    original_name = models.CharField(max_length=200)
+    content_type = models.CharField(max_length=64)
+    size = models.PositiveIntegerField(help_text="Bytes stored (after an image is re-encoded)")
+    sha256 = models.CharField(max_length=64, help_text="Of the bytes stored")
+    storage_name = models.CharField(max_length=300, unique=True)
+    # Where it sits among the message's files, as the customer picked them.
+    position = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["message", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "position"], name="attachment_position_unique_per_message"),
+            models.CheckConstraint(condition=Q(size__gt=0), name="attachment_size_positive"),
+            models.CheckConstraint(condition=~Q(original_name=""), name="attachment_name_not_empty"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.original_name} ({self.content_type}) on message {self.message_id}"
+
+
 class ActorKind(models.TextChoices):
     CUSTOMER = "customer", "Customer"
     AGENT = "agent", "Agent run"

@@ -8,7 +8,9 @@ text: the page escapes it (templates) or sets it with ``textContent`` (chat.js).
 Every item has ``seq`` and ``at`` (ISO 8601). Then, by ``kind``:
 
 - ``kind="message"``: ``author`` (customer, agent, staff), ``author_name``, ``text``,
-  ``message_id``, ``client_msg_id`` (the sender's own, customer messages only);
+  ``message_id``, ``client_msg_id`` (the sender's own, customer messages only), and
+  ``attachments`` when files came with it: each ``id``, ``name``, ``type``, ``size``,
+  ``size_text`` ("245 KB"), ``url`` and ``image`` (shown as a picture, else a link);
 - ``kind="notice"``: ``text`` and ``tone`` (info, ok, warn, bad), a line in the
   conversation such as "Looking up your order";
 - ``kind="state"``: no text, only what changes below.
@@ -25,13 +27,15 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateformat import format as format_date
 from django.utils.text import Truncator
 from django.utils.timesince import timesince
 
 from tickets import timeline
-from tickets.models import ActorKind, AuthorKind, Ticket, TicketEvent, TicketStatus
+from tickets.attachments import size_words
+from tickets.models import ActorKind, Attachment, AuthorKind, Ticket, TicketEvent, TicketStatus
 
 # The status line and the badges, in the customer's words.
 STATUS_TEXT: dict[str, str] = {
@@ -110,6 +114,33 @@ def _rated(event: TicketEvent, payload: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "notice", "tone": "ok", "text": text}
 
 
+def attachment_item(attachment: Attachment | dict[str, Any]) -> dict[str, Any]:
+    """One attached file as pages show it, from its row or its entry in a message event."""
+    if isinstance(attachment, Attachment):
+        entry = {
+            "id": attachment.pk,
+            "name": attachment.original_name,
+            "type": attachment.content_type,
+            "size": attachment.size,
+        }
+    else:
+        entry = {key: attachment.get(key) for key in ("id", "name", "type", "size")}
+    return {
+        **entry,
+        "size_text": size_words(int(entry["size"] or 0)),
+        "url": reverse("tickets:attachment", args=[int(entry["id"])]),
+        "image": str(entry["type"]).startswith("image/"),
+    }
+
+
+def attachment_items(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The files a message event lists (none for events written before there were files)."""
+    entries = payload.get("attachments")
+    if not isinstance(entries, list):
+        return []
+    return [attachment_item(e) for e in entries if isinstance(e, dict) and isinstance(e.get("id"), int)]
+
+
 def _message(event: TicketEvent) -> dict[str, Any] | None:
     payload = event.payload
     author = payload.get("author_kind") or event.actor_kind
@@ -130,6 +161,9 @@ def _message(event: TicketEvent) -> dict[str, Any] | None:
     }
     if author == AuthorKind.CUSTOMER:
         item["client_msg_id"] = payload.get("client_msg_id")
+    files = attachment_items(payload)
+    if files:
+        item["attachments"] = files
     if isinstance(payload.get("stream"), int):
         item["stream"] = payload["stream"]  # the streamed text this message replaces
     return item
@@ -197,6 +231,15 @@ def present_events(events: Iterable[TicketEvent]) -> tuple[list[dict[str, Any]],
         if item is not None:
             items.append(item)
     return items, last_seq
+
+
+def mark_answered(items: list[dict[str, Any]]) -> None:
+    """A question in the chat (``kind="confirm"``) that a later item answers is shown answered:
+    its buttons are gone on a page loaded after the answer."""
+    answered = {item["answers"] for item in items if item.get("answers") is not None}
+    for item in items:
+        if item["kind"] == "confirm":
+            item["answered"] = item.get("call_id") in answered
 
 
 def chat_state(*, ticket: Ticket, items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -6,7 +6,17 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Exists, JSONField, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
-from tickets.models import ActorKind, AuthorKind, Customer, Message, Ticket, TicketEvent, TicketRating
+from tickets.models import (
+    HANDLE_PERMISSION,
+    ActorKind,
+    Attachment,
+    AuthorKind,
+    Customer,
+    Message,
+    Ticket,
+    TicketEvent,
+    TicketRating,
+)
 
 
 def unanswered_messages(*, ticket_id: int | None = None) -> QuerySet[Message]:
@@ -80,3 +90,33 @@ def ticket_for_client_ref(*, customer: Customer, client_ref: str) -> Ticket | No
 
 def ticket_rating(*, ticket: Ticket) -> TicketRating | None:
     return TicketRating.objects.filter(ticket=ticket).first()
+
+
+# Staff who may open any ticket's files: the inbox (tickets.handle_ticket) and approvers, who see
+# the files on the approval card (approvals.decide_approval, named here as a string: tickets
+# does not import approvals).
+STAFF_FILE_PERMISSIONS = (HANDLE_PERMISSION, "approvals.decide_approval")
+
+
+def attachment_get_for_user(*, user: AbstractBaseUser | AnonymousUser, attachment_id: int) -> Attachment:
+    """The attachment, if ``user`` may open it: support staff and approvers any, a customer those
+    of their own tickets' public messages; Http404 otherwise (a file of someone else's ticket and
+    a missing file look the same)."""
+    if not user.is_authenticated:
+        raise Http404("No such file")
+    attachment = Attachment.objects.select_related("message__ticket__customer").filter(pk=attachment_id).first()
+    if attachment is None:
+        raise Http404("No such file")
+    if any(user.has_perm(permission) for permission in STAFF_FILE_PERMISSIONS):
+        return attachment
+    if not attachment.message.is_public:
+        raise Http404("No such file")
+    if attachment.message.ticket.customer.user_id != user.pk:
+        raise Http404("No such file")
+    return attachment
+
+
+def ticket_attachments(*, ticket_id: int) -> QuerySet[Attachment]:
+    """Every file sent on a ticket, oldest first (for staff pages: no access check here)."""
+    files = Attachment.objects.filter(message__ticket_id=ticket_id)
+    return files.order_by("message__created_at", "message_id", "position")

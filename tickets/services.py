@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -12,18 +13,22 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Least
 from django.utils import timezone
 
 from support import rows
+from tickets.attachments import CheckedFile, IncomingFile, inspect_all
 from tickets.models import (
     AGENT_STAYS_OUT,
     RATING_COMMENT_MAX_CHARS,
     RATING_SCORES,
     TICKET_TRANSITIONS,
     ActorKind,
+    Attachment,
     AuthorKind,
     Customer,
     Message,
@@ -115,6 +120,12 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None) -> N
     for draft in drafts:
         per_ticket.setdefault(draft.ticket_id, []).append(draft)
     held = rows.take()
+    if per_ticket and any(rows.updates(cte, Ticket) for cte in held):
+        # A held change of a ticket row (its status) and the counter's UPDATE of that row cannot
+        # share a statement: PostgreSQL would apply only one of them. The held rows go first.
+        with connection.cursor() as cursor:
+            cursor.execute(*rows.statement(held))
+        held = []
     if fence is not None and fence.ticket_id not in per_ticket:
         head, params = rows.with_clause([*held, (fence.sql, fence.params)])
         with connection.cursor() as cursor:
@@ -270,8 +281,13 @@ def message_post(
     actor_ref: str = "",
     stream: int | None = None,
     first_time: bool = False,
+    files: list[IncomingFile] | None = None,
 ) -> tuple[Message, bool]:
     """Post a message on a ticket; returns (message, created).
+
+    ``files``: attachments (``tickets.attachments.inspect`` decides what is accepted, and every
+    file is checked before anything is written). With files the body may be empty: the
+    message then reads as the files' names (a message always has text, for every reader).
 
     ``stream``: the agent's answer was streamed to watchers under this id first; its event says so,
     so a watcher that has (or is about to get) that stream's text shows the message instead.
@@ -279,9 +295,12 @@ def message_post(
     the same transaction); it is written without looking for an earlier copy (not for customers).
 
     With a ``client_msg_id`` the call is idempotent: a repeat returns the
-    original message and ``created=False``, and starts nothing new. Reusing the
-    ID for a different body is refused with MessageConflict.
+    original message and ``created=False``, and starts nothing new (no second set of files).
+    Reusing the ID for a different body or different files is refused with MessageConflict.
     """
+    checked = inspect_all(files or [])
+    if checked and not (body or "").strip():
+        body = ", ".join(f.name for f in checked)[:MESSAGE_MAX_CHARS]
     text = _clean_body(body)
     ticket_id = _ticket_id(ticket)
     if first_time and author_kind != AuthorKind.CUSTOMER:
@@ -298,8 +317,11 @@ def message_post(
             raise ValidationError("A client message ID must be 1 to 100 characters.", code="bad_client_msg_id")
         existing = Message.objects.filter(ticket_id=ticket_id, client_msg_id=client_msg_id).first()
         if existing is not None:
-            return _same_message(existing, text), False
+            return _same_message(existing, text, checked if files is not None else None), False
+    stored: list[str] = []
     try:
+        # The bytes first, outside the transaction: a slow upload to remote storage holds no lock.
+        _store_files(ticket_id, checked, stored)
         with transaction.atomic():
             message = Message.objects.create(
                 ticket_id=ticket_id,
@@ -309,22 +331,63 @@ def message_post(
                 is_public=is_public,
                 client_msg_id=client_msg_id,
             )
-            _message_event(message, actor_ref, stream)
+            attachments = _attachment_rows(message, checked, stored)
+            _message_event(message, actor_ref, stream, attachments=attachments)
             if author_kind == AuthorKind.CUSTOMER:
                 _reopen_for_customer(ticket_id, author_user)
                 transaction.on_commit(lambda: ticket_needs_agent.send(sender=Message, ticket_id=ticket_id))
-    except IntegrityError:
+    except BaseException as exc:
+        _forget_files(stored)  # the rows that named them were rolled back
         # A concurrent request with the same client message ID won the insert.
-        if client_msg_id is None:
+        if not isinstance(exc, IntegrityError) or client_msg_id is None:
             raise
         existing = Message.objects.filter(ticket_id=ticket_id, client_msg_id=client_msg_id).first()
         if existing is None:
             raise
-        return _same_message(existing, text), False
+        return _same_message(existing, text, checked if files is not None else None), False
     return message, True
 
 
-def _message_event(message: Message, actor_ref: str, stream: int | None, *, author_name: str = "") -> None:
+def _store_files(ticket_id: int, checked: list[CheckedFile], stored: list[str]) -> None:
+    """Put the files' bytes in storage, each under a random name in the ticket's folder (the
+    customer's name for a file is only ever data). Each name is added to ``stored`` as soon as
+    it exists, so the caller can remove the files if what names them is not committed."""
+    for file in checked:
+        path = f"attachments/{ticket_id}/{uuid.uuid4().hex}{file.extension}"
+        stored.append(default_storage.save(path, ContentFile(file.data)))
+
+
+def _attachment_rows(message: Message, checked: list[CheckedFile], stored: list[str]) -> list[Attachment]:
+    """The rows of the files ``_store_files`` stored (in the same order), in the caller's transaction."""
+    attachments = [
+        Attachment(
+            message=message,
+            original_name=file.name,
+            content_type=file.content_type,
+            size=len(file.data),
+            sha256=file.sha256,
+            storage_name=name,
+            position=position,
+        )
+        for position, (file, name) in enumerate(zip(checked, stored, strict=True))
+    ]
+    return Attachment.objects.bulk_create(attachments) if attachments else []
+
+
+def _forget_files(names: list[str]) -> None:
+    for name in names:
+        with contextlib.suppress(Exception):  # a file left behind costs disk, never correctness
+            default_storage.delete(name)
+
+
+def _message_event(
+    message: Message,
+    actor_ref: str,
+    stream: int | None,
+    *,
+    author_name: str = "",
+    attachments: list[Attachment] | None = None,
+) -> None:
     event_append(
         ticket=message.ticket_id,
         kind="message",
@@ -340,13 +403,29 @@ def _message_event(message: Message, actor_ref: str, stream: int | None, *, auth
             **({"stream": stream} if stream is not None else {}),
             # A person's name as the customer sees it, fixed when they wrote.
             **({"author_name": author_name} if author_name else {}),
+            # What was attached, as readers list it (the bytes are fetched by id, access checked).
+            **({"attachments": [_attachment_entry(a) for a in attachments]} if attachments else {}),
         },
         is_public=message.is_public,
     )
 
 
-def _same_message(existing: Message, text: str) -> Message:
-    if existing.body != text:
+def _attachment_entry(attachment: Attachment) -> dict[str, Any]:
+    return {
+        "id": attachment.pk,
+        "name": attachment.original_name,
+        "type": attachment.content_type,
+        "size": attachment.size,
+    }
+
+
+def _same_message(existing: Message, text: str, checked: list[CheckedFile] | None = None) -> Message:
+    """The original of a retried send, if the retry is the same message: the same text and, for a
+    sender who can attach (``checked`` given), the same files (by the hash of what was stored)."""
+    same_files = checked is None or [f.sha256 for f in checked] == list(
+        existing.attachments.order_by("position").values_list("sha256", flat=True)
+    )
+    if existing.body != text or not same_files:
         raise MessageConflict(
             "This client message ID was already used for a different message.", code="client_msg_id_conflict"
         )

@@ -12,4 +12,5 @@ urlpatterns = [
     path("tickets/<int:ticket_id>/", views.ticket_chat, name="chat"),
     path("tickets/<int:ticket_id>/messages", views.message_create, name="message_create"),
     path("tickets/<int:ticket_id>/rating", views.ticket_rate, name="rate"),
+    path("attachments/<int:attachment_id>/", views.attachment_file, name="attachment"),
 ]

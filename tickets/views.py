@@ -10,15 +10,17 @@ import json
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.core.files.storage import default_storage
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.shortcuts import redirect, render, resolve_url
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from support.throttle import over_limit, too_many
-from tickets import presenters, selectors, services
+from tickets import attachments, presenters, selectors, services
 from tickets.models import (
     HANDLE_PERMISSION,
     RATING_COMMENT_MAX_CHARS,
@@ -134,6 +136,7 @@ def _chat_page(
     items, last_seq = presenters.present_events(selectors.ticket_timeline(ticket=ticket, public_only=True))
     if mark_seen:
         services.ticket_mark_seen(ticket=ticket, seq=last_seq)
+    presenters.mark_answered(items)
     state = presenters.chat_state(ticket=ticket, items=items)
     current = selectors.ticket_rating(ticket=ticket)
     typed = rating_form or {}
@@ -162,7 +165,11 @@ def _chat_page(
             "typingText": presenters.TYPING_TEXT,
             "authorNames": presenters.AUTHOR_NAMES,
             "maxChars": services.MESSAGE_MAX_CHARS,
+            "attachMaxBytes": attachments.max_bytes(),
+            "attachMaxFiles": attachments.max_files(),
+            "loginUrl": _login_url(ticket.pk),
         },
+        "attach_accept": attachments.ACCEPT_ATTRIBUTE,
     }
     return render(request, "tickets/chat.html", context, status=status)
 
@@ -189,24 +196,70 @@ def _message_json(message: Message) -> dict[str, Any]:
         "author": message.author_kind,
         "text": message.body,
         "created_at": message.created_at.isoformat(),
+        "attachments": [presenters.attachment_item(a) for a in message.attachments.all()],
     }
 
 
-@require_POST
-def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
-    """POST {client_msg_id, body}: 201 first time, 200 with the original on a retry, 400, 409."""
-    ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
+def _login_url(ticket_id: int) -> str:
+    """The sign-in page, coming back to this ticket afterwards (as login_required would send it)."""
+    query = QueryDict(mutable=True)
+    query["next"] = reverse("tickets:chat", args=[ticket_id])
+    return resolve_url(settings.LOGIN_URL) + "?" + query.urlencode(safe="/")
+
+
+class _Refusal(Exception):
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _message_input(request: HttpRequest) -> tuple[str, str, list[attachments.IncomingFile] | None]:
+    """(client_msg_id, body, files) from a JSON body, or from a multipart form with ``files``."""
+    if request.content_type == "multipart/form-data":
+        client_msg_id, body = request.POST.get("client_msg_id"), request.POST.get("body", "")
+        uploads = request.FILES.getlist("files")
+        if not isinstance(client_msg_id, str):
+            raise _Refusal("Send a client_msg_id with the message.")
+        if len(uploads) > attachments.max_files():
+            raise _Refusal(f"You can attach at most {attachments.max_files()} files to one message.")
+        limit = attachments.max_bytes()
+        for upload in uploads:  # before reading any of them
+            if upload.size is not None and upload.size > limit:
+                name = attachments.clean_name(upload.name or "")
+                words = f"{attachments.size_words(upload.size)}; a file can be at most {attachments.size_words(limit)}"
+                raise _Refusal(f"{name} is {words}.", status=413)
+        files = [attachments.IncomingFile(name=upload.name or "", data=upload.read()) for upload in uploads]
+        return client_msg_id, body, files
     try:
         data = json.loads(request.body or b"{}")
     except (ValueError, UnicodeDecodeError):
-        return JsonResponse({"error": "The request body must be JSON."}, status=400)
+        raise _Refusal("The request body must be JSON.") from None
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("body"), str)
         or not isinstance(data.get("client_msg_id"), str)
     ):
-        return JsonResponse({"error": "Send a JSON object with a client_msg_id and a body."}, status=400)
-    retried = Message.objects.filter(ticket=ticket, client_msg_id=data["client_msg_id"].strip()).exists()
+        raise _Refusal("Send a JSON object with a client_msg_id and a body.")
+    return data["client_msg_id"], data["body"], None
+
+
+@require_POST
+def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
+    """POST {client_msg_id, body} as JSON, or as a multipart form that may carry ``files``
+    (attachments): 201 first time, 200 with the original on a retry, 400, 409, 413; 401 with a
+    sign-in link back to the ticket when the session has ended."""
+    if not request.user.is_authenticated:
+        # Told before the ticket is looked up: whether it exists is nobody's business yet.
+        return JsonResponse(
+            {"error": "You were signed out, so this message was not sent.", "login_url": _login_url(ticket_id)},
+            status=401,
+        )
+    ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
+    try:
+        client_msg_id, body, files = _message_input(request)
+    except _Refusal as refusal:
+        return JsonResponse({"error": str(refusal)}, status=refusal.status)
+    retried = Message.objects.filter(ticket=ticket, client_msg_id=client_msg_id.strip()).exists()
     if not retried:  # a retried send returns the original and is not counted
         wait = over_limit(request, group="tickets.message", key="user", rate_setting="CUSTOMER_MESSAGE_RATE")
         if wait is not None:
@@ -216,11 +269,38 @@ def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
             ticket=ticket,
             author_kind=AuthorKind.CUSTOMER,
             author_user=request.user,
-            body=data["body"],
-            client_msg_id=data["client_msg_id"],
+            body=body,
+            client_msg_id=client_msg_id,
+            files=files if files is not None else [],
         )
     except services.MessageConflict as exc:
         return JsonResponse({"error": exc.messages[0]}, status=409)
+    except attachments.AttachmentRefused as exc:
+        return JsonResponse({"error": exc.messages[0]}, status=413 if exc.code == "too_large" else 400)
     except ValidationError as exc:
         return JsonResponse({"error": exc.messages[0]}, status=400)
     return JsonResponse({"message": _message_json(message)}, status=201 if created else 200)
+
+
+@login_required
+@require_GET
+def attachment_file(request: HttpRequest, attachment_id: int) -> FileResponse:
+    """A file sent on a ticket, to its customer and to staff (404 for anyone else). Images are
+    shown inline; anything else (PDFs) downloads. The response runs nothing: no sniffing, and a
+    sandboxing policy of its own."""
+    attachment = selectors.attachment_get_for_user(user=request.user, attachment_id=attachment_id)
+    try:
+        handle = default_storage.open(attachment.storage_name, "rb")
+    except FileNotFoundError:
+        raise Http404("No such file") from None
+    response = FileResponse(
+        handle,
+        content_type=attachment.content_type,
+        as_attachment=not attachment.content_type.startswith("image/"),
+        filename=attachments.download_name(attachment.original_name, attachment.content_type),
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; sandbox"
+    response["Cross-Origin-Resource-Policy"] = "same-origin"
+    response["Cache-Control"] = "private, max-age=3600"
+    return response

@@ -1,24 +1,159 @@
-// Live approval dashboard: a WebSocket says "something changed"; the list is then
-// reloaded from the server, which reads the ledger. No state lives in the page.
+// Live approval dashboard. A WebSocket says "something changed"; the pending list is then
+// read again from the server (which reads the ledger) and merged into the page card by card:
+// a card the person is working in is never replaced, so a typed reason, an opened
+// conversation and keyboard focus survive. New cards are inserted and announced.
 (function () {
   "use strict";
   var container = document.getElementById("pending");
   var status = document.getElementById("live-status");
+  var banner = document.getElementById("new-banner");
+  var showNew = document.getElementById("new-banner-show");
   if (!container) return;
+  var list = container.querySelector(".approval-list");
+  var empty = container.querySelector(".empty");
   var delay = 500;
+  var lastChange = {}; // approval id -> the last decision the socket reported for it
+  var newIds = [];
+  var loading = false;
+  var again = false;
+
+  function cardsIn(root) {
+    return Array.prototype.slice.call(root.querySelectorAll("li.approval[data-approval-id]"));
+  }
+
+  function cardById(id) {
+    return cardsIn(list).filter(function (card) { return card.dataset.approvalId === id; })[0] || null;
+  }
+
+  // Is the person doing something in this card? Then it must not move or disappear.
+  function busy(card) {
+    if (card.contains(document.activeElement)) return true;
+    if (card.querySelector("details[open]")) return true;
+    if (card.querySelector("input[type=checkbox]:checked")) return true;
+    return Array.prototype.some.call(card.querySelectorAll("input[type=text], textarea"), function (field) {
+      return field.value.trim() !== "";
+    });
+  }
+
+  // Refresh the parts of a kept card that only show facts (waiting time, warnings, conversation).
+  function refreshParts(card, fresh) {
+    Array.prototype.forEach.call(fresh.querySelectorAll("[data-live]"), function (part) {
+      var target = card.querySelector('[data-live="' + part.dataset.live + '"]');
+      if (!target || target.innerHTML === part.innerHTML || target.contains(document.activeElement)) return;
+      target.innerHTML = part.innerHTML; // server-rendered, escaped by Django
+    });
+  }
+
+  // Decided elsewhere (or expired) while this person works in the card: say so, keep what they typed.
+  function markGone(card) {
+    if (card.classList.contains("gone")) return;
+    var change = lastChange[card.dataset.approvalId];
+    var what = change === "expired" ? "expired"
+      : change === "approved" || change === "rejected" ? change + " by someone else"
+      : "decided by someone else";
+    card.classList.add("gone");
+    card.querySelector(".gone-notice").textContent =
+      "No longer pending: this request was " + what + ". Nothing you typed here was sent.";
+    card.querySelector("[data-action=dismiss]").hidden = false;
+    var badge = card.querySelector("[data-state]");
+    badge.textContent = "no longer pending";
+    badge.className = "badge gone";
+    // aria-disabled rather than disabled: disabling a focused button would drop the focus.
+    Array.prototype.forEach.call(card.querySelectorAll(".decide button"), function (button) {
+      button.setAttribute("aria-disabled", "true");
+    });
+  }
+
+  function announce() {
+    newIds = newIds.filter(cardById);
+    banner.textContent = newIds.length
+      ? newIds.length + " new request" + (newIds.length === 1 ? "" : "s") + " added below."
+      : "";
+    showNew.hidden = newIds.length === 0;
+  }
+
+  function merge(html) {
+    var fresh = new DOMParser().parseFromString(html, "text/html");
+    var wanted = {};
+    var previous = null;
+    cardsIn(fresh).forEach(function (card) {
+      var id = card.dataset.approvalId;
+      wanted[id] = true;
+      var kept = cardById(id);
+      if (kept) {
+        refreshParts(kept, card);
+        previous = kept;
+        return;
+      }
+      var added = document.importNode(card, true);
+      added.classList.add("is-new");
+      added.querySelector("[data-state]").insertAdjacentHTML("beforebegin", '<span class="badge new">new</span>');
+      if (previous) previous.after(added); else list.prepend(added);
+      previous = added;
+      newIds.push(id);
+    });
+    cardsIn(list).forEach(function (card) {
+      if (wanted[card.dataset.approvalId] || card.classList.contains("gone")) return;
+      if (busy(card)) markGone(card); else card.remove();
+    });
+    empty.hidden = cardsIn(list).length > 0;
+    announce();
+  }
 
   function refresh() {
+    if (loading) { again = true; return; } // one request at a time; the last word wins
+    loading = true;
     fetch(container.dataset.fragmentUrl, { credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
-      .then(function (html) { container.innerHTML = html; })  // server-rendered, escaped by Django
-      .catch(function () { status.textContent = "Could not refresh the list; retrying…"; });
+      .then(merge)
+      .catch(function () { status.textContent = "Could not refresh the list; retrying…"; })
+      .then(function () {
+        loading = false;
+        if (again) { again = false; refresh(); }
+      });
   }
+
+  container.addEventListener("click", function (event) {
+    var dismiss = event.target.closest("[data-action=dismiss]");
+    if (!dismiss) return;
+    dismiss.closest("li.approval").remove();
+    empty.hidden = cardsIn(list).length > 0;
+  });
+  container.addEventListener("submit", function (event) {
+    var card = event.target.closest("li.approval");
+    if (card && card.classList.contains("gone")) {
+      event.preventDefault();
+      card.querySelector(".gone-notice").focus();
+    }
+  });
+  showNew.addEventListener("click", function () {
+    var first = newIds.length ? cardById(newIds[0]) : null;
+    newIds = [];
+    announce();
+    if (first) {
+      var title = first.querySelector("h2");
+      title.scrollIntoView({ block: "start" });
+      title.focus();
+    }
+  });
 
   function connect() {
     var scheme = location.protocol === "https:" ? "wss://" : "ws://";
     var socket = new WebSocket(scheme + location.host + "/ws/staff/approvals/");
-    socket.onopen = function () { delay = 500; status.textContent = "Live: new requests appear here automatically."; refresh(); };
-    socket.onmessage = function () { refresh(); };
+    socket.onopen = function () {
+      delay = 500;
+      status.textContent = "Live: new requests appear here automatically.";
+      refresh(); // catch up on what changed while disconnected
+    };
+    socket.onmessage = function (event) {
+      try {
+        var message = JSON.parse(event.data);
+        if (["approved", "rejected", "expired"].indexOf(message.change) >= 0) {
+          lastChange[String(message.approval_id)] = message.change;
+        }
+      } catch (ignored) { /* any message means "read the list again" */ }
+      refresh();
+    };
     socket.onclose = function () {
       status.textContent = "Reconnecting…";
       setTimeout(connect, delay);

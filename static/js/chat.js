@@ -18,6 +18,14 @@
  *     generated again); the agent's message event replaces the bubble with the
  *     final text, and tokens of that step or older are ignored afterwards.
  *
+ * A send that fails (no network, a server error) is tried twice more, then shown as
+ * "Not sent. Retry"; failed sends are tried again, in order, when the connection
+ * returns (the browser comes back online, or the socket reconnects). Every attempt
+ * carries the same client message ID, so the server stores the message once.
+ * A send refused because the session ended says so, with a sign-in link that comes
+ * back to this ticket; the unsent text waits in this tab's sessionStorage and is put
+ * back in the message box after signing in.
+ *
  * User text is only ever set with textContent, never as HTML.
  */
 (function () {
@@ -55,7 +63,10 @@
     holdUntil: 0,
     resyncAsked: false,
     pending: {}, // client_msg_id -> element, until its event arrives
+    unsent: {}, // client_msg_id -> text, until the server has it
   };
+  var QUICK_RETRIES = 2;
+  var UNSENT_KEY = "chat-unsent-" + config.ticketId;
   var connectionTimer = null;
 
   // --- small helpers --------------------------------------------------------------------
@@ -208,14 +219,17 @@
     if (item.client_msg_id && state.pending[item.client_msg_id]) {
       el = state.pending[item.client_msg_id];
       delete state.pending[item.client_msg_id];
+      delete state.unsent[item.client_msg_id];
     } else if (item.message_id) {
       el = log.querySelector('li.msg[data-message-id="' + Number(item.message_id) + '"]');
     }
     if (el) {
-      el.classList.remove("pending", "sending");
+      el.classList.remove("pending", "sending", "failed");
+      clearFailure(el); // a send whose answer was lost did reach us
     } else {
       el = messageElement(item.author, item.author_name, item.text, item.at);
     }
+    if (attach() && item.attachments) attach().show(el, item.attachments);
     if (item.message_id) el.setAttribute("data-message-id", String(item.message_id));
     if (item.client_msg_id) el.setAttribute("data-client-msg-id", item.client_msg_id);
     insertBySeq(el, item.seq);
@@ -230,12 +244,80 @@
     insertBySeq(li, item.seq);
   }
 
+  // --- questions before money moves: Confirm / Cancel ----------------------------------------
+  // Only the button counts (a typed "yes" is a message). One answer per question: the buttons go
+  // at the first click, and the server keeps the first answer (a second tab gets the same one).
+
+  function onConfirm(item) {
+    var li = document.createElement("li");
+    li.className = "confirm";
+    li.setAttribute("data-call-id", String(item.call_id));
+    li.setAttribute("data-digest", item.digest || "");
+    var text = document.createElement("p");
+    text.className = "confirm-text";
+    text.textContent = item.text;
+    li.appendChild(text);
+    var actions = document.createElement("div");
+    actions.className = "confirm-actions";
+    [["confirm", "Confirm", "primary"], ["cancel", "Cancel", ""]].forEach(function (spec) {
+      var button = document.createElement("button");
+      button.type = "button";
+      button.className = spec[2];
+      button.setAttribute("data-answer", spec[0]);
+      button.textContent = spec[1];
+      actions.appendChild(button);
+    });
+    li.appendChild(actions);
+    var note = document.createElement("p");
+    note.className = "confirm-note";
+    note.setAttribute("role", "status");
+    li.appendChild(note);
+    insertBySeq(li, item.seq);
+  }
+
+  function answered(callId, words) {
+    var card = log.querySelector('li.confirm[data-call-id="' + Number(callId) + '"]');
+    if (!card) return;
+    card.classList.add("answered");
+    card.querySelectorAll("button[data-answer]").forEach(function (b) { b.disabled = true; b.hidden = true; });
+    if (words) card.querySelector(".confirm-note").textContent = words;
+  }
+
+  log.addEventListener("click", function (event) {
+    var button = event.target.closest ? event.target.closest("button[data-answer]") : null;
+    if (!button) return;
+    var card = button.closest("li.confirm");
+    if (!card || card.dataset.sending) return;
+    card.dataset.sending = "1";
+    var note = card.querySelector(".confirm-note");
+    card.querySelectorAll("button[data-answer]").forEach(function (b) { b.disabled = true; });
+    note.textContent = "Sending…";
+    fetch("/tickets/" + config.ticketId + "/confirmations/" + card.getAttribute("data-call-id"), {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken },
+      body: JSON.stringify({ answer: button.getAttribute("data-answer"), digest: card.getAttribute("data-digest") }),
+    })
+      .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); })
+      .then(function (res) {
+        if (res.ok) answered(card.getAttribute("data-call-id"), res.body.decision === "confirmed" ? "Confirmed." : "Cancelled.");
+        else answered(card.getAttribute("data-call-id"), res.body.error || "This question cannot be answered now.");
+      })
+      .catch(function () {
+        delete card.dataset.sending;
+        card.querySelectorAll("button[data-answer]").forEach(function (b) { b.disabled = false; });
+        note.textContent = "Not sent. Check your connection and try again.";
+      });
+  });
+
   function onEvent(item) {
     if (item.seq <= state.lastSeq) return; // replayed: already applied
     state.lastSeq = item.seq;
     var wasNearBottom = nearBottom();
     if (item.kind === "message") onMessage(item);
     else if (item.kind === "notice") onNotice(item);
+    else if (item.kind === "confirm") onConfirm(item);
+    if (item.answers) answered(item.answers, item.text);
     if (typeof item.status === "string") state.status = item.status;
     if (typeof item.typing === "boolean") {
       state.typing = item.typing;
@@ -322,7 +404,8 @@
 
   function afterEvent(item) {
     var el = log.querySelector('[data-seq="' + Number(item.seq) + '"]:not(.day-separator)');
-    if (el && item.at) el.setAttribute("data-at", item.at);
+    // Messages and notices mark the day (the server does the same); other items go with them.
+    if (el && item.at && (item.kind === "message" || item.kind === "notice")) el.setAttribute("data-at", item.at);
     placeDaySeparators();
     showRating();
     markSeen();
@@ -336,6 +419,7 @@
     else if (frame.type === "ready") {
       state.attempts = 0;
       setConnected(true);
+      retryFailed();
     }
   }
 
@@ -355,8 +439,13 @@
       state.socket = null;
       if (closed.code === 4403 || closed.code === 4404) {
         state.denied = true;
-        connectionEl.textContent =
-          closed.code === 4403 ? "Please sign in again to see new replies." : "This conversation is not available.";
+        if (closed.code === 4403) {
+          connectionEl.textContent = "You were signed out. ";
+          connectionEl.appendChild(signInLink());
+          connectionEl.appendChild(document.createTextNode(" to see new replies."));
+        } else {
+          connectionEl.textContent = "This conversation is not available.";
+        }
         setConnected(false);
         return;
       }
@@ -377,26 +466,82 @@
 
   window.addEventListener("online", function () {
     if (!state.socket) connect();
+    retryFailed();
   });
+
+  // --- attachments (static/js/attachments.js): a message with files is sent as a form ---------
+
+  function attach() {
+    return window.chatAttachments || null;
+  }
+
+  function sendHeaders(clientMsgId) {
+    var headers = { "X-CSRFToken": csrfToken };
+    if (!(attach() && attach().has(clientMsgId))) headers["Content-Type"] = "application/json";
+    return headers;
+  }
+
+  function sendBody(clientMsgId, text) {
+    if (attach() && attach().has(clientMsgId)) return attach().form(clientMsgId, text);
+    return JSON.stringify({ client_msg_id: clientMsgId, body: text });
+  }
 
   // --- sending --------------------------------------------------------------------------
 
-  function markFailed(el, clientMsgId, reason) {
-    delete state.pending[clientMsgId];
+  function signInLink() {
+    var link = document.createElement("a");
+    link.href = config.loginUrl;
+    link.textContent = "Sign in again";
+    return link;
+  }
+
+  function clearFailure(el) {
+    var why = el.querySelector(".msg-error");
+    if (why) why.remove();
+    el.removeAttribute("data-retry");
+  }
+
+  // retryable: a network or server failure, tried again on Retry and when the connection returns.
+  function markFailed(el, clientMsgId, reason, retryable) {
+    if (!retryable) delete state.pending[clientMsgId];
     el.classList.remove("sending");
     el.classList.add("failed");
+    clearFailure(el);
     var why = document.createElement("div");
     why.className = "msg-error";
-    why.textContent = "Not sent: " + reason;
+    why.textContent = reason ? "Not sent: " + reason : "Not sent. ";
+    if (retryable) {
+      el.setAttribute("data-retry", "");
+      var again = document.createElement("button");
+      again.type = "button";
+      again.className = "link msg-retry";
+      again.textContent = "Retry";
+      again.addEventListener("click", function () {
+        resend(el);
+      });
+      why.appendChild(again);
+    }
     el.appendChild(why);
   }
 
+  function markSignedOut(el, clientMsgId, text) {
+    markFailed(el, clientMsgId, null, false);
+    delete state.unsent[clientMsgId];
+    var kept = window.sessionStorage.getItem(UNSENT_KEY);
+    window.sessionStorage.setItem(UNSENT_KEY, kept ? kept + "\n\n" + text : text);
+    var why = el.querySelector(".msg-error");
+    why.textContent = "Not sent: you were signed out. ";
+    why.appendChild(signInLink());
+    why.appendChild(document.createTextNode(" and your message will be back in the box."));
+  }
+
+  // Settles once the message is sent or shown as not sent.
   function post(clientMsgId, text, el, attempt) {
-    fetch("/tickets/" + config.ticketId + "/messages", {
+    return fetch("/tickets/" + config.ticketId + "/messages", {
       method: "POST",
       credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken },
-      body: JSON.stringify({ client_msg_id: clientMsgId, body: text }),
+      headers: sendHeaders(clientMsgId),
+      body: sendBody(clientMsgId, text),
     })
       .then(function (response) {
         return response
@@ -411,7 +556,9 @@
       .then(
         function (result) {
           if (result.status === 200 || result.status === 201) {
-            el.classList.remove("sending");
+            delete state.unsent[clientMsgId];
+            el.classList.remove("sending", "failed");
+            clearFailure(el);
             var id = result.data.message && result.data.message.id;
             var shown = id && log.querySelector('li.msg[data-message-id="' + Number(id) + '"][data-seq]');
             if (shown && shown !== el) {
@@ -420,30 +567,77 @@
             } else if (id) {
               el.setAttribute("data-message-id", String(id));
             }
+          } else if (result.status === 401) {
+            markSignedOut(el, clientMsgId, text);
           } else if (result.status >= 500 || result.status === 429) {
-            retry();
+            return retry();
           } else {
-            markFailed(el, clientMsgId, result.data.error || "please try again.");
+            delete state.unsent[clientMsgId];
+            markFailed(el, clientMsgId, result.data.error || "please try again.", false);
           }
         },
         function () {
-          retry(); // the network: the same client message ID makes the retry safe
+          return retry(); // the network: the same client message ID makes the retry safe
         }
       );
 
     function retry() {
-      if (attempt >= 6) {
-        markFailed(el, clientMsgId, "we could not reach our servers. Check your connection.");
+      if (attempt >= QUICK_RETRIES || navigator.onLine === false) {
+        markFailed(el, clientMsgId, null, true);
         return;
       }
-      setTimeout(function () {
-        post(clientMsgId, text, el, attempt + 1);
-      }, Math.min(8000, 500 * Math.pow(2, attempt)));
+      return new Promise(function (resolve) {
+        setTimeout(function () {
+          resolve(post(clientMsgId, text, el, attempt + 1));
+        }, 500 * Math.pow(2, attempt));
+      });
     }
+  }
+
+  function resend(el) {
+    var clientMsgId = el.getAttribute("data-client-msg-id");
+    var text = state.unsent[clientMsgId];
+    if (!el.classList.contains("failed") || text === undefined) return Promise.resolve();
+    el.classList.remove("failed");
+    el.classList.add("sending");
+    clearFailure(el);
+    return post(clientMsgId, text, el, QUICK_RETRIES); // no quick retries: the customer is watching
+  }
+
+  // One after another, oldest first, so they arrive in the order they were written; one pass at a
+  // time (the browser coming online and the socket's return both ask for one).
+  var retrying = false;
+  var retryAgain = false;
+  function retryFailed() {
+    if (retrying) {
+      retryAgain = true;
+      return;
+    }
+    retrying = true;
+    var failed = log.querySelectorAll("li.msg.failed[data-retry]");
+    Array.prototype.reduce
+      .call(
+        failed,
+        function (previous, el) {
+          return previous.then(function () {
+            return resend(el);
+          });
+        },
+        Promise.resolve()
+      )
+      .then(function () {
+        retrying = false;
+        if (retryAgain) {
+          retryAgain = false;
+          retryFailed();
+        }
+      });
   }
 
   function send() {
     var text = input.value.trim();
+    var files = attach() && !input.disabled ? attach().take() : [];
+    if (!text && files.length) text = files.map(function (file) { return file.name; }).join(", ");
     if (!text || input.disabled) return;
     if (codePoints(text).length > config.maxChars) {
       note.textContent = "A message can be at most " + config.maxChars + " characters.";
@@ -454,6 +648,11 @@
     el.classList.add("pending", "sending");
     el.setAttribute("data-client-msg-id", clientMsgId);
     state.pending[clientMsgId] = el;
+    if (files.length) {
+      attach().keep(clientMsgId, files);
+      attach().pending(el, files);
+    }
+    state.unsent[clientMsgId] = text;
     log.appendChild(el);
     input.value = "";
     autosize();
@@ -508,5 +707,14 @@
   placeDaySeparators();
   renderStatus();
   scroller.scrollTop = scroller.scrollHeight;
+  var unsent = window.sessionStorage.getItem(UNSENT_KEY);
+  if (unsent && !input.disabled) {
+    window.sessionStorage.removeItem(UNSENT_KEY);
+    input.value = unsent;
+    autosize();
+    note.textContent = "The message you wrote before you were signed out is back in the box: press Send to send it.";
+  }
+  // Ready to type on open; not on a touch screen, where focus would open the keyboard over the conversation.
+  if (!input.disabled && !window.matchMedia("(pointer: coarse)").matches) input.focus();
   connect();
 })();

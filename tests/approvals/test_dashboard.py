@@ -110,7 +110,12 @@ def test_two_staff_deciding_at_once_the_first_wins_and_the_second_is_told(sandbo
             barrier.wait()
             results[name] = http.post(
                 f"/staff/approvals/{approval.pk}/decide/",
-                data={"decision": decision, "note": "no", "csrfmiddlewaretoken": token},
+                data={
+                    "decision": decision,
+                    "note": "no",
+                    "confirm_amount": str(approval.amount_cents),  # $649.00 is above the confirmation level
+                    "csrfmiddlewaretoken": token,
+                },
                 headers={"Referer": live_server.url + "/staff/approvals/"},
             )
             assert page.status_code == 200

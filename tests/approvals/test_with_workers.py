@@ -25,7 +25,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.workers, pyte
 def decide_over_http(approver, approval: ApprovalRequest, decision: str, note: str = "") -> None:  # noqa: ANN001
     client = Client()
     client.force_login(approver)
-    response = client.post(f"/staff/approvals/{approval.pk}/decide/", {"decision": decision, "note": note})
+    # The amount is confirmed as the dashboard asks above settings.APPROVAL_CONFIRM_ABOVE_CENTS.
+    data = {"decision": decision, "note": note, "confirm_amount": str(approval.amount_cents)}
+    response = client.post(f"/staff/approvals/{approval.pk}/decide/", data)
     assert response.status_code == 302
 
 

@@ -83,6 +83,7 @@ def test_staff_approve_a_refund_on_the_dashboard_and_the_customer_sees_it_confir
     card.wait_for(timeout=30_000)
     assert "$649.00" in card.inner_text()
     staff.screenshot(path=str(SCREENSHOTS / "staff-dashboard.png"), full_page=True)
+    card.locator("input[name=confirm_amount]").check()  # $649.00 is above the confirmation level
     card.locator("button[data-action=approve]").click()
     staff.wait_for_selector(".flash li.success:has-text('Approved')")
 

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from agents.models import AgentRun, RunStatus
 from tests.browser.conftest import SCREENSHOTS, Stack, sign_in
+from tests.browser.test_accessibility import assert_rings_visible, check_page
 from tests.browser.test_customer_chat import in_another_thread
 from tests.conftest import make_customer
 from tests.staff.conftest import make_support_staff
@@ -48,6 +49,7 @@ def test_unread_marker_live_day_separator_and_rating_in_a_real_browser(live: Sta
     assert "Support assistant:" in row.locator(".ticket-preview").inner_text()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "my-tickets-unread.png"))
+    check_page(page, "my tickets, a reply unread")
 
     row.click()
     page.wait_for_url(live.url(f"/tickets/{ticket.pk}/"))
@@ -60,6 +62,7 @@ def test_unread_marker_live_day_separator_and_rating_in_a_real_browser(live: Sta
     page.wait_for_function(f"() => {SEPARATORS}.length === 2", timeout=15_000)
     assert page.evaluate(SEPARATORS) == ["Yesterday", "Today"]
     assert page.evaluate(AFTER_TODAY) == "Is it shipped yet?"
+    check_page(page, "the chat, two days")
 
     # The agent's answer arrives while the page is open and visible: it is read, not news.
     page.wait_for_function(
@@ -82,6 +85,8 @@ def test_unread_marker_live_day_separator_and_rating_in_a_real_browser(live: Sta
     in_another_thread(lambda: ticket_services.ticket_resolve(ticket=ticket.pk, user=person))
     page.wait_for_selector("#chat-rating", state="visible")
     page.screenshot(path=str(SCREENSHOTS / "rating-form.png"))
+    check_page(page, "a resolved ticket's chat with the rating form")
+    assert_rings_visible(page, "a resolved ticket's chat with the rating form")
     page.check("#chat-rating input[name=score][value='5']")
     page.fill("#rating-comment", "Fast, thank you")
     page.click("#chat-rating button[type=submit]")
@@ -89,6 +94,7 @@ def test_unread_marker_live_day_separator_and_rating_in_a_real_browser(live: Sta
     rating = TicketRating.objects.get(ticket=ticket)
     assert (rating.score, rating.comment) == (5, "Fast, thank you")
     assert "You rated this conversation 5 out of 5" in page.locator("#chat-rating legend").inner_text()
+    check_page(page, "a rated ticket's chat")
 
     page.goto(live.url("/tickets/"))
     row = page.locator(f"a.ticket-row[href='/tickets/{ticket.pk}/']")

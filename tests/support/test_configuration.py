@@ -37,6 +37,33 @@ def start_django(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]
         ),
         ({"DATABASE_URL": "postgres://u@h/db", "REDIS_URL": "redis://h/0", "DEBUG": "maybe"}, "DEBUG='maybe'"),
         ({"DATABASE_URL": "postgres://u@h/db", "REDIS_URL": "redis://h/0", "DEBUG": "0"}, "SECRET_KEY is not set"),
+        (
+            {
+                "DATABASE_URL": "postgres://u@h/db",
+                "REDIS_URL": "redis://h/0",
+                "DEBUG": "1",
+                "MEDIA_STORAGE_OPTIONS": "{b",
+            },
+            "MEDIA_STORAGE_OPTIONS is not a JSON object",
+        ),
+        (
+            {
+                "DATABASE_URL": "postgres://u@h/db",
+                "REDIS_URL": "redis://h/0",
+                "DEBUG": "1",
+                "MEDIA_STORAGE_OPTIONS": "[]",
+            },
+            "MEDIA_STORAGE_OPTIONS must be a JSON object",
+        ),
+        (
+            {
+                "DATABASE_URL": "postgres://u@h/db",
+                "REDIS_URL": "redis://h/0",
+                "DEBUG": "1",
+                "ATTACHMENT_MAX_BYTES": "10MB",
+            },
+            "ATTACHMENT_MAX_BYTES='10MB' is not a whole number",
+        ),
     ],
 )
 def test_missing_or_malformed_configuration_fails_at_start_naming_what_to_set(tmp_path, env, message):

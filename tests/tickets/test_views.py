@@ -330,8 +330,31 @@ def test_sending_to_another_customers_ticket_is_404_and_writes_nothing(signed_in
     assert not Message.objects.filter(body="Let me in").exists()
 
 
-def test_an_anonymous_send_is_404(client, ticket):
-    assert send(client, ticket, "Hello", client_msg_id="c-anon").status_code == 404
+def test_a_signed_out_send_is_401_with_a_sign_in_link_back_to_the_ticket_and_writes_nothing(client, ticket):
+    response = send(client, ticket, "Hello", client_msg_id="c-anon")
+
+    assert response.status_code == 401
+    assert response.json() == {
+        "error": "You were signed out, so this message was not sent.",
+        "login_url": f"/accounts/login/?next=/tickets/{ticket.pk}/",
+    }
+    assert not Message.objects.filter(client_msg_id="c-anon").exists()
+
+
+def test_a_signed_out_send_to_a_missing_ticket_is_told_the_same_as_to_a_real_one(client, ticket):
+    missing = send(client, Ticket(pk=ticket.pk + 1000), "Hello", client_msg_id="c-anon")
+
+    assert missing.status_code == 401
+    assert missing.json()["error"] == send(client, ticket, "Hello", client_msg_id="c-anon").json()["error"]
+
+
+def test_a_send_after_the_session_ended_is_401(signed_in, ticket):
+    signed_in.session.flush()  # the session row is gone, as after expiry or a sign-out elsewhere
+
+    response = send(signed_in, ticket, "Still there?", client_msg_id="c-expired")
+
+    assert response.status_code == 401
+    assert not Message.objects.filter(client_msg_id="c-expired").exists()
 
 
 def test_a_send_without_the_csrf_token_is_refused(customer, ticket):

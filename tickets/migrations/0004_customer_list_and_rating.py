@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tickets', '0002_ticket_handle_permission'),
+        ('tickets', '0003_attachment'),
     ]
 
     operations = [

@@ -1,0 +1,266 @@
+"""The customer confirms before money moves.
+
+A tool may declare a question the customer answers with a button before the call runs
+(``Tool.confirm_question``: a refund asks "Refund $49.99 to the card used for order A-1002?").
+It is asked after the guardrails and after any staff approval, as the last gate, and it is a
+pause like an approval: rows only, no worker waits.
+
+- The question is bound to the call's exact arguments (their digest) and expires
+  (``ApprovalPolicy.confirmation_minutes``). The policy can turn it off for refunds
+  (``customer_confirms_refunds``), and so can the deployment (``REFUND_CUSTOMER_CONFIRMATION``).
+- The customer's answer is recorded once (``confirmation_decide``): a double click or a second
+  tab answering the same changes nothing; a different answer after the first is refused.
+  Only the button counts: a typed "yes" is a message like any other, acknowledged and answered
+  after the decision.
+- The lease holder applies it (``apply_confirmation``): confirmed, the call runs under its
+  original idempotency key; cancelled, the model is told and answers; expired, the customer is
+  told that nothing was paid and the turn ends.
+- ``may_execute`` (agents.approval) refuses any call that needs a confirmation it does not have.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from agents import calls
+from agents import services as agent_services
+from agents.calls import arguments_digest
+from agents.lease import Lease
+from agents.models import (
+    AgentRun,
+    ApprovalPolicy,
+    CallStatus,
+    ConfirmationDecision,
+    RunStatus,
+    ToolCall,
+)
+from agents.tools import REGISTRY, Tool, ToolContext
+from tickets import services as ticket_services
+from tickets.models import TICKET_TRANSITIONS, ActorKind, AuthorKind, Ticket, TicketStatus
+from tickets.signals import ticket_needs_agent
+
+WAITING_NOTE = (
+    "Thanks, we got your message. Please answer the question above with Confirm or Cancel first; "
+    "we will answer everything here right after."
+)
+
+
+class ConfirmationClosed(ValidationError):
+    """The question was answered already, expired, or changed: nothing was recorded."""
+
+
+def needs_confirmation(tool: Tool, call: ToolCall) -> bool:
+    """Does this call wait for the customer before it runs? Asked when its intent is recorded and
+    again after a staff approval (the policy may have changed in between: the later answer counts)."""
+    if tool.confirm_question is None:
+        return False
+    if call.confirmation_decision == ConfirmationDecision.CONFIRMED and confirmed(call):
+        return False
+    return settings.REFUND_CUSTOMER_CONFIRMATION and ApprovalPolicy.current().customer_confirms_refunds
+
+
+def confirmed(call: ToolCall) -> bool:
+    """No confirmation asked of the customer, or confirmed for exactly these arguments."""
+    if not call.confirmation_required:
+        return True
+    return call.confirmation_decision == ConfirmationDecision.CONFIRMED and (
+        call.confirmation_digest == arguments_digest(call.arguments)
+    )
+
+
+def pause_for_confirmation(*, lease: Lease, run: AgentRun, call: ToolCall, tool: Tool, ctx: ToolContext) -> None:
+    """Ask the customer. Commits with the call's intent (or with the applied approval) when called
+    inside that transaction."""
+    assert tool.confirm_question is not None
+    question = tool.confirm_question(ctx, call.arguments)
+    expires_at = timezone.now() + timedelta(minutes=ApprovalPolicy.current().confirmation_minutes)
+    digest = arguments_digest(call.arguments)
+    with lease.guard():
+        calls.call_await_confirmation(lease=lease, call=call, question=question, expires_at=expires_at, digest=digest)
+        if run.status != RunStatus.WAITING_CONFIRMATION:
+            agent_services.run_transition(
+                lease=lease, run=run, to_status=RunStatus.WAITING_CONFIRMATION, outcome="asked the customer to confirm"
+            )
+        ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
+        if TicketStatus.WAITING_ON_CUSTOMER in TICKET_TRANSITIONS[ticket.status]:
+            ticket_services.ticket_transition_locked(
+                ticket=ticket, to_status=TicketStatus.WAITING_ON_CUSTOMER, actor_kind=ActorKind.AGENT,
+                actor_ref=f"run:{run.pk}", reason="waiting for the customer to confirm",
+            )  # fmt: skip
+        ticket_services.event_append(
+            ticket=run.ticket_id,
+            kind="confirmation_requested",
+            actor_kind=ActorKind.AGENT,
+            actor_ref=f"run:{run.pk}",
+            payload={
+                "call_id": call.pk,
+                "question": question,
+                "digest": digest,
+                "expires_at": expires_at.isoformat(),
+            },
+            is_public=True,
+        )
+
+
+def mark_for_confirmation(*, lease: Lease, call: ToolCall) -> None:
+    """The call will wait for the customer, who is asked when the run reaches it (an earlier call of
+    the same step waits for staff first): no question, no expiry yet. It cannot run before that."""
+    calls.call_await_confirmation(
+        lease=lease, call=call, question="", expires_at=None, digest=arguments_digest(call.arguments)
+    )
+
+
+def _back_to_open(lease: Lease, run: AgentRun) -> None:
+    ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
+    if ticket.status == TicketStatus.WAITING_ON_CUSTOMER:
+        ticket_services.ticket_transition_locked(
+            ticket=ticket, to_status=TicketStatus.OPEN, actor_kind=ActorKind.AGENT, actor_ref=f"run:{run.pk}"
+        )
+
+
+def apply_confirmation(*, lease: Lease, run: AgentRun, call: ToolCall, ticket: Ticket) -> str | None:
+    """Apply the customer's answer. Returns a run state to stop at, or None to go on (the call is
+    then ``started``, to run, or final, for the model to read)."""
+    decision = call.confirmation_decision
+    if decision is None:
+        if call.confirmation_expires_at is None:  # marked behind an approval, not asked yet
+            tool = REGISTRY[call.name]
+            pause_for_confirmation(
+                lease=lease, run=run, call=call, tool=tool, ctx=ToolContext(ticket=ticket, call=call)
+            )
+        elif run.status != RunStatus.WAITING_CONFIRMATION:
+            agent_services.run_transition(
+                lease=lease, run=run, to_status=RunStatus.WAITING_CONFIRMATION, outcome="waiting for the customer"
+            )
+        return RunStatus.WAITING_CONFIRMATION
+    if decision == ConfirmationDecision.CONFIRMED and confirmed(call):
+        with lease.guard():
+            _back_to_open(lease, run)
+            calls.call_confirmed_to_run(lease=lease, call=call)
+        return None
+    if decision == ConfirmationDecision.CONFIRMED:
+        # Confirmed on other arguments: it does not cover this call; the customer is asked again.
+        tool = REGISTRY[call.name]
+        pause_for_confirmation(lease=lease, run=run, call=call, tool=tool, ctx=ToolContext(ticket=ticket, call=call))
+        return RunStatus.WAITING_CONFIRMATION
+    if decision == ConfirmationDecision.CANCELLED:
+        with lease.guard():
+            _back_to_open(lease, run)
+            calls.call_finish(
+                lease=lease, call=call, status=CallStatus.CANCELLED,
+                result={"cancelled": True, "status": "cancelled_by_customer"}, error="the customer cancelled",
+            )  # fmt: skip
+        return None
+    # Expired: nothing was paid; the customer is told, and the turn ends there.
+    with lease.guard():
+        calls.call_finish(
+            lease=lease, call=call, status=CallStatus.CANCELLED,
+            result={"cancelled": True, "status": "confirmation_expired"}, error="the customer did not confirm in time",
+        )  # fmt: skip
+        ticket_services.message_post(
+            ticket=run.ticket_id,
+            author_kind=AuthorKind.SYSTEM,
+            body=(
+                f"You did not confirm in time, so nothing was done: {call.confirmation_text} "
+                "If you still want it, just ask again here."
+            ),
+            client_msg_id=f"confirmation-expired:{call.pk}",
+            actor_ref=f"run:{run.pk}",
+        )
+        agent_services.run_transition(
+            lease=lease, run=run, to_status=RunStatus.COMPLETED, outcome="the customer did not confirm in time"
+        )
+    return RunStatus.COMPLETED
+
+
+def _ring_after_commit(ticket_id: int) -> None:
+    transaction.on_commit(lambda: ticket_needs_agent.send(sender=ToolCall, ticket_id=ticket_id))
+
+
+_WORDS = {ConfirmationDecision.CONFIRMED: "confirmed", ConfirmationDecision.CANCELLED: "cancelled"}
+
+
+def confirmation_decide(
+    *, ticket_id: int, call_id: int, user: AbstractBaseUser | None, confirm: bool, digest: str
+) -> str:
+    """The customer's button: record their answer once and ring the agent. Returns the answer that
+    stands. The caller has checked that ``user`` is the ticket's customer.
+
+    Answering again the same way changes nothing (a double click, a second tab); answering
+    otherwise, too late, or on a question that changed is refused with ConfirmationClosed."""
+    wanted = ConfirmationDecision.CONFIRMED if confirm else ConfirmationDecision.CANCELLED
+    with transaction.atomic():
+        call = (
+            ToolCall.objects.select_for_update()
+            .filter(pk=call_id, ticket_id=ticket_id, confirmation_required=True)
+            .first()
+        )
+        if call is None:
+            raise ConfirmationClosed("There is no such question on this ticket.", code="not_found")
+        if call.confirmation_decision is not None:
+            if call.confirmation_decision == wanted:
+                return wanted
+            if call.confirmation_decision == ConfirmationDecision.EXPIRED:
+                raise ConfirmationClosed(_expired_words(), code="expired")
+            raise ConfirmationClosed(
+                f"You already {_WORDS[call.confirmation_decision]} this; it cannot be changed now.",
+                code="already_decided",
+            )
+        if call.status != CallStatus.AWAITING_CONFIRMATION:
+            raise ConfirmationClosed("This question is no longer waiting for an answer.", code="closed")
+        if _expired(call, timezone.now()):
+            raise ConfirmationClosed(_expired_words(), code="expired")
+        if digest != call.confirmation_digest or digest != arguments_digest(call.arguments):
+            raise ConfirmationClosed(
+                "This request changed since you were asked; please answer the new question.", code="changed"
+            )
+        calls.call_record_confirmation(call_id=call.pk, decision=wanted)
+        ticket_services.event_append(
+            ticket=ticket_id,
+            kind="confirmation_decided",
+            actor_kind=ActorKind.CUSTOMER,
+            actor_user=user,
+            payload={"call_id": call.pk, "decision": wanted, "question": call.confirmation_text},
+            is_public=True,
+        )
+        _ring_after_commit(ticket_id)
+    return wanted
+
+
+def _expired(call: ToolCall, now: datetime) -> bool:
+    return call.confirmation_expires_at is not None and call.confirmation_expires_at <= now
+
+
+def _expired_words() -> str:
+    return "This question has expired, so nothing was done. If you still want it, ask again in the chat."
+
+
+def confirmations_expire_due(*, now: datetime | None = None) -> int:
+    """Record "expired" on every question past its time and ring those tickets (beat, every
+    ``AGENT_CONFIRMATION_EXPIRY_SECONDS``). The lease holder then tells the customer."""
+    now = now or timezone.now()
+    due = ToolCall.objects.filter(
+        status=CallStatus.AWAITING_CONFIRMATION, confirmation_decision__isnull=True, confirmation_expires_at__lte=now
+    ).values_list("pk", "ticket_id")
+    expired = 0
+    for call_id, ticket_id in due:
+        with transaction.atomic():
+            if not calls.call_record_confirmation(call_id=call_id, decision=ConfirmationDecision.EXPIRED):
+                continue  # answered meanwhile
+            ticket_services.event_append(
+                ticket=ticket_id, kind="confirmation_expired", actor_kind=ActorKind.SYSTEM,
+                payload={"call_id": call_id}, is_public=True,
+            )  # fmt: skip
+            _ring_after_commit(ticket_id)
+        expired += 1
+    return expired
+
+
+def acknowledge_while_confirming(*, lease: Lease, run: AgentRun) -> int:
+    return agent_services.acknowledge_while_paused(lease=lease, run=run, note=WAITING_NOTE)

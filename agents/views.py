@@ -1,0 +1,36 @@
+"""The customer's answer to a question the agent asked before money moves (agents.confirmation)."""
+
+from __future__ import annotations
+
+import json
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.http import require_POST
+
+from agents.confirmation import ConfirmationClosed, confirmation_decide
+from tickets.selectors import ticket_get_for_customer
+
+ANSWERS = {"confirm": True, "cancel": False}
+
+
+@require_POST
+def confirmation_answer(request: HttpRequest, ticket_id: int, call_id: int) -> JsonResponse:
+    """POST {"answer": "confirm"|"cancel", "digest": ...}: 200 with the answer that stands (also on a
+    repeat of the same answer), 400 bad input, 404 not the customer's ticket, 409 already answered
+    otherwise, expired, or changed."""
+    ticket = ticket_get_for_customer(user=request.user, ticket_id=ticket_id)  # 404 for anyone else
+    try:
+        data = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        return JsonResponse({"error": "The request body must be JSON."}, status=400)
+    if not isinstance(data, dict) or data.get("answer") not in ANSWERS or not isinstance(data.get("digest"), str):
+        return JsonResponse({"error": 'Send {"answer": "confirm" or "cancel", "digest": "..."}.'}, status=400)
+    try:
+        decision = confirmation_decide(
+            ticket_id=ticket.pk, call_id=call_id, user=request.user, confirm=ANSWERS[data["answer"]],
+            digest=data["digest"],
+        )  # fmt: skip
+    except ConfirmationClosed as exc:
+        status = 404 if exc.code == "not_found" else 409
+        return JsonResponse({"error": exc.messages[0], "code": exc.code}, status=status)
+    return JsonResponse({"decision": decision})

@@ -1,0 +1,151 @@
+/*
+ * Files in the customer's chat: the Attach button, the files chosen for the next message, and
+ * the files shown in a message (thumbnails for photos, a link for PDFs).
+ *
+ * chat.js asks this module (window.chatAttachments), when it is on the page:
+ *   take()                      the files chosen for the message being sent (and clears the choice)
+ *   keep(clientMsgId, files)    remember them for that message: every retry sends the same files
+ *   has(clientMsgId)            whether that message carries files
+ *   form(clientMsgId, text)     the multipart body of its POST
+ *   pending(el, files)          show "name (uploading)" in a bubble not yet sent
+ *   show(el, attachments)       show a message's files as the server lists them
+ *
+ * The server decides what is accepted, from the bytes; the checks here (size, count) only say
+ * so sooner. Names are set with textContent, never as HTML.
+ */
+(function () {
+  "use strict";
+
+  var input = document.getElementById("chat-files");
+  var chosenList = document.getElementById("chat-files-chosen");
+  var errorEl = document.getElementById("chat-files-error");
+  var configEl = document.getElementById("chat-config");
+  if (!input || !chosenList || !configEl) return;
+  var config = JSON.parse(configEl.textContent);
+  var chosen = [];
+  var kept = {}; // client_msg_id -> [File]
+
+  function sizeWords(size) {
+    if (size < 1024) return size + " bytes";
+    if (size < 1024 * 1024) return Math.round(size / 1024) + " KB";
+    return (size / (1024 * 1024)).toFixed(1).replace(/\.0$/, "") + " MB";
+  }
+
+  function say(text) {
+    errorEl.textContent = text;
+    errorEl.hidden = !text;
+  }
+
+  function renderChosen() {
+    chosenList.textContent = "";
+    chosen.forEach(function (file, index) {
+      var li = document.createElement("li");
+      li.appendChild(document.createTextNode(file.name + " (" + sizeWords(file.size) + ")"));
+      var remove = document.createElement("button");
+      remove.type = "button";
+      remove.textContent = "×";
+      remove.setAttribute("aria-label", "Remove " + file.name);
+      remove.addEventListener("click", function () {
+        chosen.splice(index, 1);
+        renderChosen();
+        input.focus();
+      });
+      li.appendChild(remove);
+      chosenList.appendChild(li);
+    });
+  }
+
+  input.addEventListener("change", function () {
+    var problems = [];
+    Array.prototype.forEach.call(input.files, function (file) {
+      if (file.size > config.attachMaxBytes) {
+        problems.push(file.name + " is " + sizeWords(file.size) + "; a file can be at most " + sizeWords(config.attachMaxBytes) + ".");
+      } else if (chosen.length >= config.attachMaxFiles) {
+        problems.push("You can attach at most " + config.attachMaxFiles + " files to one message.");
+      } else {
+        chosen.push(file);
+      }
+    });
+    input.value = ""; // the same file can be chosen again after it is removed
+    say(problems.filter(function (p, i) { return problems.indexOf(p) === i; }).join(" "));
+    renderChosen();
+  });
+
+  function fileList(el) {
+    var list = el.querySelector("ul.attachments");
+    if (list) list.remove();
+    list = document.createElement("ul");
+    list.className = "attachments";
+    el.appendChild(list);
+    return list;
+  }
+
+  window.chatAttachments = {
+    take: function () {
+      var files = chosen;
+      chosen = [];
+      renderChosen();
+      say("");
+      return files;
+    },
+    keep: function (clientMsgId, files) {
+      if (files.length) kept[clientMsgId] = files;
+    },
+    has: function (clientMsgId) {
+      return Boolean(kept[clientMsgId]);
+    },
+    form: function (clientMsgId, text) {
+      var form = new FormData();
+      form.append("client_msg_id", clientMsgId);
+      form.append("body", text);
+      kept[clientMsgId].forEach(function (file) {
+        form.append("files", file, file.name);
+      });
+      return form;
+    },
+    pending: function (el, files) {
+      if (!files.length) return;
+      var list = fileList(el);
+      files.forEach(function (file) {
+        var li = document.createElement("li");
+        li.className = "attachment uploading";
+        li.textContent = file.name + " ";
+        var progress = document.createElement("span");
+        progress.className = "upload-state"; // hidden by the stylesheet once the message failed
+        progress.textContent = "(uploading…)";
+        li.appendChild(progress);
+        list.appendChild(li);
+      });
+    },
+    show: function (el, attachments) {
+      if (!attachments || !attachments.length) return;
+      var list = fileList(el);
+      attachments.forEach(function (file) {
+        var li = document.createElement("li");
+        li.className = "attachment" + (file.image ? " is-image" : "");
+        li.setAttribute("data-attachment-id", String(file.id));
+        var link = document.createElement("a");
+        link.href = file.url;
+        if (file.image) {
+          link.target = "_blank";
+          link.rel = "noopener";
+          var img = document.createElement("img");
+          img.src = file.url;
+          img.alt = file.name;
+          link.appendChild(img);
+          li.appendChild(link);
+        } else {
+          link.className = "file-link";
+          link.setAttribute("download", "");
+          link.textContent = "📄 " + file.name;
+          li.appendChild(link);
+          var size = document.createElement("span");
+          size.className = "file-size";
+          size.textContent = " PDF, " + file.size_text;
+          li.appendChild(size);
+        }
+        list.appendChild(li);
+      });
+    },
+  };
+})();

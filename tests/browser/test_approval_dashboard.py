@@ -1,0 +1,123 @@
+"""The approval dashboard in a real browser while requests come and go: what a person is doing
+(a typed reason, an open conversation, keyboard focus) survives every live update."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+from playwright.sync_api import expect
+
+from approvals import services
+from approvals.models import ApprovalRequest, ApprovalStatus
+from tests.approvals.conftest import make_staff
+from tests.browser.conftest import SCREENSHOTS, Stack
+from tests.conftest import make_customer, make_order
+from tests.workers import wait_until
+from tickets import services as ticket_services
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
+
+
+def sign_in_staff(browser, stack: Stack, username: str):  # noqa: ANN001, ANN201
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    context.set_default_timeout(20_000)
+    context.add_init_script(
+        "window.__csp = []; document.addEventListener('securitypolicyviolation', "
+        "e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));"
+    )
+    page = context.new_page()
+    page.goto(stack.url("/accounts/login/?next=/staff/approvals/"))
+    page.fill("#id_username", username)
+    page.fill("#id_password", "staff-pass-123")
+    page.click("main form button[type=submit]")
+    page.wait_for_url(stack.url("/staff/approvals/"))
+    return page
+
+
+def request_refund(stack: Stack, customer, number: str) -> ApprovalRequest:  # noqa: ANN001
+    """The customer asks; the real worker runs the agent, which pauses on a refund above the threshold."""
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body=f"Please refund order {number}")
+    wait_until(
+        lambda: ApprovalRequest.objects.filter(ticket=ticket, status=ApprovalStatus.PENDING).exists(),
+        timeout=30,
+        what=f"the approval request for {number}",
+        cluster=stack.cluster,
+    )
+    return ApprovalRequest.objects.get(ticket=ticket)
+
+
+def decide_elsewhere(approval: ApprovalRequest, user) -> None:  # noqa: ANN001
+    """Another person's decision, from a thread without Playwright's event loop (the notification
+    to the dashboards goes through async_to_sync, which refuses to run beside a loop)."""
+
+    def decide() -> None:
+        try:
+            services.approval_decide(approval_id=approval.pk, user=user, approve=False, note="handled elsewhere")
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=decide)
+    thread.start()
+    thread.join(timeout=30)
+
+
+def test_a_live_update_keeps_a_typed_reason_an_open_conversation_and_focus_and_announces_the_new_request(
+    live: Stack,
+    browser,  # noqa: ANN001
+):
+    customer = make_customer()
+    for number in ("L-1001", "L-1002", "L-1003"):
+        make_order(customer, total_cents=64900, number=number)
+    make_staff("erin", can_decide=True)
+    frank = make_staff("frank", can_decide=True)
+    one, two = request_refund(live, customer, "L-1001"), request_refund(live, customer, "L-1002")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    page = sign_in_staff(browser, live, "erin")
+    page.wait_for_selector("#live-status:has-text('Live')")
+    conversation = page.locator(f"#approval-{two.pk} details.conversation")
+    conversation.locator("summary").click()
+    reason = page.locator(f"#approval-{one.pk}-reject-note")
+    reason.click()
+    page.keyboard.type("Duplicate of an earlier ")
+
+    # Meanwhile a new request arrives through the product; the dashboard hears of it over its socket.
+    three = request_refund(live, customer, "L-1003")
+
+    expect(page.locator(f"li.approval[data-approval-id='{three.pk}']")).to_be_visible()
+    assert reason.input_value() == "Duplicate of an earlier "
+    assert page.evaluate("document.activeElement.id") == f"approval-{one.pk}-reject-note"
+    assert conversation.evaluate("details => details.open") is True
+    page.keyboard.type("request")  # the keys still land in the same field
+    assert reason.input_value() == "Duplicate of an earlier request"
+    expect(page.locator("#new-banner")).to_have_text("1 new request added below.")
+    assert page.locator("#new-banner").get_attribute("aria-live") == "polite"
+    assert page.eval_on_selector_all("li.approval", "cards => cards.map(c => c.dataset.approvalId)") == [
+        str(one.pk),
+        str(two.pk),
+        str(three.pk),
+    ]
+    page.screenshot(path=str(SCREENSHOTS / "dashboard-new-request.png"), full_page=True)
+
+    # Someone else rejects the request this person is typing in: marked, not ripped out.
+    decide_elsewhere(one, frank)
+    card = page.locator(f"#approval-{one.pk}")
+    expect(card.locator(".gone-notice")).to_contain_text("No longer pending: this request was rejected by someone else")
+    assert reason.input_value() == "Duplicate of an earlier request"
+    assert page.evaluate("document.activeElement.id") == f"approval-{one.pk}-reject-note"
+    assert card.locator("button[data-action=reject]").get_attribute("aria-disabled") == "true"
+    # ...and one nobody is working in simply leaves the list (and the "new" announcement).
+    decide_elsewhere(three, frank)
+    expect(page.locator(f"#approval-{three.pk}")).to_have_count(0)
+    expect(page.locator("#new-banner")).to_have_text("")
+    assert conversation.evaluate("details => details.open") is True
+    page.screenshot(path=str(SCREENSHOTS / "dashboard-decided-elsewhere.png"), full_page=True)
+
+    # Sending the reason on the card decided elsewhere sends nothing.
+    page.keyboard.press("Enter")
+    page.wait_for_timeout(300)
+    assert page.url == live.url("/staff/approvals/")
+    assert ApprovalRequest.objects.get(pk=one.pk).note == "handled elsewhere"
+    assert page.evaluate("window.__csp") == []

@@ -1,0 +1,107 @@
+"""The chat on a phone, in a real browser: at 390×844 the header is small, at 390×500 (the
+keyboard open) the message box and the Send button stay on the screen, and the "Enter to send"
+hint is not shown on a touch screen."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.conftest import SCREENSHOTS, Stack, sign_in
+from tests.browser.test_customer_chat import wait_for_agent_messages
+from tests.conftest import make_customer
+from tickets import services as ticket_services
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+
+PHONE = {"width": 390, "height": 844}
+KEYBOARD_OPEN = {"width": 390, "height": 500}
+
+# Where the parts of the chat sit on the screen, in CSS pixels.
+LAYOUT = """() => {
+  const box = id => { const r = document.getElementById(id).getBoundingClientRect();
+                      return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, height: r.height}; };
+  return {
+    header: document.getElementById("chat-scroll").getBoundingClientRect().top,
+    scroll: box("chat-scroll"), input: box("chat-input"), send: box("chat-send"),
+    viewport: {width: window.innerWidth, height: window.innerHeight},
+    pageWidth: document.documentElement.scrollWidth,
+  };
+}"""
+
+
+@pytest.fixture
+def chat_on(live: Stack, browser):  # noqa: ANN001
+    """Opens a signed-in customer's chat in a browser of the given size and kind; closes them after."""
+    customer = make_customer()
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="My kettle arrived with a dent in the lid and a scratched base", body="Hello there"
+    )
+    desktop = sign_in(browser, live, customer)
+    signed_in = desktop.context.storage_state()
+    desktop.context.close()
+    contexts = []
+
+    def open_chat(viewport: dict, *, touch: bool):  # noqa: ANN202
+        context = browser.new_context(
+            storage_state=signed_in, viewport=viewport, is_mobile=touch, has_touch=touch, device_scale_factor=2
+        )
+        context.set_default_timeout(15_000)
+        contexts.append(context)
+        page = context.new_page()
+        page.goto(live.url(f"/tickets/{ticket.pk}/"))
+        wait_for_agent_messages(page, 1)
+        return page
+
+    yield open_chat
+    for context in contexts:
+        context.close()
+
+
+def inside(box: dict, viewport: dict) -> bool:
+    return (
+        box["top"] >= 0
+        and box["left"] >= 0
+        and box["bottom"] <= viewport["height"]
+        and box["right"] <= viewport["width"]
+    )
+
+
+def test_on_a_phone_the_header_is_small_and_the_conversation_has_the_room(chat_on):  # noqa: ANN001
+    page = chat_on(PHONE, touch=True)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "phone-390x844.png"))
+    layout = page.evaluate(LAYOUT)
+
+    assert layout["header"] <= PHONE["height"] / 6, layout  # the top bar and the ticket's header together
+    assert layout["scroll"]["height"] >= 0.6 * PHONE["height"], layout
+    assert inside(layout["input"], layout["viewport"]) and inside(layout["send"], layout["viewport"]), layout
+    assert layout["pageWidth"] <= PHONE["width"], layout  # nothing pushes the page sideways
+    assert not page.locator(".composer-hint").is_visible()  # "Press Enter to send" is no use on a touch keyboard
+
+
+def test_with_the_keyboard_open_the_message_box_and_send_stay_on_screen(chat_on):  # noqa: ANN001
+    page = chat_on(KEYBOARD_OPEN, touch=True)
+    page.tap("#chat-input")
+    page.screenshot(path=str(SCREENSHOTS / "phone-390x500.png"))
+    layout = page.evaluate(LAYOUT)
+
+    assert inside(layout["input"], layout["viewport"]), layout
+    assert inside(layout["send"], layout["viewport"]), layout
+    assert layout["header"] <= 0.2 * KEYBOARD_OPEN["height"], layout  # the header collapsed
+    assert layout["scroll"]["height"] >= 0.45 * KEYBOARD_OPEN["height"], layout
+    assert page.evaluate("document.scrollingElement.scrollTop") == 0  # the page itself did not scroll them into view
+    assert not page.locator(".chat-head .back").is_visible() and page.locator(".chat-head h1").is_visible()
+
+    page.fill("#chat-input", "Typed with the keyboard open")
+    page.tap("#chat-send")
+    page.locator("#chat-log li.msg.from-customer", has_text="Typed with the keyboard open").wait_for()
+    assert inside(page.evaluate(LAYOUT)["input"], layout["viewport"])
+
+
+def test_a_short_window_without_touch_keeps_the_box_and_shows_the_enter_hint(chat_on):  # noqa: ANN001
+    page = chat_on(KEYBOARD_OPEN, touch=False)
+    layout = page.evaluate(LAYOUT)
+
+    assert inside(layout["input"], layout["viewport"]) and inside(layout["send"], layout["viewport"]), layout
+    assert page.locator(".composer-hint").is_visible()  # a keyboard with an Enter key
+    assert page.locator(".composer-hint").bounding_box()["y"] + 10 <= KEYBOARD_OPEN["height"]

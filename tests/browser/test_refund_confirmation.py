@@ -1,0 +1,103 @@
+"""The customer confirms before money moves, in a real browser with a real worker and the payment
+sandbox: a refund is paid after Confirm and only then, once, even when Confirm is double-clicked;
+Cancel and an expired question pay nothing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agents.confirmation import confirmations_expire_due
+from agents.models import CallStatus, Refund, ToolCall
+from tests.browser.conftest import SCREENSHOTS, Stack, sign_in
+from tests.conftest import make_customer, make_order
+from tests.workers import Cluster, free_port, purge_broker, purge_stream_buffers, wait_for_http, wait_until
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.customer_confirms,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(240),
+]
+
+
+@pytest.fixture(scope="module")
+def confirm_stack(
+    _orm_beside_playwright, django_db_setup, payment_sandbox_process, tmp_path_factory
+) -> Iterator[Stack]:  # noqa: ANN001
+    """daphne + one worker that asks customers to confirm refunds, both reaching the payment sandbox."""
+    purge_broker()
+    purge_stream_buffers()
+    cluster = Cluster(tmp_path_factory.mktemp("confirm-stack"))
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    env = {"STRIPE_API_BASE": payment_sandbox_process.base_url, "REFUND_CUSTOMER_CONFIRMATION": "1"}
+    try:
+        web = cluster.web(port, **env)
+        worker = cluster.worker(OFFLINE_MODEL_TOKEN_DELAY_MS="5", **env)
+        wait_for_http(base_url + "/accounts/login/", timeout=30, proc=web)
+        wait_until(lambda: "ready." in worker.log(), timeout=30, what="the worker to start", cluster=cluster)
+        yield Stack(base_url, cluster)
+    finally:
+        cluster.stop_all()
+        purge_broker()
+        purge_stream_buffers()
+
+
+def ask_for_a_refund(browser, stack: Stack, sandbox, number: str):  # noqa: ANN001, ANN201
+    customer = make_customer()
+    order = make_order(customer, total_cents=4999, number=number)
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    page = sign_in(browser, stack, customer)
+    page.click("text=New ticket")
+    page.fill("#id_body", f"Please refund order {number}")
+    page.click("form.new-ticket button[type=submit]")
+    page.wait_for_url(re.compile(r"/tickets/\d+/$"))
+    card = page.locator("#chat-log li.confirm")
+    card.wait_for(timeout=30_000)
+    assert card.locator(".confirm-text").inner_text() == f"Refund $49.99 to the card used for order {number}?"
+    return page, order, card
+
+
+def paid(sandbox, order) -> list[dict]:  # noqa: ANN001
+    return [r for r in sandbox.refunds() if r["payment_intent"] == order.payment_reference]
+
+
+def test_confirm_pays_once_even_when_double_clicked(confirm_stack: Stack, browser, payment_sandbox):  # noqa: ANN001
+    page, order, card = ask_for_a_refund(browser, confirm_stack, payment_sandbox, "C-1001")
+    assert paid(payment_sandbox, order) == []  # asked, not paid
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "customer-confirm-refund.png"))
+
+    card.locator("button[data-answer=confirm]").dblclick()
+    page.wait_for_selector("#chat-log li.msg.from-agent:has-text('refunded $49.99')", timeout=30_000)
+    assert card.locator("button[data-answer=confirm]").is_hidden()
+
+    assert [r["amount"] for r in paid(payment_sandbox, order)] == [4999]
+    assert Refund.objects.get(order=order).provider_refund_id == paid(payment_sandbox, order)[0]["id"]
+    assert page.locator("#chat-log li.msg.from-agent:has-text('refunded $49.99')").count() == 1
+
+
+def test_cancel_pays_nothing(confirm_stack: Stack, browser, payment_sandbox):  # noqa: ANN001
+    page, order, card = ask_for_a_refund(browser, confirm_stack, payment_sandbox, "C-1002")
+    card.locator("button[data-answer=cancel]").click()
+    page.wait_for_selector("#chat-log li.msg.from-agent:has-text('have not refunded anything')", timeout=30_000)
+    assert paid(payment_sandbox, order) == [] and not Refund.objects.filter(order=order).exists()
+    # A reload shows the question answered: no button to press again.
+    page.reload()
+    assert page.locator("#chat-log li.confirm button[data-answer=confirm]").is_hidden()
+
+
+def test_an_expired_question_pays_nothing_and_the_customer_is_told(confirm_stack: Stack, browser, payment_sandbox):  # noqa: ANN001
+    page, order, card = ask_for_a_refund(browser, confirm_stack, payment_sandbox, "C-1003")
+    ToolCall.objects.filter(ticket__customer__orders=order, status=CallStatus.AWAITING_CONFIRMATION).update(
+        confirmation_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert confirmations_expire_due() == 1  # what beat runs every AGENT_CONFIRMATION_EXPIRY_SECONDS
+    page.wait_for_selector("#chat-log :has-text('did not confirm in time, so nothing was done')", timeout=30_000)
+    assert card.locator("button[data-answer=confirm]").is_hidden()
+    assert paid(payment_sandbox, order) == [] and not Refund.objects.filter(order=order).exists()

@@ -1,0 +1,182 @@
+"""What a customer's file is, judged by its bytes: an image we accept (re-encoded by Pillow, its
+metadata gone) or a PDF, and nothing else.
+
+No database here: ``inspect`` turns an incoming file into the bytes to store, or refuses it
+with ``AttachmentRefused`` (a ValidationError whose message is written for the customer).
+``tickets.services`` calls it before writing anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import unicodedata
+import warnings
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+# Pillow's format name -> (content type, the extension a download gets).
+IMAGE_FORMATS: dict[str, tuple[str, str]] = {
+    "JPEG": ("image/jpeg", ".jpg"),
+    "PNG": ("image/png", ".png"),
+    "WEBP": ("image/webp", ".webp"),
+}
+PDF_TYPE = "application/pdf"
+EXTENSIONS: dict[str, str] = {**dict(IMAGE_FORMATS.values()), PDF_TYPE: ".pdf"}
+ACCEPTED_WORDS = "a photo (JPEG, PNG or WebP) or a PDF"
+# What the file picker offers; the server still decides from the bytes.
+ACCEPT_ATTRIBUTE = "image/jpeg,image/png,image/webp,application/pdf"
+NAME_MAX_CHARS = 200
+
+_UNSAFE_NAME_CHARS = re.compile(r"[\x00-\x1f\x7f/\\]")
+
+
+class AttachmentRefused(ValidationError):
+    """A file we do not store; the message says why, in the customer's words."""
+
+
+@dataclass(frozen=True)
+class IncomingFile:
+    """A file as it arrived: the name the customer's device gave it, and its bytes."""
+
+    name: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class CheckedFile:
+    """A file we will store: the bytes to store (an image re-encoded), their type and hash."""
+
+    name: str
+    content_type: str
+    data: bytes
+    sha256: str
+
+    @property
+    def extension(self) -> str:
+        return EXTENSIONS[self.content_type]
+
+
+def max_bytes() -> int:
+    return int(settings.ATTACHMENT_MAX_BYTES)
+
+
+def max_files() -> int:
+    return int(settings.ATTACHMENT_MAX_FILES)
+
+
+def size_words(size: int) -> str:
+    """A size as a person reads it: 245 KB, 3.4 MB."""
+    if size < 1024:
+        return f"{size} bytes"
+    if size < 1024 * 1024:
+        return f"{round(size / 1024)} KB"
+    return f"{size / (1024 * 1024):.1f} MB".replace(".0 MB", " MB")
+
+
+def clean_name(name: str) -> str:
+    """The file's name without any folder, control characters or surrounding dots and spaces,
+    at most NAME_MAX_CHARS long (the extension kept); "attachment" when nothing is left."""
+    name = unicodedata.normalize("NFC", str(name or ""))
+    name = re.split(r"[/\\]", name)[-1]
+    name = _UNSAFE_NAME_CHARS.sub("", name).strip(" .")
+    # Lone surrogates and the like cannot be stored (nor shown).
+    name = name.encode("utf-8", "ignore").decode("utf-8")
+    if len(name) > NAME_MAX_CHARS:
+        stem, dot, ext = name.rpartition(".")
+        ext = ext if dot and len(ext) <= 10 else ""
+        name = stem[: NAME_MAX_CHARS - len(ext) - 1] + "." + ext if ext else name[:NAME_MAX_CHARS]
+    return name or "attachment"
+
+
+def download_name(name: str, content_type: str) -> str:
+    """The name a download gets: the customer's name, with the extension of what the file is."""
+    stem, dot, _ = name.rpartition(".")
+    return (stem if dot and stem else name) + EXTENSIONS.get(content_type, "")
+
+
+def inspect(incoming: IncomingFile) -> CheckedFile:
+    """The bytes to store for ``incoming``, or AttachmentRefused.
+
+    The type comes from the content alone: a PNG named ``receipt.pdf`` is a PNG, an HTML page
+    named ``photo.jpg`` is refused. Images are decoded and encoded again, so what we store and
+    serve is pixels Pillow wrote (no EXIF, GPS position, XMP or comments of the original; the
+    EXIF orientation is applied first, so the photo stays upright).
+    """
+    name = clean_name(incoming.name)
+    data = incoming.data
+    limit = max_bytes()
+    if len(data) > limit:
+        raise AttachmentRefused(
+            f"{name} is {size_words(len(data))}; a file can be at most {size_words(limit)}.", code="too_large"
+        )
+    if not data:
+        raise AttachmentRefused(f"{name} is empty.", code="empty")
+    if data.startswith(b"%PDF-"):
+        content_type, stored = PDF_TYPE, data
+    else:
+        content_type, stored = _reencoded_image(name, data)
+    return CheckedFile(name=name, content_type=content_type, data=stored, sha256=hashlib.sha256(stored).hexdigest())
+
+
+def inspect_all(files: list[IncomingFile]) -> list[CheckedFile]:
+    if len(files) > max_files():
+        raise AttachmentRefused(f"You can attach at most {max_files()} files to one message.", code="too_many_files")
+    return [inspect(incoming) for incoming in files]
+
+
+def _refused_type(name: str) -> AttachmentRefused:
+    return AttachmentRefused(f"{name} is not a file we accept. Please send {ACCEPTED_WORDS}.", code="unsupported_type")
+
+
+def _reencoded_image(name: str, data: bytes) -> tuple[str, bytes]:
+    max_pixels = int(settings.ATTACHMENT_MAX_PIXELS)
+    try:
+        # Pillow warns past MAX_IMAGE_PIXELS and raises past twice that: both are refusals here.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data), formats=list(IMAGE_FORMATS)) as probe:
+                fmt = str(probe.format)
+                if probe.width * probe.height > max_pixels:
+                    raise AttachmentRefused(
+                        f"{name} is {probe.width}×{probe.height} pixels; an image can have at most "
+                        f"{max_pixels // 1_000_000} million pixels.",
+                        code="too_many_pixels",
+                    )
+                probe.verify()  # checks the structure (and PNG checksums) without decoding
+            with Image.open(io.BytesIO(data), formats=[fmt]) as image:
+                image.load()
+                return IMAGE_FORMATS[fmt][0], _encode(image, fmt)
+    except AttachmentRefused:
+        raise
+    except UnidentifiedImageError:
+        raise _refused_type(name) from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise AttachmentRefused(f"{name} is too large an image to open.", code="too_many_pixels") from None
+    except (OSError, SyntaxError, ValueError, EOFError):
+        # Looked like an accepted image but its data is broken (truncated, corrupt).
+        raise AttachmentRefused(f"{name} looks damaged and could not be opened.", code="damaged") from None
+
+
+def _encode(image: Image.Image, fmt: str) -> bytes:
+    icc_profile = image.info.get("icc_profile")  # colours, not who or where: kept
+    upright = ImageOps.exif_transpose(image)  # a copy; the first frame of an animation
+    upright.info = {}  # nothing of the original's metadata goes along
+    options: dict[str, object] = {}
+    if fmt == "JPEG":
+        if upright.mode not in {"L", "RGB", "CMYK"}:
+            upright = upright.convert("RGB")
+        options = {"quality": 90}
+    elif fmt == "WEBP":
+        if upright.mode not in {"RGB", "RGBA"}:
+            upright = upright.convert("RGBA")
+        options = {"quality": 90}
+    if icc_profile:
+        options["icc_profile"] = icc_profile
+    out = io.BytesIO()
+    upright.save(out, fmt, **options)
+    return out.getvalue()
