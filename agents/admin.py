@@ -4,14 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db.models import Exists, OuterRef, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.utils.html import format_html
 
-from agents.models import AgentRun, ModelStep, Refund, RunStatus, TicketLease, ToolCall
+from agents.model_factory import get_model
+from agents.models import AgentProfile, AgentRun, ModelStep, Refund, RunStatus, TicketLease, ToolCall
+from agents.profiles import (
+    CONTENT_FIELDS,
+    POLICY_FIELDS,
+    active_profile,
+    profile_activate,
+    profile_diff,
+    profile_new_version,
+    run_move_to_active,
+)
 from agents.refunds import refund_reconcile
 from agents.tasks import ring
+from agents.tools import REGISTRY
 from tickets import services as ticket_services
 from tickets.admin import ReadOnlyInline, TicketAdmin
 from tickets.models import Ticket
@@ -217,3 +231,124 @@ class RefundAdmin(ReadOnlyAdmin):
         if "reconcile_refunds" not in actions:
             actions["reconcile_refunds"] = self.get_action(reconcile_refunds)
         return actions
+
+
+# --- Agent profiles: versions are never edited; saving makes the next version ---------------------
+
+
+class AgentProfileForm(forms.ModelForm):
+    make_active = forms.BooleanField(
+        required=False, initial=True, help_text="New runs start with this version; runs already started keep theirs."
+    )
+
+    class Meta:
+        model = AgentProfile
+        fields = ["system_prompt", "model", "model_parameters", "tools", "approval_policy", "note"]
+
+    def clean_tools(self) -> list[dict]:
+        tools = self.cleaned_data["tools"]
+        if not isinstance(tools, list) or not all(isinstance(t, dict) and t.get("name") for t in tools):
+            raise forms.ValidationError('A list of tools: [{"name": ..., "requires_approval": true|false}, ...].')
+        unknown = sorted({t["name"] for t in tools} - set(REGISTRY))
+        if unknown:
+            raise forms.ValidationError(f"No such tool: {', '.join(unknown)}. Known: {', '.join(sorted(REGISTRY))}.")
+        # The replay policy is the tool's own (code); the version records it.
+        return [
+            {"name": t["name"], "replay_policy": REGISTRY[t["name"]].replay_policy,
+             "requires_approval": bool(t.get("requires_approval"))}
+            for t in tools
+        ]  # fmt: skip
+
+    def clean_approval_policy(self) -> dict:
+        policy = self.cleaned_data["approval_policy"]
+        if not isinstance(policy, dict):
+            raise forms.ValidationError("An object of the approval policy's values.")
+        unknown = sorted(set(policy) - set(POLICY_FIELDS))
+        if unknown:
+            raise forms.ValidationError(f"Not a policy value: {', '.join(unknown)}. Known: {', '.join(POLICY_FIELDS)}.")
+        return policy
+
+    def clean_model(self) -> str:
+        spec = self.cleaned_data["model"].strip()
+        try:
+            get_model(spec)
+        except ImproperlyConfigured as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return spec
+
+
+@admin.action(description="Make this version active (new runs start with it)")
+def activate_profile(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[AgentProfile]) -> None:
+    if queryset.count() != 1:
+        messages.error(request, "Choose one version to make active.")
+        return
+    profile = profile_activate(version=queryset.get().version, user=request.user)
+    messages.success(request, f"Version {profile.version} is active.")
+
+
+@admin.register(AgentProfile)
+class AgentProfileAdmin(admin.ModelAdmin):
+    """Open a version and save it to make the next one: the one opened is never changed."""
+
+    form = AgentProfileForm
+    list_display = ["version", "is_active", "model", "note", "created_at", "created_by", "runs_count"]
+    readonly_fields = ["version", "is_active", "created_at", "created_by", "changes"]
+    actions = [activate_profile]
+
+    def get_fields(self, request: HttpRequest, obj: AgentProfile | None = None) -> list[str]:
+        editable = ["system_prompt", "model", "model_parameters", "tools", "approval_policy", "note", "make_active"]
+        return ["version", "is_active", "created_at", "created_by", "changes", *editable] if obj else editable
+
+    @admin.display(description="runs")
+    def runs_count(self, profile: AgentProfile) -> int:
+        return profile.runs.count()
+
+    @admin.display(description="changes from the version before")
+    def changes(self, profile: AgentProfile) -> str:
+        diff = profile_diff(profile)
+        return format_html("<pre>{}</pre>", diff) if diff else "(the first version)"
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: AgentProfile, form: AgentProfileForm, change: bool) -> None:
+        changes = {name: form.cleaned_data[name] for name in CONTENT_FIELDS}
+        made = profile_new_version(
+            changes=changes, user=request.user, note=form.cleaned_data.get("note", ""),
+            activate=form.cleaned_data.get("make_active", False),
+        )  # fmt: skip
+        form.instance = obj = made  # the response names the new version, not the one opened
+        obj.pk = made.pk
+
+    def response_change(self, request: HttpRequest, obj: AgentProfile) -> HttpResponse:
+        messages.success(request, f"Saved as version {obj.version}; the version you opened is unchanged.")
+        return redirect("admin:agents_agentprofile_change", obj.pk)
+
+    def response_add(
+        self, request: HttpRequest, obj: AgentProfile, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        messages.success(request, f"Saved as version {obj.version}.")
+        return redirect("admin:agents_agentprofile_change", obj.pk)
+
+
+@admin.action(description="Move paused runs to the active profile version")
+def move_runs_to_active(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
+    moved = sum(run_move_to_active(run=run, user=request.user) for run in queryset)
+    skipped = queryset.count() - moved
+    messages.success(
+        request,
+        f"Moved {moved} run(s) to version {active_profile().version}"
+        + (f"; {skipped} left as they were (not paused, or on it already)." if skipped else "."),
+    )
+
+
+@admin.display(description="profile", ordering="profile__version")
+def profile_version(run: AgentRun) -> str:
+    return f"v{run.profile.version}" if run.profile_id else "—"
+
+
+AgentRunAdmin.list_display = [*AgentRunAdmin.list_display, profile_version]
+AgentRunAdmin.list_select_related = ["ticket", "profile"]
+AgentRunAdmin.actions = [move_runs_to_active]
+AgentRunInline.fields = [*AgentRunInline.fields, "profile"]
+AgentRunInline.readonly_fields = AgentRunInline.fields

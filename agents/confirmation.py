@@ -34,12 +34,12 @@ from agents.calls import arguments_digest
 from agents.lease import Lease
 from agents.models import (
     AgentRun,
-    ApprovalPolicy,
     CallStatus,
     ConfirmationDecision,
     RunStatus,
     ToolCall,
 )
+from agents.profiles import policy_values, profile_of
 from agents.tools import REGISTRY, Tool, ToolContext
 from tickets import services as ticket_services
 from tickets.models import TICKET_TRANSITIONS, ActorKind, AuthorKind, Ticket, TicketStatus
@@ -62,7 +62,7 @@ def needs_confirmation(tool: Tool, call: ToolCall) -> bool:
         return False
     if call.confirmation_decision == ConfirmationDecision.CONFIRMED and confirmed(call):
         return False
-    return settings.REFUND_CUSTOMER_CONFIRMATION and ApprovalPolicy.current().customer_confirms_refunds
+    return settings.REFUND_CUSTOMER_CONFIRMATION and policy_values(profile_of(call.run)).customer_confirms_refunds
 
 
 def confirmed(call: ToolCall) -> bool:
@@ -79,7 +79,7 @@ def pause_for_confirmation(*, lease: Lease, run: AgentRun, call: ToolCall, tool:
     inside that transaction."""
     assert tool.confirm_question is not None
     question = tool.confirm_question(ctx, call.arguments)
-    expires_at = timezone.now() + timedelta(minutes=ApprovalPolicy.current().confirmation_minutes)
+    expires_at = timezone.now() + timedelta(minutes=policy_values(profile_of(run)).confirmation_minutes)
     digest = arguments_digest(call.arguments)
     with lease.guard():
         calls.call_await_confirmation(lease=lease, call=call, question=question, expires_at=expires_at, digest=digest)

@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.conf import settings
 from django.db.models import BigIntegerField, OuterRef, Subquery
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 
 from agents.models import AgentRun, CallStatus, ModelStep, StepStatus, ToolCall
+from agents.profiles import profile_of
 from tickets.attachments import size_words
 from tickets.models import AuthorKind, Message, Ticket, TicketEvent
 
@@ -35,8 +35,9 @@ Your final message (with no tool call) is posted to the customer."""
 _PREFIX = {AuthorKind.AGENT: "", AuthorKind.STAFF: "[staff] ", AuthorKind.SYSTEM: "[automatic notice] "}
 
 
-def system_message(ticket: Ticket) -> dict[str, Any]:
-    prompt = settings.AGENT_SYSTEM_PROMPT or DEFAULT_SYSTEM_PROMPT
+def system_message(ticket: Ticket, prompt: str = "") -> dict[str, Any]:
+    """The instructions: the run's profile version's prompt, or the built-in one."""
+    prompt = prompt or DEFAULT_SYSTEM_PROMPT
     return {
         "role": "system",
         "content": f"{prompt}\nCustomer: {ticket.customer.name}. Ticket #{ticket.pk}: {ticket.subject}.",
@@ -105,7 +106,7 @@ def build_conversation(
         position = step.ticket_seq if step.ticket_seq is not None else 0
         placed.append(((position, 1, step.run_id, step.index), step_block(step, by_position)))
 
-    conversation: list[dict[str, Any]] = [system_message(ticket)]
+    conversation: list[dict[str, Any]] = [system_message(ticket, profile_of(run).system_prompt)]
     for _, entries in sorted(placed, key=lambda item: item[0]):
         conversation.extend(entries)
     for note in run.recovery_notes:

@@ -88,7 +88,12 @@ def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, An
         return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
     # Not saved yet: the checks below see the call as it will be recorded.
     draft = ToolCall(ticket_id=run.ticket_id, run=run, step=step, index=index, name=tool.name, arguments=args)
-    ctx = ToolContext(ticket=p.ticket, call=draft)
+    ctx = ToolContext(ticket=p.ticket, call=draft, policy=p.policy)
+    if tool.name not in p.enabled_tools:
+        call = calls.call_start(**common, name=tool.name, arguments=args, replay_policy=tool.replay_policy,
+                                public_label="")  # fmt: skip
+        error = f"the tool {tool.name} is not enabled for this agent (profile version)"
+        return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=error)
     intent = {**common, "name": tool.name, "arguments": args, "replay_policy": tool.replay_policy}
     try:
         if tool.precheck is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -67,6 +68,42 @@ ACTIVE_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.WAITING_APPROVAL, RunStatus.
 PAUSED_RUN_STATUSES = (RunStatus.WAITING_APPROVAL, RunStatus.WAITING_CONFIRMATION)
 
 
+class AgentProfile(models.Model):
+    """One version of what the agent is: its prompt, model, tools and approval policy.
+
+    Versions are never changed once written (``agents.profiles`` makes the next one); one is
+    active. A run pins the version it started with and keeps it to its end, across crashes,
+    approval waits and deploys (DESIGN.md, invariant 18). Guardrails in code apply whatever a
+    profile says.
+    """
+
+    version = models.PositiveIntegerField(unique=True)
+    is_active = models.BooleanField(default=False)
+    # Empty: the built-in prompt (agents.conversation.DEFAULT_SYSTEM_PROMPT).
+    system_prompt = models.TextField(blank=True)
+    # As AGENT_MODEL names it: "offline", "openai:<model>", or a class path (agents.model_factory).
+    model = models.CharField(max_length=200, default="offline")
+    model_parameters = models.JSONField(default=dict, blank=True)
+    # The tools the agent may call: [{"name", "replay_policy", "requires_approval"}]. The replay
+    # policy is the tool's own (in code), recorded so a version says what it ran with.
+    tools = models.JSONField(default=list)
+    # The approval policy's values (see ApprovalPolicy): threshold, limits, expiry, confirmation.
+    approval_policy = models.JSONField(default=dict)
+    note = models.CharField(max_length=300, blank=True, help_text="What changed in this version, and why")
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+
+    class Meta:
+        ordering = ["-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["is_active"], condition=Q(is_active=True), name="one_active_agent_profile"),
+            models.CheckConstraint(condition=Q(version__gt=0), name="agent_profile_version_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"profile v{self.version}" + (" (active)" if self.is_active else "")
+
+
 class AgentRun(models.Model):
     """One agent turn: from the customer messages it took in to a reply, a pause or a hand-off."""
 
@@ -75,6 +112,8 @@ class AgentRun(models.Model):
     # The customer messages this turn answers, in order.
     input_message_ids = models.JSONField(default=list, blank=True)
     model_name = models.CharField(max_length=200, blank=True)
+    # The profile version this run started with and uses to its end (agents.profiles).
+    profile = models.ForeignKey(AgentProfile, null=True, blank=True, on_delete=models.PROTECT, related_name="runs")
     # Lease epochs that worked on this run; more than one means it was resumed.
     epochs = models.JSONField(default=list, blank=True)
     recovery_notes = models.JSONField(default=list, blank=True)

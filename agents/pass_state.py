@@ -21,7 +21,7 @@ from agents import calls
 from agents.conversation import assistant_message, build_conversation, tool_message
 from agents.lease import Lease
 from agents.models import AgentRun, ModelStep, StepStatus, ToolCall
-from agents.policy import tools_always_approved
+from agents.profiles import PolicyValues, enabled_tools, policy_values, profile_of, tools_always_approved
 from tickets.models import Ticket
 
 # A step's answer streams under an id made of where the step sits, known before the step is
@@ -49,6 +49,9 @@ class Pass:
     calls: dict[tuple[int, int], ToolCall] = field(default_factory=dict)
     # Tools every call of which needs a staff approval (ToolApprovalRule), read once per pass.
     approval_rules: frozenset[str] = frozenset()
+    # What the run's pinned profile version allows: the tools, and the approval policy's values.
+    enabled_tools: frozenset[str] = frozenset()
+    policy: PolicyValues | None = None
     # Tokens of the ticket's other runs (this run's are summed from its steps).
     other_runs_tokens: int = 0
     conversation: list[dict[str, Any]] = field(default_factory=list)
@@ -68,7 +71,10 @@ class Pass:
         """Read the run's ledger again and rebuild the conversation from it."""
         self.steps = list(ModelStep.objects.filter(ticket_id=self.ticket.pk).order_by("run_id", "index", "attempt"))
         self.calls = {(c.step_id, c.index): c for c in ToolCall.objects.filter(ticket_id=self.ticket.pk)}
-        self.approval_rules = tools_always_approved()
+        profile = profile_of(self.run)
+        self.approval_rules = tools_always_approved(profile)
+        self.enabled_tools = enabled_tools(profile)
+        self.policy = policy_values(profile)
         self.other_runs_tokens = sum(
             s.prompt_tokens + s.completion_tokens + s.wasted_tokens for s in self.steps if s.run_id != self.run.pk
         )

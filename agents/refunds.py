@@ -50,13 +50,13 @@ from agents.models import (
     OPEN_REFUND_STATUSES,
     REFUND_TRANSITIONS,
     RESERVING_REFUND_STATUSES,
-    ApprovalPolicy,
     CallStatus,
     Refund,
     RefundStatus,
     ReplayPolicy,
     ToolCall,
 )
+from agents.profiles import policy_values, profile_of
 from agents.selectors import refunded_total_cents
 from agents.tools import Tool, ToolContext, ToolError, ToolEscalation, customer_order, register
 from payments.provider import (
@@ -162,7 +162,7 @@ def refund_precheck(ctx: ToolContext, args: dict[str, Any]) -> None:
 
 def refund_approval_reason(ctx: ToolContext, args: dict[str, Any]) -> str | None:
     """Why this refund needs a staff approval, or None. Caller: the intent transaction (after the precheck)."""
-    policy = ApprovalPolicy.current()
+    policy = ctx.policy or policy_values(profile_of(ctx.call.run))
     # Serialises the decisions for one customer: each sees the intents committed before it.
     customer = Customer.objects.select_for_update().get(pk=ctx.ticket.customer_id)
     if customer.requires_refund_approval:

@@ -28,8 +28,9 @@ from agents.execution import Stop, ToolCrashed, record_intents, run_calls
 from agents.lease import Lease, LeaseLost, lease_acquire, worker_identity
 from agents.llm import ChatModel, ModelError, validate_response, wasted_tokens
 from agents.model_factory import get_model
-from agents.models import ACTIVE_RUN_STATUSES, PAUSED_RUN_STATUSES, AgentRun, RunStatus, StepStatus
+from agents.models import ACTIVE_RUN_STATUSES, PAUSED_RUN_STATUSES, AgentProfile, AgentRun, RunStatus, StepStatus
 from agents.pass_state import Pass, stream_id
+from agents.profiles import active_profile, profile_of
 from agents.recovery import recover
 from agents.selectors import decided_calls, ticket_has_agent_work
 from agents.tools import tool_specs
@@ -88,16 +89,16 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
     lease.start_heartbeat()
     outcome = Outcome("idle")
     try:
-        model = model or get_model()
+        chosen = model  # a test's or a benchmark's model; otherwise each run's profile names it
         for _ in range(20):  # bounded: each pass finishes or pauses a run
             if outcome.runs:
                 ticket = Ticket.objects.select_related("customer").get(pk=ticket_id)
-            run = _current_run(lease, ticket, model)
+            run = _current_run(lease, ticket, chosen)
             if run is None:
                 break
             outcome.runs += 1
             try:
-                state = _drive(lease, ticket, run, model)
+                state = _drive(lease, ticket, run, chosen or model_of(profile_of(run)))
             except (LeaseLost, RetryLater, Stop):
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure is recorded and counted, none loops
@@ -137,7 +138,18 @@ def has_pending_work(ticket_id: int) -> bool:
     return ticket_has_agent_work(ticket_id)
 
 
-def _current_run(lease: Lease, ticket: Ticket, model: ChatModel) -> AgentRun | None:
+def model_of(profile: AgentProfile) -> ChatModel:
+    """The adapter a profile names, built once per process and name."""
+    model = _models.get(profile.model)
+    if model is None:
+        model = _models[profile.model] = get_model(profile.model)
+    return model
+
+
+_models: dict[str, ChatModel] = {}
+
+
+def _current_run(lease: Lease, ticket: Ticket, chosen: ChatModel | None) -> AgentRun | None:
     run = AgentRun.objects.filter(ticket_id=lease.ticket_id, status__in=ACTIVE_RUN_STATUSES).first()
     if run is not None:
         if run.status in PAUSED_RUN_STATUSES:
@@ -153,7 +165,9 @@ def _current_run(lease: Lease, ticket: Ticket, model: ChatModel) -> AgentRun | N
         return run
     if ticket.status in AGENT_STAYS_OUT:
         return None
-    return agent_services.run_start(lease=lease, ticket=ticket, model_name=model.name)
+    profile = active_profile()  # the version this run keeps to its end
+    model = chosen or model_of(profile)
+    return agent_services.run_start(lease=lease, ticket=ticket, model_name=model.name, profile=profile)
 
 
 # --- driving a run ----------------------------------------------------------------------
@@ -228,7 +242,8 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
         "request_prefix": prefix, "request_messages": delta, "started_at": started_at,
     }  # fmt: skip
     try:
-        response = validate_response(model.complete(messages=list(messages), tools=tool_specs(), on_token=on_token))
+        specs = tool_specs(enabled=p.enabled_tools)
+        response = validate_response(model.complete(messages=list(messages), tools=specs, on_token=on_token))
     except ModelError as exc:
         wasted = exc.usage.total_tokens if exc.usage is not None else 0
         with lease.guard():

@@ -15,6 +15,7 @@ from agents.lease import Lease
 from agents.llm import ModelResponse
 from agents.models import (
     RUN_TRANSITIONS,
+    AgentProfile,
     AgentRun,
     ModelStep,
     RunStatus,
@@ -31,7 +32,7 @@ def _actor(run: AgentRun) -> str:
     return f"run:{run.pk}"
 
 
-def run_start(*, lease: Lease, ticket: Ticket, model_name: str) -> AgentRun | None:
+def run_start(*, lease: Lease, ticket: Ticket, model_name: str, profile: AgentProfile | None = None) -> AgentRun | None:
     """Start a run for the customer messages not yet taken in; None if there are none."""
     with lease.guard():
         inputs = list(unanswered_messages(ticket_id=ticket.pk).select_for_update().order_by("created_at", "id"))
@@ -43,6 +44,7 @@ def run_start(*, lease: Lease, ticket: Ticket, model_name: str) -> AgentRun | No
             ticket=ticket,
             input_message_ids=[m.pk for m in inputs],
             model_name=model_name,
+            profile=profile,
             epochs=[lease.epoch],
             started_at=now,
         )

@@ -63,6 +63,9 @@ class ToolContext:
 
     ticket: Ticket
     call: ToolCall
+    # The approval policy of the run's profile version (agents.profiles.PolicyValues), where the
+    # caller read it; None: read from the run's profile when needed.
+    policy: Any = None
 
     @property
     def actor_ref(self) -> str:
@@ -115,8 +118,9 @@ def register(tool: Tool) -> Tool:
     return tool
 
 
-def tool_specs() -> list[dict[str, Any]]:
-    return [tool.spec() for tool in REGISTRY.values()]
+def tool_specs(*, enabled: frozenset[str] | None = None) -> list[dict[str, Any]]:
+    """The tools the model is offered: every registered one, or those a profile enables."""
+    return [tool.spec() for tool in REGISTRY.values() if enabled is None or tool.name in enabled]
 
 
 _VALIDATORS: dict[str, jsonschema.protocols.Validator] = {}

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from agents.models import ApprovalPolicy, ToolApprovalRule
+from agents.profiles import profile_follow_policy_tables
 from approvals.models import ApprovalRequest
 from tickets.admin import TicketAdmin
 
@@ -21,11 +22,21 @@ class ApprovalPolicyAdmin(admin.ModelAdmin):
     def has_add_permission(self, request) -> bool:  # noqa: ANN001
         return not ApprovalPolicy.objects.exists()
 
+    def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001
+        super().save_model(request, obj, form, change)
+        version = profile_follow_policy_tables(user=request.user, note="approval policy edited in the admin")
+        messages.info(request, f"New runs use agent profile version {version.version}; runs started keep theirs.")
+
 
 @admin.register(ToolApprovalRule)
 class ToolApprovalRuleAdmin(admin.ModelAdmin):
     list_display = ["tool_name", "requires_approval"]
     list_editable = ["requires_approval"]
+
+    def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001
+        super().save_model(request, obj, form, change)
+        version = profile_follow_policy_tables(user=request.user, note=f"approval rule for {obj.tool_name} edited")
+        messages.info(request, f"New runs use agent profile version {version.version}; runs started keep theirs.")
 
 
 def _fields_with_amount() -> list[str]:

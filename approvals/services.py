@@ -16,6 +16,7 @@ from django.utils import timezone
 from agents.approval import arguments_digest
 from agents.calls import call_record_decision
 from agents.models import ApprovalDecision, ModelStep, ToolCall
+from agents.profiles import policy_values, profile_of
 from agents.selectors import refunded_total_cents
 from agents.tasks import ring
 from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
@@ -77,7 +78,7 @@ def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:
         return existing
     if existing is not None:
         existing.delete()  # a fresh request for changed arguments replaces the old decision
-    policy = ApprovalPolicy.current()
+    policy = policy_values(profile_of(call.run))  # the run's pinned profile version
     evidence, amount, currency = _evidence(call)
     step = ModelStep.objects.filter(pk=call.step_id).only("response_text").first()
     # The agent's own words only: a model may pass the customer's request on as the call's reason.

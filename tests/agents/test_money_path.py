@@ -182,16 +182,16 @@ def test_a_failure_while_deciding_on_approval_leaves_the_refund_unpaid(sandbox, 
     bob = make_customer("bob-error")
     order = order_for(bob, "B-6098", 50000, sandbox)
     ticket, _ = ticket_services.ticket_open(customer=bob, subject="Refund", body="Please refund $300 on order B-6098")
-    real = ApprovalPolicy.current.__func__
+    real = refund_module.refund_commitments
     calls = {"n": 0}
 
-    def flaky(cls):  # noqa: ANN001, ANN202
+    def flaky(**kwargs):  # noqa: ANN003, ANN202
         calls["n"] += 1
         if calls["n"] == 1:
-            raise RuntimeError("the database went away while reading the policy")
-        return real(cls)
+            raise RuntimeError("the database went away while reading the refunds so far")
+        return real(**kwargs)
 
-    monkeypatch.setattr(ApprovalPolicy, "current", classmethod(flaky))
+    monkeypatch.setattr(refund_module, "refund_commitments", flaky)
 
     assert advance(ticket.pk).state == "retry"  # the failure is recorded and counted, nothing was committed
     assert not ToolCall.objects.filter(ticket=ticket, name="issue_refund").exists()

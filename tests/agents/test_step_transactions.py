@@ -15,6 +15,7 @@ from django.db import connection
 from agents.conversation import request_of
 from agents.models import CallStatus, ModelStep, ReplayPolicy, StepStatus, ToolCall
 from agents.offline_model import OfflineDeterministicModel
+from agents.profiles import active_profile
 from agents.runner import advance
 from tests.conftest import make_customer, make_order
 from tickets import services as ticket_services
@@ -67,6 +68,7 @@ def test_a_21_step_turn_commits_once_per_model_step_and_stays_under_100_statemen
     customer = make_customer()
     make_order(customer, number="A-7101")
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Bench", body="bench:10")
+    active_profile()  # the first profile version is made once per database, not per turn
 
     counted = run_counted(ticket.pk, RecordingModel())
 

@@ -1,0 +1,198 @@
+"""Agent profiles: versions of what the agent is, and the one a run is pinned to.
+
+A profile version (``AgentProfile``) holds the system prompt, the model and its parameters,
+the tools enabled (with their replay policies and approval rules) and the approval policy's
+values. Versions are immutable: a change makes the next version (``profile_new_version``),
+which becomes active when asked. A run pins the active version when it starts
+(``agents.services.run_start``) and reads everything from it to its end, so a run paused on
+an approval for days finishes as it began, whatever was deployed meanwhile. Operators move
+paused runs to the active version explicitly (``run_move_to_active``), on the timeline.
+
+When no version exists yet, the first is made from the settings and tables that held these
+values before profiles: ``AGENT_SYSTEM_PROMPT``, ``AGENT_MODEL``, the tool registry with
+``ToolApprovalRule``, and ``ApprovalPolicy``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+
+from agents.models import PAUSED_RUN_STATUSES, AgentProfile, AgentRun, ApprovalPolicy, ToolApprovalRule
+from agents.tools import REGISTRY
+from tickets import services as ticket_services
+from tickets.models import ActorKind
+
+POLICY_FIELDS = (
+    "refund_threshold_cents",
+    "customer_limit_cents",
+    "customer_window_days",
+    "ttl_hours",
+    "reminder_before_hours",
+    "customer_confirms_refunds",
+    "confirmation_minutes",
+)
+# What a version is made of (compared by the diff, copied into the next version).
+CONTENT_FIELDS = ("system_prompt", "model", "model_parameters", "tools", "approval_policy")
+
+
+@dataclass(frozen=True)
+class PolicyValues:
+    """The approval policy a run decides with: the values of its profile version."""
+
+    refund_threshold_cents: int
+    customer_limit_cents: int | None
+    customer_window_days: int
+    ttl_hours: int
+    reminder_before_hours: int
+    customer_confirms_refunds: bool
+    confirmation_minutes: int
+
+    @property
+    def customer_limit(self) -> int:
+        return self.refund_threshold_cents if self.customer_limit_cents is None else self.customer_limit_cents
+
+
+def _policy_snapshot(policy: ApprovalPolicy) -> dict[str, Any]:
+    return {name: getattr(policy, name) for name in POLICY_FIELDS}
+
+
+def _tools_snapshot() -> list[dict[str, Any]]:
+    always = set(ToolApprovalRule.objects.filter(requires_approval=True).values_list("tool_name", flat=True))
+    return [
+        {"name": tool.name, "replay_policy": tool.replay_policy, "requires_approval": tool.name in always}
+        for tool in REGISTRY.values()
+    ]
+
+
+def active_profile() -> AgentProfile:
+    """The active version; the first one, made from the settings, when there is none."""
+    profile = AgentProfile.objects.filter(is_active=True).first()
+    if profile is not None:
+        return profile
+    try:
+        with transaction.atomic():
+            if not AgentProfile.objects.exists():
+                return AgentProfile.objects.create(
+                    version=1,
+                    is_active=True,
+                    system_prompt=settings.AGENT_SYSTEM_PROMPT,
+                    model=settings.AGENT_MODEL or "offline",
+                    tools=_tools_snapshot(),
+                    approval_policy=_policy_snapshot(ApprovalPolicy.current()),
+                    note="The first version, from AGENT_SYSTEM_PROMPT, AGENT_MODEL and the approval policy.",
+                )
+    except IntegrityError:
+        pass  # another process made it first
+    profile = AgentProfile.objects.filter(is_active=True).first()
+    if profile is None:  # versions exist but none is active: the newest one is
+        profile = profile_activate(version=AgentProfile.objects.order_by("-version").first().version, user=None)
+    return profile
+
+
+def profile_of(run: AgentRun) -> AgentProfile:
+    """The version ``run`` is pinned to (a run started before profiles existed gets the active one)."""
+    if run.profile_id is None:
+        profile = active_profile()
+        AgentRun.objects.filter(pk=run.pk, profile__isnull=True).update(profile=profile)
+        run.profile = profile
+    return run.profile
+
+
+def policy_values(profile: AgentProfile) -> PolicyValues:
+    """The profile's approval policy; values it does not name come from the model's defaults."""
+    defaults = {name: ApprovalPolicy._meta.get_field(name).get_default() for name in POLICY_FIELDS}
+    values = {**defaults, **{k: v for k, v in (profile.approval_policy or {}).items() if k in POLICY_FIELDS}}
+    return PolicyValues(**values)
+
+
+def enabled_tools(profile: AgentProfile) -> frozenset[str]:
+    return frozenset(t["name"] for t in profile.tools or [] if t.get("name") in REGISTRY)
+
+
+def tools_always_approved(profile: AgentProfile) -> frozenset[str]:
+    return frozenset(t["name"] for t in profile.tools or [] if t.get("requires_approval"))
+
+
+def profile_new_version(
+    *, changes: dict[str, Any], user: AbstractBaseUser | None, note: str = "", activate: bool = True
+) -> AgentProfile:
+    """The next version: the active one with ``changes`` (any of CONTENT_FIELDS). The versions
+    before it are not touched; runs pinned to them keep them."""
+    unknown = set(changes) - set(CONTENT_FIELDS)
+    if unknown:
+        raise ValueError(f"not part of a profile: {', '.join(sorted(unknown))}")
+    base = active_profile()
+    with transaction.atomic():
+        latest = AgentProfile.objects.select_for_update().order_by("-version").first()
+        version = (latest.version if latest else 0) + 1
+        content = {name: changes.get(name, getattr(base, name)) for name in CONTENT_FIELDS}
+        profile = AgentProfile.objects.create(version=version, note=note[:300], created_by=user, **content)
+    if activate:
+        profile = profile_activate(version=version, user=user)
+    return profile
+
+
+def profile_follow_policy_tables(*, user: AbstractBaseUser | None, note: str) -> AgentProfile:
+    """The next version, with the approval policy and per-tool rules as the admin's ApprovalPolicy and
+    ToolApprovalRule pages now say (an operator edited one of them)."""
+    always = set(ToolApprovalRule.objects.filter(requires_approval=True).values_list("tool_name", flat=True))
+    tools = [{**t, "requires_approval": t["name"] in always} for t in active_profile().tools]
+    changes = {"approval_policy": _policy_snapshot(ApprovalPolicy.current()), "tools": tools}
+    return profile_new_version(changes=changes, user=user, note=note)
+
+
+def profile_activate(*, version: int, user: AbstractBaseUser | None) -> AgentProfile:
+    """Make ``version`` the one new runs start with."""
+    with transaction.atomic():
+        AgentProfile.objects.select_for_update().filter(is_active=True).exclude(version=version).update(is_active=False)
+        profile = AgentProfile.objects.select_for_update().get(version=version)
+        if not profile.is_active:
+            profile.is_active = True
+            profile.save(update_fields=["is_active"])
+    return profile
+
+
+def profile_diff(profile: AgentProfile, previous: AgentProfile | None = None) -> str:
+    """What changed from the version before (or ``previous``), as a unified diff of its content."""
+    if previous is None:
+        previous = AgentProfile.objects.filter(version__lt=profile.version).order_by("-version").first()
+    if previous is None:
+        return ""
+
+    def lines(p: AgentProfile) -> list[str]:
+        content = {name: getattr(p, name) for name in CONTENT_FIELDS}
+        return json.dumps(content, indent=2, sort_keys=True, default=str).splitlines()
+
+    return "\n".join(
+        difflib.unified_diff(
+            lines(previous), lines(profile), f"v{previous.version}", f"v{profile.version}", lineterm=""
+        )
+    )
+
+
+def run_move_to_active(*, run: AgentRun, user: AbstractBaseUser | None) -> bool:
+    """Move a paused run to the active version, on its ticket's timeline. False if the run is
+    not paused or is on the active version already."""
+    target = active_profile()
+    with transaction.atomic():
+        locked = AgentRun.objects.select_for_update().get(pk=run.pk)
+        if locked.status not in PAUSED_RUN_STATUSES or locked.profile_id == target.pk:
+            return False
+        before = AgentProfile.objects.filter(pk=locked.profile_id).values_list("version", flat=True).first()
+        AgentRun.objects.filter(pk=locked.pk).update(profile=target)
+        ticket_services.event_append(
+            ticket=locked.ticket_id,
+            kind="agent_profile_changed",
+            actor_kind=ActorKind.STAFF if user is not None else ActorKind.SYSTEM,
+            actor_user=user,
+            payload={"run_id": locked.pk, "from_version": before, "to_version": target.version},
+        )
+    run.profile = target
+    return True
