@@ -219,7 +219,8 @@ FRAME_SCRIPT = r"""() => {
     const bubble = document.querySelector("#chat-live .msg.streaming .bubble");
     seen.push(bubble ? bubble.textContent : null);
   };
-  const step1 = 900001, step2 = 900002;
+  // Stream ids grow with the run (run << 20 | index << 10 | attempt): these are newer than any real one.
+  const step1 = 2 ** 45 + 1, step2 = 2 ** 45 + 2;
   chat.receive({type: "event", seq: s0 + 1, kind: "state", typing: true});
   chat.receive({type: "token", step: step1, offset: 0, text: "Your order "}); look();
   chat.receive({type: "token", step: step1, offset: 0, text: "Your order is "}); look();  // overlaps
