@@ -34,6 +34,16 @@ def export(tmp_path: Path, *tickets: Ticket, name: str = "bundle", **options: ob
     return output
 
 
+def verify(path: Path, *, database: bool = False) -> tuple[int, str]:
+    """``verify_state``'s exit status and report."""
+    out = io.StringIO()
+    try:
+        call_command("verify_state", str(path), database=database, stdout=out)
+    except SystemExit as exit:
+        return int(exit.code), out.getvalue()
+    return 0, out.getvalue()
+
+
 def bundle_bytes(path: Path) -> bytes:
     """Every byte of a directory bundle, for searching."""
     return b"".join(p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file())

@@ -15,20 +15,11 @@ from agents.models import AgentRun, ModelStep, Refund, ToolCall
 from approvals.models import ApprovalRequest
 from state.export import collect
 from state.parts import PARTS, Selection
-from tests.state.conftest import bundle_bytes, export, paused_ticket, rewrite_part, write_manifest
+from tests.state.conftest import bundle_bytes, export, paused_ticket, rewrite_part, verify, write_manifest
 from tickets import services as ticket_services
 from tickets.models import Customer, Message, Ticket, TicketEvent
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
-
-
-def verify(path, *, database: bool = False) -> tuple[int, str]:  # noqa: ANN001
-    out = io.StringIO()
-    try:
-        call_command("verify_state", str(path), database=database, stdout=out)
-    except SystemExit as exit:
-        return int(exit.code), out.getvalue()
-    return 0, out.getvalue()
 
 
 def restore(path, **options: object) -> str:  # noqa: ANN001
@@ -319,3 +310,31 @@ def test_verify_against_a_database_that_lost_a_row_or_changed_its_timeline(tmp_p
     assert status == 1
     assert "FAILED every bundled row is in the database" in out
     assert "FAILED rows that are never changed are as in the bundle" in out
+
+
+def test_verify_finds_a_refund_paid_on_an_approval_of_other_arguments(tmp_path):
+    ticket, order = paused_ticket()
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    ApprovalRequest.objects.filter(tool_call=call).update(status="approved", arguments_digest="0" * 64)
+    Refund.objects.create(
+        ticket=ticket, order=order, tool_call=call, idempotency_key=call.idempotency_key,
+        amount_cents=4999, currency="usd", status="succeeded", provider_refund_id="re_forged_2",
+    )  # fmt: skip
+    path = export(tmp_path, ticket)
+
+    status, out = verify(path)
+    assert status == 1 and "the approval was for other arguments" in out
+
+
+def test_all_open_only_leaves_out_resolved_tickets_and_an_unknown_ticket_is_an_error(tmp_path):
+    open_ticket, _ = paused_ticket()
+    done, _ = paused_ticket(number="S-4004")
+    Ticket.objects.filter(pk=done.pk).update(status="resolved")
+
+    call_command("export_state", "--all", "--open-only", output=str(tmp_path / "open"), stdout=io.StringIO())
+
+    manifest = json.loads((tmp_path / "open" / "manifest.json").read_text())
+    assert manifest["selection"] == {"tickets": [open_ticket.pk], "all": True, "open_only": True}
+    assert manifest["counts"]["tickets.Ticket"] == 1
+    with pytest.raises(CommandError, match="no ticket #999"):
+        call_command("export_state", "--ticket", "999", output=str(tmp_path / "none"), stdout=io.StringIO())
