@@ -23,7 +23,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.color import no_style
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
 
@@ -241,6 +241,16 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
         report.warnings.append(
             "this bundle was written without personal data: customers have pseudonyms and their words are withheld"
         )
+    try:
+        _write(rows, users, report, on_conflict)
+    except IntegrityError as exc:
+        # A constraint the plan does not check beforehand (one spanning several columns, or a
+        # condition): the database refused the rows and the transaction rolled back.
+        raise RestoreRefused([f"the database refused the rows: {str(exc).strip()}"]) from None
+    return report
+
+
+def _write(rows: dict[str, Any], users: list[Row], report: RestoreReport, on_conflict: str) -> None:
     with transaction.atomic():
         user_ids = _ensure_users(users, report)
         plan = _plan(rows, user_ids, report, on_conflict)
@@ -253,4 +263,3 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
         with connection.cursor() as cursor:
             for sql in connection.ops.sequence_reset_sql(no_style(), [p.model for p in PARTS]):
                 cursor.execute(sql)
-    return report

@@ -338,3 +338,15 @@ def test_all_open_only_leaves_out_resolved_tickets_and_an_unknown_ticket_is_an_e
     assert manifest["counts"]["tickets.Ticket"] == 1
     with pytest.raises(CommandError, match="no ticket #999"):
         call_command("export_state", "--ticket", "999", output=str(tmp_path / "none"), stdout=io.StringIO())
+
+
+def test_a_constraint_only_the_database_checks_refuses_the_restore_whole(tmp_path):
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket, include_personal_data=True)
+    empty_the_ledger()
+    # Two events with one number: unique per ticket, which only PostgreSQL checks.
+    rewrite_part(path, "tickets.TicketEvent", lambda rows: [rows[0], {**rows[1], "seq": rows[0]["seq"]}, *rows[2:]])
+
+    with pytest.raises(CommandError, match="the database refused the rows"):
+        restore(path)
+    assert Ticket.objects.count() == 0 and get_user_model().objects.count() == 0
