@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "approvals",
     "payments",
     "staff",
+    "state",
     "axes",
 ]
 

@@ -1,0 +1,175 @@
+"""The bundle on disk: a manifest and one JSON Lines file per part, in a directory or a .tar file.
+
+```
+manifest.json        format, app version, migrations, created at, selection, parts with rows and SHA-256
+manifest.sha256      the SHA-256 of manifest.json: no byte of the bundle is unchecked
+parts/<label>.jsonl  one row per line, keys sorted, rows in primary-key order
+```
+
+The same rows always give the same bytes, so two exports of the same state have the same
+part digests; only the manifest's ``created_at`` differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from state.rows import Row
+
+FORMAT = "support-state-bundle"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+MANIFEST_DIGEST = "manifest.sha256"
+
+
+class BundleError(Exception):
+    """The bundle cannot be trusted or read; ``problems`` says why, one sentence each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def encode_rows(rows: list[Row]) -> bytes:
+    return "".join(
+        json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n" for r in rows
+    ).encode()
+
+
+def decode_rows(data: bytes) -> list[Row]:
+    return [json.loads(line) for line in data.decode().split("\n") if line]
+
+
+@dataclass
+class Bundle:
+    manifest: dict[str, Any]
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    def rows(self, label: str) -> list[Row]:
+        entry = self.part_entry(label)
+        return decode_rows(self.files[entry["file"]]) if entry else []
+
+    def part_entry(self, label: str) -> dict[str, Any] | None:
+        return next((p for p in self.manifest["parts"] if p["label"] == label), None)
+
+    @property
+    def labels(self) -> list[str]:
+        return [p["label"] for p in self.manifest["parts"]]
+
+
+def manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    return (json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def write(path: Path, manifest: dict[str, Any], parts: dict[str, bytes]) -> None:
+    """Write the bundle at ``path``: a .tar file if the name ends in .tar, else a new directory.
+
+    ``manifest["parts"]`` must already list every part with its digest. Nothing is left at
+    ``path`` if writing fails; an existing file or a non-empty directory is not overwritten.
+    """
+    body = manifest_bytes(manifest)
+    files = {MANIFEST: body, MANIFEST_DIGEST: f"{sha256(body)}  {MANIFEST}\n".encode(), **parts}
+    if path.exists() and (path.is_file() or any(path.iterdir())):
+        raise BundleError([f"{path} already exists; choose a new path"])
+    parent = path.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".tar":
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".bundle-", suffix=".tar")
+        try:
+            with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                for name in sorted(files):
+                    info = tarfile.TarInfo(name)
+                    info.size, info.mode, info.mtime = len(files[name]), 0o644, 0
+                    tar.addfile(info, io.BytesIO(files[name]))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return
+    tmp_dir = Path(tempfile.mkdtemp(dir=parent, prefix=".bundle-"))
+    try:
+        for name, data in files.items():
+            target = tmp_dir / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        if path.exists():
+            path.rmdir()
+        os.replace(tmp_dir, path)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+
+
+def _read_files(path: Path) -> dict[str, bytes]:
+    if path.is_dir():
+        return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+    if not path.is_file():
+        raise BundleError([f"no bundle at {path}"])
+    try:
+        with tarfile.open(path, mode="r:") as tar:
+            files = {}
+            for member in tar.getmembers():
+                if not member.isfile():
+                    raise BundleError([f"{path}: {member.name} is not a plain file"])
+                extracted = tar.extractfile(member)
+                files[member.name] = extracted.read() if extracted else b""
+            return files
+    except tarfile.TarError as exc:
+        raise BundleError([f"{path} is not a readable bundle ({exc})"]) from None
+
+
+def read(path: Path) -> Bundle:
+    """Read a bundle and check every byte of it: the manifest's digest, the format, every part's
+    digest and row count, no file missing and none unaccounted for. Raises ``BundleError``."""
+    files = _read_files(path)
+    problems: list[str] = []
+    body, recorded = files.get(MANIFEST), files.get(MANIFEST_DIGEST)
+    if body is None or recorded is None:
+        raise BundleError([f"{path} has no {MANIFEST} and {MANIFEST_DIGEST}: not a state bundle"])
+    if recorded.decode(errors="replace").split(" ")[0].strip() != sha256(body):
+        problems.append(f"{MANIFEST} does not match its SHA-256 in {MANIFEST_DIGEST}: the manifest was changed")
+    try:
+        manifest = json.loads(body)
+    except ValueError:
+        raise BundleError([*problems, f"{MANIFEST} is not JSON"]) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BundleError([*problems, f"{MANIFEST} is not the manifest of a {FORMAT}"])
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise BundleError(
+            [
+                *problems,
+                f"format version {manifest.get('format_version')!r}; this release reads version {FORMAT_VERSION}",
+            ]
+        )
+    listed = {MANIFEST, MANIFEST_DIGEST}
+    for entry in manifest.get("parts", []):
+        name = entry["file"]
+        listed.add(name)
+        data = files.get(name)
+        if data is None:
+            problems.append(f"{name} is missing")
+            continue
+        if sha256(data) != entry["sha256"]:
+            problems.append(f"{name} does not match its SHA-256 in the manifest: it was changed")
+            continue
+        lines = data.count(b"\n")
+        if lines != entry["rows"]:
+            problems.append(f"{name} has {lines} rows; the manifest says {entry['rows']}")
+    for name in sorted(set(files) - listed):
+        problems.append(f"{name} is not in the manifest")
+    if problems:
+        raise BundleError(problems)
+    return Bundle(manifest=manifest, files=files)

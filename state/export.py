@@ -1,0 +1,122 @@
+"""Export: the chosen tickets' rows, pseudonymised unless asked otherwise, secrets withheld, as a bundle."""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from agents.tools import REGISTRY
+from state import bundle
+from state.parts import PARTS, USERS_FILE, USERS_LABEL, Selection
+from state.pseudonyms import SECRET_SETTINGS, pseudonymise, withhold_secrets
+from state.rows import Row, columns, dump, is_user_column, key_of, user_rows
+from tickets.models import Ticket, TicketStatus
+
+# Tickets a person or the agent may still work on.
+FINISHED_TICKET_STATUSES = (TicketStatus.RESOLVED, TicketStatus.CLOSED)
+# Settings that say how the agent behaved, carried by value (none of them is a secret).
+SETTINGS_IN_FORCE = ("AGENT_MODEL", "REFUND_CUSTOMER_CONFIRMATION", "APPROVAL_CONFIRM_ABOVE_CENTS", "AGENT_MAX_STEPS")
+
+
+class NoSuchTickets(ValueError):
+    pass
+
+
+def select_tickets(*, ticket_ids: list[int], every: bool, open_only: bool) -> Selection:
+    tickets = Ticket.objects.all() if every else Ticket.objects.filter(pk__in=ticket_ids)
+    if not every:
+        missing = sorted(set(ticket_ids) - set(tickets.values_list("pk", flat=True)))
+        if missing:
+            raise NoSuchTickets(f"no ticket {', '.join(f'#{pk}' for pk in missing)} in this database")
+    if open_only:
+        tickets = tickets.exclude(status__in=FINISHED_TICKET_STATUSES)
+    return Selection(ticket_ids=tuple(sorted(tickets.values_list("pk", flat=True))))
+
+
+@dataclass
+class Collected:
+    rows: dict[str, list[Row]]
+    users: list[Row]
+    withheld_secrets: Counter[str] = field(default_factory=Counter)
+
+
+def collect(selection: Selection, *, personal_data: bool) -> Collected:
+    """Every part's rows for the selection, as they will be written (or compared, by verify)."""
+    rows = {part.label: dump(part.select(selection)) for part in PARTS}
+    usernames: set[str] = set()
+    for part in PARTS:
+        keys = [key_of(f) for f in columns(part.model) if is_user_column(f)]
+        usernames.update(row[k] for row in rows[part.label] for k in keys if row[k] is not None)
+    users = user_rows(usernames)
+    if not personal_data:
+        pseudonymise(rows, users, personal_labels=[p.label for p in PARTS if p.personal])
+    secrets = withhold_secrets(rows, users)
+    return Collected(rows=rows, users=users, withheld_secrets=secrets)
+
+
+def migration_state() -> dict[str, list[str]]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT app, name FROM django_migrations ORDER BY app, name")
+        state: dict[str, list[str]] = {}
+        for app, name in cursor.fetchall():
+            state.setdefault(app, []).append(name)
+    return state
+
+
+def app_version() -> dict[str, Any]:
+    project = tomllib.loads((Path(settings.BASE_DIR) / "pyproject.toml").read_text())["project"]
+    try:
+        revision = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        revision = None  # an image without git: the version and the migrations still say what wrote it
+    return {"name": project["name"], "version": project["version"], "revision": revision}
+
+
+def tools_in_force() -> dict[str, dict[str, Any]]:
+    """Each registered tool's replay policy, and whether the policy in code may ask an approval for it."""
+    return {
+        name: {"replay_policy": str(tool.replay_policy), "policy_may_ask_approval": tool.needs_approval is not None}
+        for name, tool in sorted(REGISTRY.items())
+    }
+
+
+def state_export(*, selection: Selection, personal_data: bool, output: Path, every: bool, open_only: bool) -> dict:
+    """Write the bundle of ``selection`` at ``output``; returns its manifest."""
+    collected = collect(selection, personal_data=personal_data)
+    files: dict[str, bytes] = {part.file: bundle.encode_rows(collected.rows[part.label]) for part in PARTS}
+    files[USERS_FILE] = bundle.encode_rows(collected.users)
+    entries = [{"label": USERS_LABEL, "file": USERS_FILE}] + [{"label": p.label, "file": p.file} for p in PARTS]
+    for entry in entries:
+        data = files[entry["file"]]
+        entry.update(rows=data.count(b"\n"), sha256=bundle.sha256(data))
+    manifest = {
+        "format": bundle.FORMAT,
+        "format_version": bundle.FORMAT_VERSION,
+        "app": app_version(),
+        "migrations": migration_state(),
+        "created_at": timezone.now().isoformat(),
+        "selection": {"tickets": list(selection.ticket_ids), "all": every, "open_only": open_only},
+        "personal_data": personal_data,
+        "counts": {e["label"]: e["rows"] for e in entries},
+        "parts": entries,
+        "tools": tools_in_force(),
+        "settings": {name: getattr(settings, name, None) for name in SETTINGS_IN_FORCE},
+        "secrets": {
+            "not_included": list(SECRET_SETTINGS),
+            "withheld_from_rows": dict(sorted(collected.withheld_secrets.items())),
+        },
+        # Agent profiles are not in this release: the hook for the versions the runs used.
+        "profiles": None,
+    }
+    bundle.write(output, manifest, files)
+    return manifest

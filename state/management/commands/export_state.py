@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from state.bundle import BundleError
+from state.export import NoSuchTickets, select_tickets, state_export
+
+
+class Command(BaseCommand):
+    help = (
+        "Write a state bundle of tickets: their ledger, the users and orders they name, the approval policy "
+        "and rules in force. Customers' personal data is pseudonymised unless --include-personal-data."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        which = parser.add_mutually_exclusive_group(required=True)
+        which.add_argument("--ticket", type=int, action="append", dest="tickets", metavar="ID", help="repeatable")
+        which.add_argument("--all", action="store_true", help="every ticket")
+        parser.add_argument("--open-only", action="store_true", help="leave out resolved and closed tickets")
+        parser.add_argument(
+            "--include-personal-data",
+            action="store_true",
+            help="carry customers' names, emails, logins and words as they are (to move a deployment)",
+        )
+        parser.add_argument(
+            "--output", required=True, type=Path, help="a new directory, or a file ending in .tar (one file to move)"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            selection = select_tickets(
+                ticket_ids=options["tickets"] or [], every=options["all"], open_only=options["open_only"]
+            )
+        except NoSuchTickets as exc:
+            raise CommandError(str(exc)) from None
+        if not selection.ticket_ids:
+            raise CommandError("no ticket to export (with --open-only, every chosen ticket is resolved or closed)")
+        try:
+            manifest = state_export(
+                selection=selection,
+                personal_data=options["include_personal_data"],
+                output=Path(options["output"]),
+                every=options["all"],
+                open_only=options["open_only"],
+            )
+        except BundleError as exc:
+            raise CommandError(str(exc)) from None
+        counts = ", ".join(f"{label} {n}" for label, n in manifest["counts"].items() if n)
+        self.stdout.write(f"Wrote {options['output']}: {len(selection.ticket_ids)} ticket(s); {counts}.")
+        if not options["include_personal_data"]:
+            self.stdout.write("Customers' personal data is pseudonymised (--include-personal-data to carry it).")
+        withheld = manifest["secrets"]["withheld_from_rows"]
+        if withheld:
+            self.stdout.write(f"Secret values found in rows were withheld: {', '.join(withheld)}.")

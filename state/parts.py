@@ -1,0 +1,145 @@
+"""What a state bundle holds: the one declared, ordered list of its parts.
+
+A part is one table and how its rows are chosen from the selected tickets. Restore
+inserts the parts in this order; verify reads them back by name. Adding a table to
+the bundle is adding a ``Part`` here (``tests/state/test_parts.py`` fails while a
+bundled row points at a table that is not in the bundle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+from django.apps import apps
+from django.conf import settings
+from django.db.models import Model, QuerySet
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The tickets a bundle is about. Every part's rows are chosen from these ids."""
+
+    ticket_ids: tuple[int, ...]
+
+
+Select = Callable[[Selection], QuerySet]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One table of the bundle.
+
+    ``shared``: rows that other tickets, or the deployment a bundle is restored into, may
+    hold too (a customer, an order, the policy). On restore an identical row already there
+    is the same row, not a conflict. Other rows belong to one ticket, named by
+    ``ticket_column`` (or through the ``via`` part's row, for a row that hangs off a message).
+    ``identity``: a shared row that differs from the one already in the database is someone or
+    something else under the same key (a customer, an order): never resolved by keeping either.
+    ``personal``: rows that may carry a customer's personal data, pseudonymised on export
+    unless asked otherwise (``state.pseudonyms``). ``immutable``: rows never changed once
+    written, so a database that differs from the bundle on one of them has been altered.
+    """
+
+    label: str
+    select: Select
+    shared: bool = False
+    ticket_column: str | None = None
+    via: tuple[str, str] | None = None  # (part label, column): the ticket is that row's
+    personal: bool = True
+    immutable: bool = False
+    identity: bool = False  # shared rows naming someone or something: one that differs is another one
+
+    @cached_property
+    def model(self) -> type[Model]:
+        return apps.get_model(self.label)
+
+    @property
+    def file(self) -> str:
+        return f"parts/{self.label}.jsonl"
+
+
+def _of_tickets(label: str, column: str = "ticket_id") -> Select:
+    return lambda sel: apps.get_model(label).objects.filter(**{f"{column}__in": sel.ticket_ids})
+
+
+def _customers(sel: Selection) -> QuerySet:
+    return apps.get_model("tickets.Customer").objects.filter(tickets__in=sel.ticket_ids).distinct()
+
+
+# The agent's tools see every order of the ticket's customer (list_orders), so a resumed
+# ticket needs all of them, not only those its calls named so far.
+def _orders(sel: Selection) -> QuerySet:
+    return apps.get_model("tickets.Order").objects.filter(customer__tickets__in=sel.ticket_ids).distinct()
+
+
+def _order_lines(sel: Selection) -> QuerySet:
+    return apps.get_model("tickets.OrderLine").objects.filter(order__customer__tickets__in=sel.ticket_ids).distinct()
+
+
+def _help_articles(sel: Selection) -> QuerySet:
+    """The articles the agent's ``search_help`` calls on these tickets returned (the knowledge it used)."""
+    calls = apps.get_model("agents.ToolCall").objects.filter(ticket_id__in=sel.ticket_ids, name="search_help")
+    slugs: set[str] = set()
+    for result in calls.exclude(result=None).values_list("result", flat=True):
+        articles = result.get("articles") if isinstance(result, dict) else None
+        for article in articles or []:
+            if isinstance(article, dict) and isinstance(article.get("slug"), str):
+                slugs.add(article["slug"])
+    return apps.get_model("tickets.HelpArticle").objects.filter(slug__in=sorted(slugs))
+
+
+def _every_row(label: str) -> Select:
+    return lambda sel: apps.get_model(label).objects.all()
+
+
+# In insertion order: a row comes after the rows it points at (except a step's earlier
+# step, which the same transaction holds; foreign keys are checked at commit).
+PARTS: list[Part] = [
+    # The customers' and their orders: shared with other tickets of the same customer.
+    Part("tickets.Customer", _customers, shared=True, identity=True),
+    Part("tickets.Order", _orders, shared=True, identity=True, personal=False),
+    Part("tickets.OrderLine", _order_lines, shared=True, identity=True, personal=False),
+    # Knowledge and permissions in force: the help articles used, the approval policy and rules.
+    Part("tickets.HelpArticle", _help_articles, shared=True, personal=False),
+    Part("agents.ApprovalPolicy", _every_row("agents.ApprovalPolicy"), shared=True, personal=False),
+    Part("agents.ToolApprovalRule", _every_row("agents.ToolApprovalRule"), shared=True, personal=False),
+    # The ticket ledger.
+    Part("tickets.Ticket", _of_tickets("tickets.Ticket", "id"), ticket_column="id"),
+    Part("tickets.Message", _of_tickets("tickets.Message"), ticket_column="ticket_id"),
+    Part(
+        "tickets.Attachment",
+        _of_tickets("tickets.Attachment", "message__ticket_id"),
+        via=("tickets.Message", "message_id"),
+        immutable=True,
+    ),
+    Part("tickets.TicketEvent", _of_tickets("tickets.TicketEvent"), ticket_column="ticket_id", immutable=True),
+    Part("agents.TicketLease", _of_tickets("agents.TicketLease"), ticket_column="ticket_id", personal=False),
+    Part("agents.AgentRun", _of_tickets("agents.AgentRun"), ticket_column="ticket_id"),
+    Part("agents.ModelStep", _of_tickets("agents.ModelStep"), ticket_column="ticket_id"),
+    Part("agents.ToolCall", _of_tickets("agents.ToolCall"), ticket_column="ticket_id"),
+    Part("agents.Refund", _of_tickets("agents.Refund"), ticket_column="ticket_id"),
+    Part("approvals.ApprovalRequest", _of_tickets("approvals.ApprovalRequest"), ticket_column="ticket_id"),
+]
+
+# Users are carried by username, not id: a staff member or a customer's login is matched to
+# the account of the same name where the bundle is restored, or created there without a
+# password. Only what restore needs is carried (no names, emails or password hashes).
+USERS_FILE = "parts/auth.User.jsonl"
+USERS_LABEL = "auth.User"
+
+
+def part_named(label: str) -> Part:
+    for part in PARTS:
+        if part.label == label:
+            return part
+    raise KeyError(label)
+
+
+def is_user_model(model: type[Model] | str | None) -> bool:
+    if model is None:
+        return False
+    if isinstance(model, str):
+        return model.lower() == settings.AUTH_USER_MODEL.lower()
+    return model._meta.label_lower == settings.AUTH_USER_MODEL.lower()

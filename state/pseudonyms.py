@@ -1,0 +1,182 @@
+"""Customers' personal data, and the secrets of the deployment: what a bundle leaves out.
+
+Personal data of a customer, replaced unless the export is asked to include it:
+- who they are: name, email and login name, replaced by stable pseudonyms derived from the
+  customer's id (``Customer 7``, ``customer-7@pseudonymised.invalid``) wherever they appear
+  in the bundle (the agent's prompt names the customer, a reply may greet them);
+- what they wrote: their messages, the subjects of their tickets and the names of their
+  files, withheld wherever the bundle repeats them word for word (the model's requests
+  quote the conversation, the timeline quotes messages).
+Kept: order numbers, amounts and statuses, the agent's and staff's own words, tool
+arguments and results (a reply may still say in other words what the customer wrote).
+
+Secrets are never carried at all: a value of any setting in ``SECRET_SETTINGS`` found in
+any row is replaced by ``[withheld: NAME]``; the manifest lists the names only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urlparse
+
+from django.conf import settings
+from django.db import connection
+
+from state.rows import Row
+
+PSEUDONYM_DOMAIN = "pseudonymised.invalid"
+WITHHELD_WORDS = "[withheld: the customer's words]"
+WITHHELD_SUBJECT = "[withheld: the ticket's subject]"
+# Shorter texts are withheld in their own row but not hunted for elsewhere: "ok" or "yes"
+# would be cut out of every sentence.
+MIN_QUOTED_CHARS = 8
+
+SECRET_SETTINGS = (
+    "SECRET_KEY",
+    "STRIPE_API_KEY",
+    "OPENAI_API_KEY",
+    "EMAIL_HOST_PASSWORD",
+    "DATABASE_URL",
+    "SANDBOX_DATABASE_URL",
+    "REDIS_URL",
+    "CELERY_BROKER_URL",
+    "MEDIA_STORAGE_OPTIONS",
+)
+MIN_SECRET_CHARS = 8
+
+
+def pseudonym_name(customer_id: int) -> str:
+    return f"Customer {customer_id}"
+
+
+def pseudonym_email(customer_id: int) -> str:
+    return f"customer-{customer_id}@{PSEUDONYM_DOMAIN}"
+
+
+def pseudonym_username(customer_id: int) -> str:
+    return f"pseudonymised-customer-{customer_id}"
+
+
+def _walk(value: Any, change: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, list):
+        return [_walk(v, change) for v in value]
+    if isinstance(value, dict):
+        return {k: _walk(v, change) for k, v in value.items()}
+    return value
+
+
+def _replacer(terms: dict[str, str], *, words: bool, ignore_case: bool) -> Callable[[str], str]:
+    if not terms:
+        return lambda text: text
+    flags = re.IGNORECASE if ignore_case else 0
+    alternatives = "|".join(re.escape(t) for t in sorted(terms, key=lambda t: (-len(t), t)))
+    pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)" if words else f"(?:{alternatives})", flags)
+    lookup = {t.casefold() if ignore_case else t: v for t, v in terms.items()}
+    return lambda text: pattern.sub(lambda m: lookup[m.group(0).casefold() if ignore_case else m.group(0)], text)
+
+
+def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_labels: Iterable[str]) -> None:
+    """Replace the customers' personal data in ``rows`` (by part label) and ``users``, in place.
+
+    Idempotent: a customer already pseudonymised (a restored pseudonymised bundle) is left as it is,
+    so a database restored from a bundle dumps to the same rows.
+    """
+    identities: dict[str, str] = {}
+    texts: dict[str, str] = {}
+    for customer in rows.get("tickets.Customer", []):
+        if customer["email"].endswith("@" + PSEUDONYM_DOMAIN):
+            continue
+        pk = customer["id"]
+        identities[customer["name"]] = pseudonym_name(pk)
+        for token in customer["name"].split():
+            if len(token) >= 3:
+                identities.setdefault(token, pseudonym_name(pk))
+        identities[customer["email"]] = pseudonym_email(pk)
+        identities[customer["user"]] = pseudonym_username(pk)
+        customer.update(name=pseudonym_name(pk), email=pseudonym_email(pk), user=pseudonym_username(pk))
+    for message in rows.get("tickets.Message", []):
+        if message["author_kind"] == "customer" and message["body"] != WITHHELD_WORDS:
+            if len(message["body"]) >= MIN_QUOTED_CHARS:
+                texts[message["body"]] = WITHHELD_WORDS
+            message["body"] = WITHHELD_WORDS
+    for ticket in rows.get("tickets.Ticket", []):
+        if ticket["subject"] != WITHHELD_SUBJECT:
+            if len(ticket["subject"]) >= MIN_QUOTED_CHARS:
+                texts[ticket["subject"]] = WITHHELD_SUBJECT
+            ticket["subject"] = WITHHELD_SUBJECT
+    for attachment in rows.get("tickets.Attachment", []):
+        name = attachment["original_name"]
+        extension = name.rsplit(".", 1)[1] if "." in name else ""
+        anonymous = f"file-{attachment['id']}" + (f".{extension}" if extension.isalnum() else "")
+        if name != anonymous:
+            texts[name] = anonymous
+            attachment["original_name"] = anonymous
+    if not identities and not texts:
+        return
+    quoted = _replacer(texts, words=False, ignore_case=False)
+    named = _replacer(identities, words=True, ignore_case=True)
+
+    def change(text: str) -> str:
+        return named(quoted(text))
+
+    for label in personal_labels:
+        rows[label] = [_walk(row, change) for row in rows.get(label, [])]
+    users[:] = [_walk(user, change) for user in users]
+
+
+def secret_values() -> dict[str, str]:
+    """The values to keep out of a bundle, by the setting they come from."""
+    found: dict[str, str] = {}
+    for name in SECRET_SETTINGS:
+        value = getattr(settings, name, None) or os.environ.get(name)
+        if name == "MEDIA_STORAGE_OPTIONS":  # kept by settings as the storage's options
+            value = settings.STORAGES.get("default", {}).get("OPTIONS") or value
+        if isinstance(value, dict):
+            for item in value.values():
+                if isinstance(item, str):
+                    found.setdefault(str(item), name)
+        elif value:
+            found[str(value)] = name
+        for part in _url_secrets(str(value)) if isinstance(value, str) else ():
+            found.setdefault(part, name)
+    password = connection.settings_dict.get("PASSWORD")
+    if password:
+        found.setdefault(str(password), "DATABASE_URL")
+    return {value: name for value, name in found.items() if len(value) >= MIN_SECRET_CHARS}
+
+
+def _url_secrets(value: str) -> list[str]:
+    if "://" not in value:
+        return []
+    try:
+        parsed = urlparse(value)
+    except ValueError:
+        return []
+    return [parsed.password] if parsed.password else []
+
+
+def withhold_secrets(rows: dict[str, list[Row]], users: list[Row]) -> Counter[str]:
+    """Replace every secret value found in the rows by ``[withheld: NAME]``; count them by name."""
+    secrets = secret_values()
+    seen: Counter[str] = Counter()
+    if not secrets:
+        return seen
+    pattern = re.compile("|".join(re.escape(v) for v in sorted(secrets, key=lambda v: (-len(v), v))))
+
+    def change(text: str) -> str:
+        def one(match: re.Match[str]) -> str:
+            seen[secrets[match.group(0)]] += 1
+            return f"[withheld: {secrets[match.group(0)]}]"
+
+        return pattern.sub(one, text)
+
+    for label in list(rows):
+        rows[label] = [_walk(row, change) for row in rows[label]]
+    users[:] = [_walk(user, change) for user in users]
+    return seen

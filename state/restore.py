@@ -1,0 +1,265 @@
+"""Restore: a bundle's rows into this database, whole or not at all.
+
+Preconditions checked before anything is written: every byte of the bundle matches its
+digests, the format is one this release reads, this database has applied every migration
+the bundle was written at (and none is pending), and no bundled row is already here under
+its primary key or a unique key (unless ``on_conflict="skip"`` says to leave a ticket that
+is already here as it is). Then, in one transaction: users matched by username or created
+without a password, every row inserted with its primary key and idempotency keys, and the
+sequences moved past the restored ids.
+
+Restore writes rows of every app directly, as ``loaddata`` does, rather than through each
+app's services: it puts back rows those services wrote, and replays none of their effects
+(no doorbell, no timeline event). A restored ticket with work pending is rung by the sweeper.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management.color import no_style
+from django.db import IntegrityError, connection, transaction
+from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.recorder import MigrationRecorder
+
+from state import bundle
+from state.parts import PARTS, USERS_LABEL, Part
+from state.rows import Row, columns, dump, instance, is_user_column, key_of, unknown_keys
+
+ON_CONFLICT = ("fail", "skip")
+
+
+class RestoreRefused(Exception):
+    """Nothing was written; ``problems`` says why, one sentence each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class RestoreReport:
+    inserted: Counter[str] = field(default_factory=Counter)
+    already_here: Counter[str] = field(default_factory=Counter)
+    kept_here: Counter[str] = field(default_factory=Counter)
+    skipped_tickets: list[int] = field(default_factory=list)
+    users_created: list[str] = field(default_factory=list)
+    users_matched: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _check_release(b: bundle.Bundle) -> list[str]:
+    problems = []
+    known = {p.label for p in PARTS} | {USERS_LABEL}
+    for label in b.labels:
+        if label not in known:
+            problems.append(
+                f"the bundle has a table this release does not know ({label}); restore it with the release "
+                f"that wrote it ({b.manifest['app'].get('version')}) or later"
+            )
+    apps_in_bundle = {label.split(".")[0] for label in b.labels}
+    applied = set(MigrationRecorder(connection).applied_migrations())
+    for app, names in sorted(b.manifest.get("migrations", {}).items()):
+        if app not in apps_in_bundle:
+            continue
+        missing = [name for name in names if (app, name) not in applied]
+        if missing:
+            problems.append(
+                f"this database has not applied the migration {app}.{missing[-1]} the bundle was written at; "
+                "run manage.py migrate with that release or a later one first"
+            )
+    executor = MigrationExecutor(connection)
+    pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    if pending:
+        problems.append(f"this database has {len(pending)} migration(s) not applied; run manage.py migrate first")
+    return problems
+
+
+def _ensure_users(users: list[Row], report: RestoreReport) -> dict[str, int]:
+    """Each bundled user's id here: the account of the same username, or a new one without a password."""
+    model = get_user_model()
+    ids: dict[str, int] = {}
+    for row in users:
+        user = model.objects.filter(**{model.USERNAME_FIELD: row["username"]}).first()
+        if user is not None:
+            report.users_matched.append(row["username"])
+        else:
+            user = model(
+                **{model.USERNAME_FIELD: row["username"]}, is_staff=row["is_staff"], is_active=row["is_active"]
+            )
+            user.set_unusable_password()
+            user.save()
+            user.groups.set(Group.objects.filter(name__in=row["groups"]))
+            report.users_created.append(row["username"])
+        ids[row["username"]] = user.pk
+    return ids
+
+
+Owners = dict[str, dict[int, int]]
+
+
+def _owners(rows: dict[str, list[Row]]) -> Owners:
+    """For parts whose rows hang off another part's row: that row's id -> its ticket."""
+    labels = {p.via[0] for p in PARTS if p.via}
+    return {label: {r["id"]: r["ticket_id"] for r in rows.get(label, [])} for label in labels}
+
+
+def _ticket_of(part: Part, row: Row, owners: Owners) -> int | None:
+    """The ticket a bundled row belongs to (None for shared rows)."""
+    if part.ticket_column:
+        return row[part.ticket_column]
+    if part.via:
+        label, column = part.via
+        return owners[label].get(row[column])
+    return None
+
+
+def _differing(a: Row, b: Row) -> list[str]:
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+@dataclass
+class _Plan:
+    insert: dict[str, list[Row]]
+    conflicts: list[str]
+    # Conflicts of rows of a ticket that is already here: resolved by skipping the ticket.
+    ticket_conflicts: dict[int, list[str]]
+
+
+def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreReport, on_conflict: str) -> _Plan:
+    plan = _Plan(insert={}, conflicts=[], ticket_conflicts={})
+    owners = _owners(rows)
+    present_tickets: set[int] = set()  # the bundled tickets already here, from the Ticket part
+    for part in PARTS:
+        model = part.model
+        pk_key = model._meta.pk.attname
+        bundled = rows.get(part.label, [])
+        here = {r[pk_key]: r for r in dump(model.objects.filter(pk__in=[r[pk_key] for r in bundled]))}
+        if part.label == "tickets.Ticket":
+            present_tickets = set(here)
+        to_insert = []
+        kept: set[Any] = set()  # shared rows of this deployment kept instead of the bundle's (skip)
+        for row in bundled:
+            pk = row[pk_key]
+            ticket = _ticket_of(part, row, owners)
+            if pk in here:
+                if part.shared and here[pk] == row:
+                    report.already_here[part.label] += 1
+                    continue
+                what = f"{part.label} {pk} is already in this database"
+                if part.shared:
+                    what += f" with other values ({', '.join(_differing(here[pk], row))})"
+                    if on_conflict == "skip" and not part.identity:
+                        report.kept_here[part.label] += 1
+                        report.warnings.append(f"{what}: kept as it is here")
+                        continue
+                    plan.conflicts.append(what)
+                    continue
+                plan.ticket_conflicts.setdefault(ticket, []).append(what)
+                continue
+            to_insert.append(row)
+        # Unique columns other than the primary key (idempotency keys, order numbers, a customer's login).
+        for f in columns(model):
+            if not f.unique or f.primary_key:
+                continue
+            key = key_of(f)
+            wanted = {}
+            for row in to_insert:
+                value = row.get(key)
+                if value is None:
+                    continue
+                wanted[user_ids[value] if is_user_column(f) else value] = row
+            if not wanted:
+                continue
+            taken = model.objects.filter(**{f"{f.attname}__in": list(wanted)}).values_list(f.attname, "pk")
+            for value, pk_here in taken:
+                row = wanted[value]
+                what = (
+                    f"{part.label} {row[pk_key]}: its {f.name} {row.get(key)!r} is already used here by row {pk_here}"
+                )
+                ticket = _ticket_of(part, row, owners)
+                if part.shared and on_conflict == "skip" and not part.identity:
+                    kept.add(row[pk_key])
+                    report.kept_here[part.label] += 1
+                    report.warnings.append(f"{what}: kept as it is here")
+                elif part.shared or ticket is None:
+                    plan.conflicts.append(what)
+                else:
+                    plan.ticket_conflicts.setdefault(ticket, []).append(what)
+        plan.insert[part.label] = [row for row in to_insert if row[pk_key] not in kept]
+    skip = set()
+    for ticket, whats in sorted(plan.ticket_conflicts.items(), key=lambda item: item[0] or 0):
+        if on_conflict == "skip" and ticket in present_tickets:
+            skip.add(ticket)
+            continue
+        if on_conflict == "skip":
+            whats = [f"{w} (ticket #{ticket} is not here, so skipping it does not resolve this; " for w in whats]
+            whats = [w + "restoring under new ids is not supported)" for w in whats]
+        plan.conflicts.extend(whats)
+    if skip:
+        report.skipped_tickets = sorted(skip)
+        for part in PARTS:
+            if part.ticket_column or part.via:
+                plan.insert[part.label] = [
+                    r for r in plan.insert[part.label] if _ticket_of(part, r, owners) not in skip
+                ]
+    return plan
+
+
+def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
+    """Restore the bundle at ``path`` into this database. Raises ``bundle.BundleError`` for a bundle
+    that cannot be trusted and ``RestoreRefused`` for one that does not fit; nothing is written then."""
+    if on_conflict not in ON_CONFLICT:
+        raise ValueError(on_conflict)
+    b = bundle.read(path)
+    problems = _check_release(b)
+    rows: dict[str, Any] = {label: b.rows(label) for label in b.labels}
+    for part in PARTS:
+        for row in rows.setdefault(part.label, []):
+            extra = unknown_keys(part.model, row)
+            if extra:
+                problems.append(
+                    f"{part.label} rows have columns this release does not know: {', '.join(sorted(extra))}"
+                )
+                break
+    users = rows.get(USERS_LABEL, [])
+    known_users = {u["username"] for u in users}
+    for part in PARTS:
+        for f in (f for f in columns(part.model) if is_user_column(f)):
+            strangers = {r[f.name] for r in rows[part.label] if r.get(f.name) is not None} - known_users
+            if strangers:
+                problems.append(f"{part.label}.{f.name} names users the bundle does not carry: {sorted(strangers)}")
+    if problems:
+        raise RestoreRefused(problems)
+    report = RestoreReport()
+    if not b.manifest.get("personal_data"):
+        report.warnings.append(
+            "this bundle was written without personal data: customers have pseudonyms and their words are withheld"
+        )
+    try:
+        _write(rows, users, report, on_conflict)
+    except IntegrityError as exc:
+        # A constraint the plan does not check beforehand (one spanning several columns, or a
+        # condition): the database refused the rows and the transaction rolled back.
+        raise RestoreRefused([f"the database refused the rows: {str(exc).strip()}"]) from None
+    return report
+
+
+def _write(rows: dict[str, Any], users: list[Row], report: RestoreReport, on_conflict: str) -> None:
+    with transaction.atomic():
+        user_ids = _ensure_users(users, report)
+        plan = _plan(rows, user_ids, report, on_conflict)
+        if plan.conflicts:
+            raise RestoreRefused(plan.conflicts)
+        for part in PARTS:
+            objects = [instance(part.model, row, user_ids) for row in plan.insert[part.label]]
+            part.model.objects.bulk_create(objects, batch_size=500)
+            report.inserted[part.label] = len(objects)
+        with connection.cursor() as cursor:
+            for sql in connection.ops.sequence_reset_sql(no_style(), [p.model for p in PARTS]):
+                cursor.execute(sql)

@@ -1,0 +1,99 @@
+"""Rows as plain JSON values, and back: the same primary keys, users by username.
+
+Every concrete column is carried except generated ones (the database computes them again).
+Datetimes keep their microseconds and offset, so a restored row is the row that was exported.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import models
+from django.db.models import Field, Model, QuerySet
+from django.utils.dateparse import parse_date, parse_datetime
+
+from state.parts import is_user_model
+
+Row = dict[str, Any]
+
+
+def columns(model: type[Model]) -> list[Field]:
+    return [f for f in model._meta.concrete_fields if not getattr(f, "generated", False)]
+
+
+def is_user_column(field: Field) -> bool:
+    return bool(field.is_relation and is_user_model(field.related_model))
+
+
+def key_of(field: Field) -> str:
+    """The row's key for a column: ``ticket_id`` for a foreign key, ``decided_by`` for a user (a username)."""
+    return field.name if is_user_column(field) else field.attname
+
+
+def encode(value: Any) -> Any:
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, Decimal | uuid.UUID):
+        return str(value)
+    return value
+
+
+def decode(field: Field, value: Any) -> Any:
+    if value is None or isinstance(field, models.JSONField):
+        return value
+    if isinstance(field, models.DateTimeField):
+        return parse_datetime(value)
+    if isinstance(field, models.DateField):
+        return parse_date(value)
+    return field.to_python(value)
+
+
+def dump(queryset: QuerySet) -> list[Row]:
+    """The queryset's rows, in primary-key order, as JSON values."""
+    model = queryset.model
+    fields = columns(model)
+    raw = list(queryset.order_by("pk").values(*[f.attname for f in fields]))
+    user_ids = {r[f.attname] for r in raw for f in fields if is_user_column(f) and r[f.attname] is not None}
+    usernames = dict(get_user_model().objects.filter(pk__in=user_ids).values_list("pk", "username"))
+    rows = []
+    for r in raw:
+        row: Row = {}
+        for f in fields:
+            value = r[f.attname]
+            row[key_of(f)] = usernames.get(value) if is_user_column(f) and value is not None else encode(value)
+        rows.append(row)
+    return rows
+
+
+def instance(model: type[Model], row: Row, user_ids: dict[str, int]) -> Model:
+    """A model instance of ``row``; usernames become the ids of ``user_ids``."""
+    values: dict[str, Any] = {}
+    for f in columns(model):
+        key = key_of(f)
+        if key not in row:
+            continue  # a column added since the bundle was written takes its default
+        value = row[key]
+        values[f.attname] = user_ids[value] if is_user_column(f) and value is not None else decode(f, value)
+    return model(**values)
+
+
+def unknown_keys(model: type[Model], row: Row) -> set[str]:
+    return set(row) - {key_of(f) for f in columns(model)}
+
+
+def user_rows(usernames: set[str]) -> list[Row]:
+    """What restore needs of each user: the name, whether staff and active, the groups by name."""
+    users = get_user_model().objects.filter(username__in=usernames).prefetch_related("groups").order_by("username")
+    return [
+        {
+            "username": user.username,
+            "is_staff": user.is_staff,
+            "is_active": user.is_active,
+            "groups": sorted(g.name for g in user.groups.all()),
+        }
+        for user in users
+    ]

@@ -1,0 +1,339 @@
+"""verify_state: what a bundle (or a database, against a bundle) holds, and whether it is whole.
+
+The report answers five questions: identity (which tickets, customers, profile versions),
+knowledge (messages, the help articles the agent used), permissions (tools and approval
+rules in force), activity (runs, calls, refunds, pending approvals) and verification
+(checksums, counts, invariants). Any failed check makes the whole report fail.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import connection
+
+from agents.calls import arguments_digest
+from state import bundle
+from state.export import collect
+from state.parts import PARTS, USERS_LABEL, Selection, is_user_model, part_named
+from state.rows import Row, columns, is_user_column
+from tickets.money import format_money
+
+# A refund in these states may have moved money: it must have had any approval it needed.
+MONEY_MOVED_STATUSES = ("submitted", "pending", "succeeded", "uncertain")
+
+
+@dataclass
+class Check:
+    name: str
+    violations: list[str] = field(default_factory=list)
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+@dataclass
+class Report:
+    title: str
+    sections: dict[str, list[str]] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def render(self) -> str:
+        lines = [self.title, ""]
+        for n, (name, body) in enumerate(self.sections.items(), start=1):
+            lines.append(f"{n}. {name}")
+            lines += [f"   {line}" for line in body] or ["   (nothing)"]
+            lines.append("")
+        lines.append(f"{len(self.sections) + 1}. Verification")
+        for check in self.checks:
+            lines.append(
+                f"   {'ok    ' if check.ok else 'FAILED'} {check.name}" + (f": {check.detail}" if check.detail else "")
+            )
+            lines += [f"          - {v}" for v in check.violations[:20]]
+            if len(check.violations) > 20:
+                lines.append(f"          ... and {len(check.violations) - 20} more")
+        lines += [f"   note: {note}" for note in self.notes[:20]]
+        failed = [c for c in self.checks if not c.ok]
+        lines += ["", "Result: OK" if not failed else f"Result: FAILED ({len(failed)} of {len(self.checks)} checks)"]
+        return "\n".join(lines)
+
+
+def _by_pk(label: str, rows: list[Row]) -> dict[Any, Row]:
+    if label == USERS_LABEL:
+        return {r["username"]: r for r in rows}
+    pk = part_named(label).model._meta.pk.attname
+    return {r[pk]: r for r in rows}
+
+
+def verify(path: Path, *, database: bool) -> Report:
+    where = f"the database {connection.settings_dict['NAME']} against the bundle" if database else "the bundle"
+    report = Report(title=f"State bundle {path}: checking {where}")
+    try:
+        b = bundle.read(path)
+    except bundle.BundleError as exc:
+        report.checks.append(Check("checksums and format", violations=exc.problems))
+        return report
+    manifest = b.manifest
+    report.title += (
+        f"\n  format {manifest['format_version']}, written {manifest['created_at']} by {manifest['app']['name']} "
+        f"{manifest['app']['version']} ({manifest['app'].get('revision') or 'revision unknown'}); "
+        f"personal data {'included' if manifest['personal_data'] else 'pseudonymised'}"
+    )
+    report.checks.append(
+        Check(
+            "checksums and format", detail=f"{len(b.files)} files match their SHA-256; format {bundle.FORMAT_VERSION}"
+        )
+    )
+    bundled = {label: b.rows(label) for label in b.labels}
+    if database:
+        rows = _compare_database(bundled, manifest, report)
+    else:
+        rows = bundled
+        report.checks.append(
+            Check("counts", detail=", ".join(f"{label} {n}" for label, n in manifest["counts"].items() if n))
+        )
+        report.checks.append(_references(rows))
+    rows = {part.label: rows.get(part.label, []) for part in PARTS} | {USERS_LABEL: rows.get(USERS_LABEL, [])}
+    report.sections = {
+        "Identity": _identity(rows, manifest),
+        "Knowledge": _knowledge(rows),
+        "Permissions": _permissions(rows, manifest),
+        "Activity": _activity(rows),
+    }
+    report.checks += [_one_refund_per_key(rows), _approved_before_paid(rows), _gapless(rows)]
+    return report
+
+
+def _compare_database(bundled: dict[str, list[Row]], manifest: dict, report: Report) -> dict[str, list[Row]]:
+    """This database's rows of the bundle's tickets, dumped as export would; every bundled row must be here."""
+    selection = Selection(ticket_ids=tuple(manifest["selection"]["tickets"]))
+    collected = collect(selection, personal_data=manifest["personal_data"])
+    current = {**collected.rows, USERS_LABEL: collected.users}
+    missing = Check("every bundled row is in the database")
+    altered = Check("rows that are never changed are as in the bundle")
+    policy = Check("approval policy and tool rules in force are the bundle's")
+    changed = 0
+    counts = []
+    for label, rows in bundled.items():
+        here = _by_pk(label, current.get(label, []))
+        counts.append(f"{label} {len(rows)}/{len(here)}")
+        part = part_named(label) if label != USERS_LABEL else None
+        for key, row in _by_pk(label, rows).items():
+            if key not in here:
+                missing.violations.append(f"{label} {key}")
+                continue
+            if here[key] == row:
+                continue
+            differing = sorted(k for k in row.keys() | here[key].keys() if row.get(k) != here[key].get(k))
+            what = f"{label} {key}: {', '.join(differing)}"
+            if part is not None and part.immutable:
+                altered.violations.append(what)
+            elif label in ("agents.ApprovalPolicy", "agents.ToolApprovalRule"):
+                policy.violations.append(what)
+            elif label != USERS_LABEL:  # a user's groups and flags are the deployment's to change
+                changed += 1
+                report.notes.append(f"changed since the bundle: {what}")
+    for label in ("agents.ApprovalPolicy", "agents.ToolApprovalRule"):
+        extra = set(_by_pk(label, current.get(label, []))) - set(_by_pk(label, bundled.get(label, [])))
+        policy.violations += [f"{label} {key} is in force here but not in the bundle" for key in sorted(extra)]
+    missing.detail = "bundle/database rows: " + ", ".join(counts)
+    report.checks += [missing, altered, policy]
+    report.notes.insert(0, f"{changed} row(s) changed since the bundle was written (the work moved on)")
+    return current
+
+
+def _references(rows: dict[str, list[Row]]) -> Check:
+    """Every foreign key of a bundled row points at a row of the bundle: the bundle is whole."""
+    check = Check("every reference inside the bundle resolves")
+    users = {u["username"] for u in rows.get(USERS_LABEL, [])}
+    keys = {label: set(_by_pk(label, r)) for label, r in rows.items() if label != USERS_LABEL}
+    for part in PARTS:
+        for f in columns(part.model):
+            if not f.is_relation:
+                continue
+            values = {r.get(f.name if is_user_column(f) else f.attname) for r in rows.get(part.label, [])} - {None}
+            if is_user_model(f.related_model):
+                targets, what = users, "auth.User"
+            else:
+                what = f.related_model._meta.label
+                if what not in keys:
+                    if values:
+                        check.violations.append(f"{part.label}.{f.name} points at {what}, which is not in the bundle")
+                    continue
+                targets = keys[what]
+            for value in sorted(values - targets, key=str):
+                check.violations.append(f"{part.label}.{f.name} = {value!r}: no such {what} in the bundle")
+    return check
+
+
+def _one_refund_per_key(rows: dict[str, list[Row]]) -> Check:
+    check = Check("one refund per idempotency key, the key of its tool call")
+    refunds = rows["agents.Refund"]
+    for key, count in Counter(r["idempotency_key"] for r in refunds).items():
+        if count > 1:
+            check.violations.append(f"{count} refunds under the key {key}")
+    calls = {c["id"]: c for c in rows["agents.ToolCall"]}
+    for refund in refunds:
+        call = calls.get(refund["tool_call_id"])
+        if call is None or call["idempotency_key"] != refund["idempotency_key"]:
+            check.violations.append(f"refund {refund['id']}: its key is not its tool call's")
+    check.detail = f"{len(refunds)} refund(s)"
+    return check
+
+
+def _approved_before_paid(rows: dict[str, list[Row]]) -> Check:
+    """No refund that may have moved money needed an approval without an approved request for its exact arguments.
+
+    Whether it needed one is judged from the policy and the rules, not only from the call's own flag.
+    """
+    check = Check("no refund paid without an approval for its exact arguments")
+    calls = {c["id"]: c for c in rows["agents.ToolCall"]}
+    approvals = {a["tool_call_id"]: a for a in rows["approvals.ApprovalRequest"]}
+    tickets = {t["id"]: t for t in rows["tickets.Ticket"]}
+    flagged = {c["id"] for c in rows["tickets.Customer"] if c["requires_refund_approval"]}
+    ruled = {r["tool_name"] for r in rows["agents.ToolApprovalRule"] if r["requires_approval"]}
+    policies = rows["agents.ApprovalPolicy"]
+    threshold = policies[0]["refund_threshold_cents"] if policies else None
+    paid = [r for r in rows["agents.Refund"] if r["status"] in MONEY_MOVED_STATUSES or r["provider_refund_id"]]
+    for refund in paid:
+        call = calls.get(refund["tool_call_id"], {})
+        ticket = tickets.get(refund["ticket_id"], {})
+        needed = (
+            call.get("approval_required")
+            or ticket.get("customer_id") in flagged
+            or call.get("name") in ruled
+            or (threshold is not None and refund["amount_cents"] > threshold)
+        )
+        if not needed:
+            continue
+        approval = approvals.get(refund["tool_call_id"])
+        if approval is None or approval["status"] != "approved":
+            check.violations.append(f"refund {refund['idempotency_key']} was paid with no approved request")
+        elif approval["arguments_digest"] != arguments_digest(call.get("arguments") or {}):
+            check.violations.append(f"refund {refund['idempotency_key']}: the approval was for other arguments")
+    check.detail = f"{len(paid)} refund(s) that reached the provider"
+    return check
+
+
+def _gapless(rows: dict[str, list[Row]]) -> Check:
+    check = Check("gapless timeline on every ticket")
+    seqs: dict[int, list[int]] = defaultdict(list)
+    for event in rows["tickets.TicketEvent"]:
+        seqs[event["ticket_id"]].append(event["seq"])
+    for ticket in rows["tickets.Ticket"]:
+        got = sorted(seqs.get(ticket["id"], []))
+        if got != list(range(1, len(got) + 1)) or len(got) != ticket["last_event_seq"]:
+            check.violations.append(
+                f"ticket #{ticket['id']}: events {got[:8]}..., last number {ticket['last_event_seq']}"
+            )
+    check.detail = f"{len(rows['tickets.TicketEvent'])} event(s) on {len(rows['tickets.Ticket'])} ticket(s)"
+    return check
+
+
+def profile_versions(rows: dict[str, list[Row]]) -> str:
+    """The agent profile versions the runs used. Hook: profiles are not in this release's bundle yet."""
+    if "agents.AgentProfile" not in rows:
+        return "not recorded (this release has no agent profiles)"
+    used = Counter(r.get("profile_id") for r in rows.get("agents.AgentRun", []))
+    return ", ".join(f"profile {pk}: {n} run(s)" for pk, n in sorted(used.items(), key=lambda i: str(i[0])))
+
+
+def _identity(rows: dict[str, list[Row]], manifest: dict) -> list[str]:
+    tickets = rows["tickets.Ticket"]
+    customers = rows["tickets.Customer"]
+    selection = manifest["selection"]
+    chosen = "every ticket" if selection["all"] else "tickets " + ", ".join(f"#{pk}" for pk in selection["tickets"])
+    return [
+        f"selection: {chosen}{' (open only)' if selection['open_only'] else ''}",
+        f"tickets: {len(tickets)}: " + ", ".join(f"#{t['id']} {t['status']}" for t in tickets),
+        f"customers: {len(customers)}: " + ", ".join(f"{c['id']} <{c['email']}> login {c['user']}" for c in customers),
+        f"users carried by name: {len(rows[USERS_LABEL])}: " + ", ".join(u["username"] for u in rows[USERS_LABEL]),
+        f"agent profile versions: {profile_versions(rows)}",
+    ]
+
+
+def _knowledge(rows: dict[str, list[Row]]) -> list[str]:
+    messages = rows["tickets.Message"]
+    kinds = Counter(m["author_kind"] for m in messages)
+    internal = sum(1 for m in messages if not m["is_public"])
+    referenced: set[str] = set()
+    for call in rows["agents.ToolCall"]:
+        if call["name"] == "search_help" and isinstance(call["result"], dict):
+            referenced |= {a.get("slug") for a in call["result"].get("articles", []) if isinstance(a, dict)}
+    carried = {a["slug"] for a in rows["tickets.HelpArticle"]}
+    articles = ", ".join(f"{s}{'' if s in carried else ' (NOT carried)'}" for s in sorted(referenced, key=str))
+    return [
+        f"messages: {len(messages)} ("
+        + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+        + f"; internal {internal})",
+        f"attachments: {len(rows['tickets.Attachment'])} (their files are not in the bundle)",
+        f"timeline events: {len(rows['tickets.TicketEvent'])}",
+        f"help articles referenced by search_help: {articles or 'none'}",
+    ]
+
+
+def _permissions(rows: dict[str, list[Row]], manifest: dict) -> list[str]:
+    lines = []
+    rules = {r["tool_name"]: r["requires_approval"] for r in rows["agents.ToolApprovalRule"]}
+    for name, tool in manifest["tools"].items():
+        approval = "always needs an approval (rule)" if rules.get(name) else (
+            "approval by policy" if tool["policy_may_ask_approval"] else "no approval"
+        )  # fmt: skip
+        lines.append(f"tool {name}: replay {tool['replay_policy']}, {approval}")
+    for name in sorted(set(rules) - set(manifest["tools"])):
+        lines.append(f"rule for unknown tool {name}: {'approval' if rules[name] else 'no approval'}")
+    for policy in rows["agents.ApprovalPolicy"]:
+        limit = policy["customer_limit_cents"]
+        lines.append(
+            f"approval policy: refunds above {format_money(policy['refund_threshold_cents'], 'usd')} per order; "
+            f"per customer {format_money(limit, 'usd') if limit is not None else 'the same'} in "
+            f"{policy['customer_window_days']} days; requests expire after {policy['ttl_hours']} h; "
+            f"customer confirms: {policy['customer_confirms_refunds']}"
+        )
+    if not rows["agents.ApprovalPolicy"]:
+        lines.append("approval policy: the defaults (no policy row was saved)")
+    flagged = [c["id"] for c in rows["tickets.Customer"] if c["requires_refund_approval"]]
+    lines.append(f"customers with every refund reviewed: {flagged or 'none'}")
+    lines.append("settings: " + ", ".join(f"{k}={v}" for k, v in manifest["settings"].items()))
+    secrets = manifest["secrets"]
+    lines.append("secrets (names only, never values): " + ", ".join(secrets["not_included"]))
+    if secrets["withheld_from_rows"]:
+        lines.append(f"secret values found in rows and withheld: {secrets['withheld_from_rows']}")
+    return lines
+
+
+def _activity(rows: dict[str, list[Row]]) -> list[str]:
+    runs = Counter(r["status"] for r in rows["agents.AgentRun"])
+    calls = Counter((c["name"], c["status"]) for c in rows["agents.ToolCall"])
+    tokens = sum(s["prompt_tokens"] + s["completion_tokens"] for s in rows["agents.ModelStep"])
+    lines = [
+        f"runs: {sum(runs.values())} (" + ", ".join(f"{k} {n}" for k, n in sorted(runs.items())) + ")",
+        f"model steps: {len(rows['agents.ModelStep'])}, {tokens} tokens",
+        f"tool calls: {sum(calls.values())} ("
+        + ", ".join(f"{name} {status} {n}" for (name, status), n in sorted(calls.items()))
+        + ")",
+    ]
+    for refund in rows["agents.Refund"]:
+        lines.append(
+            f"refund {refund['idempotency_key']}: {format_money(refund['amount_cents'], refund['currency'])} "
+            f"{refund['status']} (provider {refund['provider_refund_id'] or 'none yet'})"
+        )
+    pending = [a for a in rows["approvals.ApprovalRequest"] if a["status"] == "pending"]
+    lines.append(f"pending approvals: {len(pending)}")
+    for approval in pending:
+        amount = format_money(approval["amount_cents"], approval["currency"]) if approval["amount_cents"] else ""
+        lines.append(
+            f"  approval {approval['id']} on #{approval['ticket_id']}: {approval['tool_name']} {amount} "
+            f"(arguments {approval['arguments_digest'][:12]}…), expires {approval['expires_at']}"
+        )
+    return lines

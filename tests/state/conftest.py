@@ -1,0 +1,67 @@
+"""Helpers for the state bundle tests: a ticket paused on a refund approval, and bundles on disk."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from django.core.management import call_command
+
+from agents.models import RunStatus
+from agents.runner import advance
+from state import bundle
+from tests.conftest import make_customer, make_order
+from tickets import services as ticket_services
+from tickets.models import Order, Ticket
+
+
+def paused_ticket(name: str = "", number: str = "S-1001", total_cents: int = 4999) -> tuple[Ticket, Order]:
+    """A flagged customer asks for a refund: the agent looks the order up and pauses for a staff approval."""
+    customer = make_customer(name, flagged=True)
+    order = make_order(customer, number=number, total_cents=total_cents)
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject=f"Refund for {number}", body=f"Please refund order {number}, it arrived broken"
+    )
+    assert advance(ticket.pk).state == RunStatus.WAITING_APPROVAL
+    return ticket, order
+
+
+def export(tmp_path: Path, *tickets: Ticket, name: str = "bundle", **options: object) -> Path:
+    output = tmp_path / name
+    args = [arg for t in tickets for arg in ("--ticket", str(t.pk))]
+    call_command("export_state", *args, output=str(output), stdout=io.StringIO(), **options)
+    return output
+
+
+def verify(path: Path, *, database: bool = False) -> tuple[int, str]:
+    """``verify_state``'s exit status and report."""
+    out = io.StringIO()
+    try:
+        call_command("verify_state", str(path), database=database, stdout=out)
+    except SystemExit as exit:
+        return int(exit.code), out.getvalue()
+    return 0, out.getvalue()
+
+
+def bundle_bytes(path: Path) -> bytes:
+    """Every byte of a directory bundle, for searching."""
+    return b"".join(p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file())
+
+
+def rewrite_part(path: Path, label: str, change) -> None:  # noqa: ANN001
+    """Change a part's rows and write digests that match: a bundle consistent with itself, but forged."""
+    manifest = json.loads((path / bundle.MANIFEST).read_text())
+    entry = next(p for p in manifest["parts"] if p["label"] == label)
+    rows = bundle.decode_rows((path / entry["file"]).read_bytes())
+    data = bundle.encode_rows(change(rows))
+    (path / entry["file"]).write_bytes(data)
+    entry.update(sha256=bundle.sha256(data), rows=data.count(b"\n"))
+    manifest["counts"][label] = entry["rows"]
+    write_manifest(path, manifest)
+
+
+def write_manifest(path: Path, manifest: dict) -> None:
+    body = bundle.manifest_bytes(manifest)
+    (path / bundle.MANIFEST).write_bytes(body)
+    (path / bundle.MANIFEST_DIGEST).write_text(f"{bundle.sha256(body)}  {bundle.MANIFEST}\n")

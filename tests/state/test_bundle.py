@@ -1,0 +1,352 @@
+"""The state bundle in-process: what it carries and withholds, restore's refusals, verify's checks."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+
+from agents.models import AgentRun, ModelStep, Refund, ToolCall
+from approvals.models import ApprovalRequest
+from state.export import collect
+from state.parts import PARTS, Selection
+from tests.state.conftest import bundle_bytes, export, paused_ticket, rewrite_part, verify, write_manifest
+from tickets import services as ticket_services
+from tickets.models import Customer, Message, Ticket, TicketEvent
+
+pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
+
+
+def restore(path, **options: object) -> str:  # noqa: ANN001
+    out = io.StringIO()
+    call_command("restore_state", str(path), stdout=out, **options)
+    return out.getvalue()
+
+
+def ledger_counts() -> dict[str, int]:
+    return {part.label: part.model.objects.count() for part in PARTS}
+
+
+def empty_the_ledger() -> None:
+    """What a fresh database holds of the ledger: nothing (and ids start again at 1)."""
+    tables = [part.model._meta.db_table for part in PARTS] + [get_user_model()._meta.db_table]
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # checks the test's own pending rows first
+        cursor.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+
+
+def test_without_the_flag_customers_are_pseudonyms_and_their_words_are_withheld(tmp_path):
+    ticket, order = paused_ticket("dorothea")
+    customer = ticket.customer
+    customer.name, customer.email = "Dorothea Quimby", "dorothea.quimby@mail.example"
+    customer.save()
+    ticket_services.message_post(ticket=ticket, author_kind="customer", body="My address is 12 Larkspur Lane")
+
+    data = bundle_bytes(export(tmp_path, ticket)).decode()
+
+    for personal in ("Dorothea", "Quimby", "dorothea.quimby@mail.example", '"dorothea"', "Larkspur", "arrived broken"):
+        assert personal not in data, personal
+    assert f"Customer {customer.pk}" in data and f"customer-{customer.pk}@pseudonymised.invalid" in data
+    assert f"pseudonymised-customer-{customer.pk}" in data
+    assert order.number in data  # orders and amounts are not personal data
+    assert "[withheld: the customer's words]" in data
+
+
+def test_with_the_flag_the_customers_data_is_carried_as_it_is(tmp_path):
+    ticket, _ = paused_ticket("dorothea")
+    Customer.objects.filter(pk=ticket.customer_id).update(name="Dorothea Quimby", email="dq@mail.example")
+
+    data = bundle_bytes(export(tmp_path, ticket, include_personal_data=True)).decode()
+
+    assert "Dorothea Quimby" in data and "dq@mail.example" in data and '"dorothea"' in data
+    assert "arrived broken" in data and "[withheld" not in data
+
+
+def test_pseudonyms_are_stable_and_a_pseudonymised_database_dumps_to_the_same_rows(tmp_path):
+    ticket, _ = paused_ticket()
+    first = collect(Selection((ticket.pk,)), personal_data=False)
+    again = collect(Selection((ticket.pk,)), personal_data=False)
+    assert first.rows == again.rows
+    # The rows restored from a pseudonymised bundle are pseudonymised again as they are.
+    pseudonymous = first.rows["tickets.Customer"][0]
+    Customer.objects.filter(pk=ticket.customer_id).update(name=pseudonymous["name"], email=pseudonymous["email"])
+    get_user_model().objects.filter(pk=ticket.customer.user_id).update(username=pseudonymous["user"])
+    Message.objects.filter(ticket=ticket, author_kind="customer").update(body="[withheld: the customer's words]")
+    assert (
+        collect(Selection((ticket.pk,)), personal_data=False).rows["tickets.Customer"] == first.rows["tickets.Customer"]
+    )
+
+
+def test_secrets_are_never_in_the_bundle_only_their_names(tmp_path, settings):
+    settings.STRIPE_API_KEY = "sk_test_do-not-ship-4f1c9a"
+    settings.SECRET_KEY = "django-secret-do-not-ship-77b2e0"
+    settings.OPENAI_API_KEY = "sk-openai-do-not-ship-0c3d51"
+    ticket, _ = paused_ticket()
+    # A secret that found its way into the ledger (a tool result quoting a configuration error).
+    call = ToolCall.objects.filter(ticket=ticket).first()
+    call.result = {"error": f"provider said: invalid key {settings.STRIPE_API_KEY}"}
+    call.save(update_fields=["result"])
+    ticket_services.message_post(
+        ticket=ticket, author_kind="staff", body=f"note: {settings.OPENAI_API_KEY}", is_public=False
+    )
+
+    for flag in (False, True):
+        path = export(tmp_path, ticket, name=f"bundle-{flag}", include_personal_data=flag)
+        data = bundle_bytes(path).decode()
+        for value in (settings.STRIPE_API_KEY, settings.SECRET_KEY, settings.OPENAI_API_KEY):
+            assert value not in data
+        manifest = json.loads((path / "manifest.json").read_text())
+        assert {"STRIPE_API_KEY", "SECRET_KEY", "OPENAI_API_KEY"} <= set(manifest["secrets"]["not_included"])
+        assert set(manifest["secrets"]["withheld_from_rows"]) == {"OPENAI_API_KEY", "STRIPE_API_KEY"}
+        assert "[withheld: STRIPE_API_KEY]" in data
+
+
+def test_two_exports_of_the_same_state_have_the_same_digests_except_the_time(tmp_path):
+    ticket, _ = paused_ticket()
+    one, two = export(tmp_path, ticket, name="one"), export(tmp_path, ticket, name="two")
+
+    first, second = (json.loads((p / "manifest.json").read_text()) for p in (one, two))
+    assert first["parts"] == second["parts"]
+    assert first["created_at"] != second["created_at"]
+    first.pop("created_at"), second.pop("created_at")
+    assert first == second
+    for entry in first["parts"]:
+        assert (one / entry["file"]).read_bytes() == (two / entry["file"]).read_bytes()
+
+
+def test_a_bundle_restores_into_an_empty_ledger_row_for_row_with_its_keys_and_sequences_past_them(tmp_path):
+    ticket, order = paused_ticket()
+    other, _ = paused_ticket(number="S-2002")  # ids beyond the exported ones, gone after the emptying
+    before = collect(Selection((ticket.pk,)), personal_data=True)
+    keys = sorted(ToolCall.objects.filter(ticket=ticket).values_list("idempotency_key", flat=True))
+    path = export(tmp_path, ticket, include_personal_data=True)
+    empty_the_ledger()
+
+    out = restore(path)
+
+    assert "Restored" in out
+    after = collect(Selection((ticket.pk,)), personal_data=True)
+    assert after.rows == before.rows and after.users == before.users
+    assert sorted(ToolCall.objects.filter(ticket=ticket).values_list("idempotency_key", flat=True)) == keys
+    assert not get_user_model().objects.get(username=ticket.customer.user.username).has_usable_password()
+    # New rows take ids after the restored ones.
+    fresh, _ = ticket_services.ticket_open(customer=Customer.objects.get(), subject="Another", body="Hello there")
+    assert fresh.pk > ticket.pk
+    assert ticket_services.message_post(ticket=fresh, author_kind="customer", body="More")[0].pk > max(
+        Message.objects.filter(ticket=ticket).values_list("pk", flat=True)
+    )
+    assert verify(path, database=True)[0] == 0
+
+
+def test_restore_refuses_rows_already_here_by_default_and_writes_nothing(tmp_path):
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket)
+    counts = ledger_counts()
+
+    with pytest.raises(CommandError) as refused:
+        restore(path)
+
+    assert f"tickets.Ticket {ticket.pk} is already in this database" in str(refused.value)
+    assert "Nothing was restored" in str(refused.value)
+    assert ledger_counts() == counts
+
+
+def test_restore_refuses_an_idempotency_key_already_used_by_another_ticket(tmp_path):
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket, include_personal_data=True)
+    key = ToolCall.objects.get(ticket=ticket, name="issue_refund").idempotency_key
+    empty_the_ledger()
+    with connection.cursor() as cursor:  # another deployment, whose ids are far from the bundle's
+        for part in PARTS:
+            if part.model._meta.pk.get_internal_type() in ("AutoField", "BigAutoField"):
+                cursor.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), 1000)", [part.model._meta.db_table])
+    # ... and one of its tickets holds a call under the same key.
+    stranger, _ = paused_ticket("stranger", number="S-9009")
+    ToolCall.objects.filter(ticket=stranger, name="issue_refund").update(idempotency_key=key)
+
+    with pytest.raises(CommandError) as refused:
+        restore(path, on_conflict="skip")
+
+    assert f"its idempotency_key '{key}' is already used here" in str(refused.value)
+    assert not Ticket.objects.filter(pk=ticket.pk).exists()
+
+
+def test_restore_with_skip_leaves_a_ticket_already_here_and_restores_the_rest(tmp_path):
+    kept, _ = paused_ticket()
+    gone, _ = paused_ticket(number="S-3003")
+    path = export(tmp_path, kept, gone, include_personal_data=True)
+    gone_rows = collect(Selection((gone.pk,)), personal_data=True).rows
+    for model in (ApprovalRequest, Refund, ToolCall, ModelStep, AgentRun, TicketEvent, Message):
+        model.objects.filter(ticket=gone).delete()
+    Ticket.objects.filter(pk=gone.pk).delete()
+    Ticket.objects.filter(pk=kept.pk).update(subject="Changed here since")
+
+    out = restore(path, on_conflict="skip")
+
+    assert f"Skipped, already here: #{kept.pk}" in out
+    assert Ticket.objects.get(pk=kept.pk).subject == "Changed here since"
+    assert collect(Selection((gone.pk,)), personal_data=True).rows == gone_rows
+
+
+@pytest.mark.parametrize("where", ["part", "manifest", "digest"])
+def test_a_bundle_with_one_byte_changed_is_refused_by_restore_and_verify(tmp_path, where):
+    ticket, order = paused_ticket()
+    path = export(tmp_path, ticket, include_personal_data=True)
+    assert verify(path)[0] == 0
+    target = {
+        "part": path / "parts" / "tickets.Order.jsonl",
+        "manifest": path / "manifest.json",
+        "digest": path / "manifest.sha256",
+    }[where]
+    data = bytearray(target.read_bytes())
+    at = data.find(order.number.encode()) if where == "part" else len(data) // 2
+    data[at + 2] ^= 0x01
+    target.write_bytes(bytes(data))
+    empty_the_ledger()
+
+    status, out = verify(path)
+    assert status == 1 and "FAILED checksums and format" in out
+    with pytest.raises(CommandError, match="cannot be trusted"):
+        restore(path)
+    assert Ticket.objects.count() == 0
+
+
+def test_restore_and_verify_refuse_a_format_they_do_not_read(tmp_path):
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["format_version"] = 2
+    write_manifest(path, manifest)
+
+    assert "this release reads version 1" in verify(path)[1]
+    with pytest.raises(CommandError, match="format version 2"):
+        restore(path)
+
+
+def test_restore_refuses_a_bundle_written_at_migrations_this_database_lacks(tmp_path):
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["migrations"]["agents"].append("9999_from_the_future")
+    write_manifest(path, manifest)
+    empty_the_ledger()
+
+    with pytest.raises(CommandError, match="agents.9999_from_the_future"):
+        restore(path)
+
+
+def test_verify_reports_the_five_questions_and_passes_on_a_whole_bundle(tmp_path):
+    ticket, order = paused_ticket()
+    path = export(tmp_path, ticket)
+
+    status, out = verify(path)
+
+    assert status == 0, out
+    for heading in ("1. Identity", "2. Knowledge", "3. Permissions", "4. Activity", "5. Verification"):
+        assert heading in out
+    assert f"#{ticket.pk} pending_approval" in out
+    assert "tool issue_refund: replay keyed" in out
+    assert "pending approvals: 1" in out and "$49.99" in out
+    assert "agent profile versions: not recorded" in out
+    assert "Result: OK" in out
+    assert verify(path, database=True)[0] == 0
+
+
+def test_verify_finds_a_gap_in_the_timeline(tmp_path):
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket)
+    rewrite_part(path, "tickets.TicketEvent", lambda rows: [r for r in rows if r["seq"] != 2])
+
+    status, out = verify(path)
+
+    assert status == 1 and "FAILED gapless timeline" in out and f"ticket #{ticket.pk}" in out
+
+
+def test_verify_finds_a_refund_paid_without_an_approval_for_its_arguments(tmp_path):
+    ticket, order = paused_ticket()
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    # As if the money moved while the request still waited: the ledger a bug would leave.
+    Refund.objects.create(
+        ticket=ticket, order=order, tool_call=call, idempotency_key=call.idempotency_key,
+        amount_cents=4999, currency="usd", status="succeeded", provider_refund_id="re_forged_1",
+    )  # fmt: skip
+    path = export(tmp_path, ticket)
+
+    status, out = verify(path)
+    assert status == 1 and "FAILED no refund paid without an approval" in out
+    assert call.idempotency_key in out
+
+
+def test_verify_finds_two_refunds_under_one_key(tmp_path):
+    ticket, order = paused_ticket()
+    path = export(tmp_path, ticket)
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    refund = {
+        "id": 1, "ticket_id": ticket.pk, "order_id": order.pk, "tool_call_id": call.pk,
+        "idempotency_key": call.idempotency_key, "amount_cents": 100, "currency": "usd", "reason": "",
+        "status": "failed", "provider_status": "", "escalated_at": None, "provider_refund_id": None,
+        "attempts": 1, "error": "", "created_at": "2026-01-01T00:00:00+00:00",
+        "updated_at": "2026-01-01T00:00:00+00:00",
+    }  # fmt: skip
+    rewrite_part(path, "agents.Refund", lambda rows: [refund, {**refund, "id": 2}])
+
+    status, out = verify(path)
+    assert status == 1 and "FAILED one refund per idempotency key" in out and "2 refunds under the key" in out
+
+
+def test_verify_against_a_database_that_lost_a_row_or_changed_its_timeline(tmp_path):
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket)
+    TicketEvent.objects.filter(ticket=ticket, seq=1).update(kind="rewritten")
+    Message.objects.filter(ticket=ticket).order_by("-id").first().delete()
+
+    status, out = verify(path, database=True)
+
+    assert status == 1
+    assert "FAILED every bundled row is in the database" in out
+    assert "FAILED rows that are never changed are as in the bundle" in out
+
+
+def test_verify_finds_a_refund_paid_on_an_approval_of_other_arguments(tmp_path):
+    ticket, order = paused_ticket()
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    ApprovalRequest.objects.filter(tool_call=call).update(status="approved", arguments_digest="0" * 64)
+    Refund.objects.create(
+        ticket=ticket, order=order, tool_call=call, idempotency_key=call.idempotency_key,
+        amount_cents=4999, currency="usd", status="succeeded", provider_refund_id="re_forged_2",
+    )  # fmt: skip
+    path = export(tmp_path, ticket)
+
+    status, out = verify(path)
+    assert status == 1 and "the approval was for other arguments" in out
+
+
+def test_all_open_only_leaves_out_resolved_tickets_and_an_unknown_ticket_is_an_error(tmp_path):
+    open_ticket, _ = paused_ticket()
+    done, _ = paused_ticket(number="S-4004")
+    Ticket.objects.filter(pk=done.pk).update(status="resolved")
+
+    call_command("export_state", "--all", "--open-only", output=str(tmp_path / "open"), stdout=io.StringIO())
+
+    manifest = json.loads((tmp_path / "open" / "manifest.json").read_text())
+    assert manifest["selection"] == {"tickets": [open_ticket.pk], "all": True, "open_only": True}
+    assert manifest["counts"]["tickets.Ticket"] == 1
+    with pytest.raises(CommandError, match="no ticket #999"):
+        call_command("export_state", "--ticket", "999", output=str(tmp_path / "none"), stdout=io.StringIO())
+
+
+def test_a_constraint_only_the_database_checks_refuses_the_restore_whole(tmp_path):
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket, include_personal_data=True)
+    empty_the_ledger()
+    # Two events with one number: unique per ticket, which only PostgreSQL checks.
+    rewrite_part(path, "tickets.TicketEvent", lambda rows: [rows[0], {**rows[1], "seq": rows[0]["seq"]}, *rows[2:]])
+
+    with pytest.raises(CommandError, match="the database refused the rows"):
+        restore(path)
+    assert Ticket.objects.count() == 0 and get_user_model().objects.count() == 0
