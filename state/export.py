@@ -115,8 +115,8 @@ def state_export(*, selection: Selection, personal_data: bool, output: Path, eve
             "not_included": list(SECRET_SETTINGS),
             "withheld_from_rows": dict(sorted(collected.withheld_secrets.items())),
         },
-        # Agent profiles are not in this release: the hook for the versions the runs used.
-        "profiles": None,
+        # The agent profile versions the runs are pinned to (their rows are a part of the bundle).
+        "profiles": sorted({row["version"] for row in collected.rows.get("agents.AgentProfile", [])}),
     }
     bundle.write(output, manifest, files)
     return manifest

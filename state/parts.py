@@ -50,6 +50,15 @@ class Part:
     personal: bool = True
     immutable: bool = False
     identity: bool = False  # shared rows naming someone or something: one that differs is another one
+    # Columns of an ``immutable`` row that the deployment may still change (which profile version
+    # is active): ignored when rows are compared.
+    mutable: tuple[str, ...] = ()
+
+    def same(self, here: dict, bundled: dict) -> bool:
+        """The same row, but for the columns the deployment may change."""
+        return {k: v for k, v in here.items() if k not in self.mutable} == {
+            k: v for k, v in bundled.items() if k not in self.mutable
+        }
 
     @cached_property
     def model(self) -> type[Model]:
@@ -90,6 +99,12 @@ def _help_articles(sel: Selection) -> QuerySet:
     return apps.get_model("tickets.HelpArticle").objects.filter(slug__in=sorted(slugs))
 
 
+def _profiles(sel: Selection) -> QuerySet:
+    """The agent profile versions the chosen tickets' runs are pinned to (they resume on them)."""
+    runs = apps.get_model("agents.AgentRun").objects.filter(ticket_id__in=sel.ticket_ids, profile__isnull=False)
+    return apps.get_model("agents.AgentProfile").objects.filter(pk__in=runs.values("profile_id"))
+
+
 def _every_row(label: str) -> Select:
     return lambda sel: apps.get_model(label).objects.all()
 
@@ -105,6 +120,17 @@ PARTS: list[Part] = [
     Part("tickets.HelpArticle", _help_articles, shared=True, personal=False),
     Part("agents.ApprovalPolicy", _every_row("agents.ApprovalPolicy"), shared=True, personal=False),
     Part("agents.ToolApprovalRule", _every_row("agents.ToolApprovalRule"), shared=True, personal=False),
+    # The profile versions the runs use: never changed once written, so one that differs under
+    # the same key in the target database is another version (refused, not merged).
+    Part(
+        "agents.AgentProfile",
+        _profiles,
+        shared=True,
+        identity=True,
+        immutable=True,
+        personal=False,
+        mutable=("is_active",),
+    ),  # fmt: skip
     # The ticket ledger.
     Part("tickets.Ticket", _of_tickets("tickets.Ticket", "id"), ticket_column="id"),
     Part("tickets.Message", _of_tickets("tickets.Message"), ticket_column="ticket_id"),
@@ -114,6 +140,7 @@ PARTS: list[Part] = [
         via=("tickets.Message", "message_id"),
         immutable=True,
     ),
+    Part("tickets.TicketRating", _of_tickets("tickets.TicketRating"), ticket_column="ticket_id"),
     Part("tickets.TicketEvent", _of_tickets("tickets.TicketEvent"), ticket_column="ticket_id", immutable=True),
     Part("agents.TicketLease", _of_tickets("agents.TicketLease"), ticket_column="ticket_id", personal=False),
     Part("agents.AgentRun", _of_tickets("agents.AgentRun"), ticket_column="ticket_id"),

@@ -105,6 +105,11 @@ def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_label
             if len(message["body"]) >= MIN_QUOTED_CHARS:
                 texts[message["body"]] = WITHHELD_WORDS
             message["body"] = WITHHELD_WORDS
+    for rating in rows.get("tickets.TicketRating", []):
+        if rating["comment"] and rating["comment"] != WITHHELD_WORDS:
+            if len(rating["comment"]) >= MIN_QUOTED_CHARS:
+                texts[rating["comment"]] = WITHHELD_WORDS
+            rating["comment"] = WITHHELD_WORDS
     for ticket in rows.get("tickets.Ticket", []):
         if ticket["subject"] != WITHHELD_SUBJECT:
             if len(ticket["subject"]) >= MIN_QUOTED_CHARS:

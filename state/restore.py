@@ -148,7 +148,7 @@ def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreR
             pk = row[pk_key]
             ticket = _ticket_of(part, row, owners)
             if pk in here:
-                if part.shared and here[pk] == row:
+                if part.shared and part.same(here[pk], row):
                     report.already_here[part.label] += 1
                     continue
                 what = f"{part.label} {pk} is already in this database"
@@ -192,6 +192,10 @@ def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreR
                 else:
                     plan.ticket_conflicts.setdefault(ticket, []).append(what)
         plan.insert[part.label] = [row for row in to_insert if row[pk_key] not in kept]
+        if part.label == "agents.AgentProfile" and model.objects.filter(is_active=True).exists():
+            # A restored version is what its runs are pinned to; which version new runs start
+            # with stays this deployment's choice.
+            plan.insert[part.label] = [{**row, "is_active": False} for row in plan.insert[part.label]]
     skip = set()
     for ticket, whats in sorted(plan.ticket_conflicts.items(), key=lambda item: item[0] or 0):
         if on_conflict == "skip" and ticket in present_tickets:

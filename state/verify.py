@@ -132,7 +132,7 @@ def _compare_database(bundled: dict[str, list[Row]], manifest: dict, report: Rep
             if key not in here:
                 missing.violations.append(f"{label} {key}")
                 continue
-            if here[key] == row:
+            if here[key] == row or (part is not None and part.same(here[key], row)):
                 continue
             differing = sorted(k for k in row.keys() | here[key].keys() if row.get(k) != here[key].get(k))
             what = f"{label} {key}: {', '.join(differing)}"
@@ -241,11 +241,12 @@ def _gapless(rows: dict[str, list[Row]]) -> Check:
 
 
 def profile_versions(rows: dict[str, list[Row]]) -> str:
-    """The agent profile versions the runs used. Hook: profiles are not in this release's bundle yet."""
-    if "agents.AgentProfile" not in rows:
-        return "not recorded (this release has no agent profiles)"
-    used = Counter(r.get("profile_id") for r in rows.get("agents.AgentRun", []))
-    return ", ".join(f"profile {pk}: {n} run(s)" for pk, n in sorted(used.items(), key=lambda i: str(i[0])))
+    """The agent profile versions the runs used (a run pins the version it started with)."""
+    versions = {p["id"]: p["version"] for p in rows.get("agents.AgentProfile", [])}
+    used = Counter(versions.get(r.get("profile_id"), "none") for r in rows.get("agents.AgentRun", []))
+    if not used:
+        return "none (no runs)"
+    return ", ".join(f"v{version}: {n} run(s)" for version, n in sorted(used.items(), key=lambda i: str(i[0])))
 
 
 def _identity(rows: dict[str, list[Row]], manifest: dict) -> list[str]:

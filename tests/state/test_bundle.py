@@ -252,7 +252,7 @@ def test_verify_reports_the_five_questions_and_passes_on_a_whole_bundle(tmp_path
     assert f"#{ticket.pk} pending_approval" in out
     assert "tool issue_refund: replay keyed" in out
     assert "pending approvals: 1" in out and "$49.99" in out
-    assert "agent profile versions: not recorded" in out
+    assert "agent profile versions: v1: 1 run(s)" in out
     assert "Result: OK" in out
     assert verify(path, database=True)[0] == 0
 

@@ -27,6 +27,11 @@ from tests.workers import ROOT, Cluster, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.workers, pytest.mark.timeout(300)]
 
+NEWER_PROMPT = "Restored deployment, profile version 2."
+NEWER_PROFILE = (
+    "from agents.profiles import profile_new_version; "
+    f"print(profile_new_version(changes={{'system_prompt': {NEWER_PROMPT!r}}}, user=None).version)"
+)
 DECIDE = """
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
@@ -106,6 +111,9 @@ def test_a_paused_refund_moves_to_a_fresh_database_and_is_paid_once_there(sandbo
         0
     ][0]
 
+    # A newer profile version is made active on the new deployment: the restored run keeps its own.
+    newer = manage(cluster, there, "shell", "-c", NEWER_PROFILE)
+    assert newer.stdout.strip().endswith("2"), newer.stderr
     cluster.worker(DATABASE_URL=there)
     decided = manage(cluster, there, "shell", "-c", DECIDE.format(ticket=ticket.pk))
     assert "approved approved" in decided.stdout, decided.stderr
@@ -120,6 +128,10 @@ def test_a_paused_refund_moves_to_a_fresh_database_and_is_paid_once_there(sandbo
     assert at_provider[0]["metadata"]["idempotency_key"] == call.idempotency_key
     replies = query(there, "SELECT body FROM tickets_message WHERE ticket_id = %s AND author_kind = 'agent'", ticket.pk)
     assert any("$49.99" in body for (body,) in replies), replies
+    pinned = "SELECT p.version FROM agents_agentrun r JOIN agents_agentprofile p ON p.id = r.profile_id"
+    assert query(there, pinned + " WHERE r.ticket_id = %s", ticket.pk) == [(1,)]
+    asked = query(there, "SELECT request_messages::text FROM agents_modelstep WHERE ticket_id = %s", ticket.pk)
+    assert asked and not any(NEWER_PROMPT in text for (text,) in asked)
     after = manage(cluster, there, "verify_state", str(path), "--database")
     assert after.returncode == 0, after.stdout
     assert "changed since the bundle" in after.stdout
