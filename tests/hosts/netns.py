@@ -12,8 +12,9 @@ Failures are made in the router, where a real network fails:
   port): its peers see silence, not a reset, so only timeouts and keepalives notice.
 - ``block(a, b, port=...)``: traffic between two hosts (to or from one TCP port) is dropped both
   ways, the rest flows: a partition between the workers and the broker only, say.
-- ``slow(host, delay_ms=..., loss_percent=...)``: the host's link delays and loses packets
-  (``delay.py`` holds each forwarded packet in user space; this kernel has no ``netem``).
+- ``slow(a, b, port=..., delay_ms=..., loss_percent=...)``: traffic between ``a`` and ``b:port``
+  is delayed and loses packets, both ways (``delay.py`` holds each forwarded packet in user
+  space, so it works on kernels built without ``netem``).
 
 Drops are policy-routing ``blackhole`` rules in the router (``ip rule``): forwarded packets that
 match are discarded without an ICMP error, so neither end is told. Needs root and iproute2.
@@ -29,6 +30,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,7 +200,7 @@ class Network:
         self.root_link = f"h{self.tag}"  # in the root namespace: at most 15 characters
         self._rules: dict[tuple[str, ...], list[int]] = {}
         self._priority = 1000
-        self._delayer: subprocess.Popen[bytes] | None = None
+        self._delayers: list[subprocess.Popen[bytes]] = []
         self._closed = False
         try:
             self._make_router()
@@ -260,13 +262,15 @@ class Network:
 
     # --- failures ------------------------------------------------------------------------------
 
-    def _add_rules(self, key: tuple[str, ...], selectors: list[list[str]]) -> None:
+    def _add_rules(
+        self, key: tuple[str, ...], selectors: list[list[str]], action: tuple[str, ...] | list[str] = ("blackhole",)
+    ) -> None:
         if key in self._rules:
             return
         priorities = []
         for selector in selectors:
             self._priority += 1
-            run("ip", "-n", self.router, "rule", "add", *selector, "blackhole", "priority", str(self._priority))
+            run("ip", "-n", self.router, "rule", "add", *selector, *action, "priority", str(self._priority))
             priorities.append(self._priority)
         self._rules[key] = priorities
 
@@ -297,9 +301,47 @@ class Network:
     def unblock(self, a: Host, b: Host, *, port: int | None = None) -> None:
         self._remove_rules(("block", a.name, b.name, str(port)))
 
+    def slow(self, a: Host, b: Host, *, port: int, delay_ms: float, loss_percent: float) -> None:
+        """Delay every packet between ``a`` and ``b:port`` by ``delay_ms`` each way (a round trip
+        takes twice that longer) and drop ``loss_percent`` of them each way, until ``heal_all``."""
+        n = len(self._delayers)
+        tun_in, tun_out, table = f"slow{n}i", f"slow{n}o", str(100 + n)
+        delayer = subprocess.Popen(
+            ["ip", "netns", "exec", self.router, sys.executable, "-m", "tests.hosts.delay",
+             "--delay-ms", str(delay_ms), "--loss-percent", str(loss_percent), "--tun-in", tun_in,
+             "--tun-out", tun_out],
+            cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        self._delayers.append(delayer)
+        assert delayer.stdout is not None
+        if delayer.stdout.readline().strip() != b"ready":
+            raise RuntimeError("the slow-link delayer did not start")
+        for device in (tun_in, tun_out):
+            run("ip", "netns", "exec", self.router, "sysctl", "-qw", f"net.ipv4.conf.{device}.rp_filter=0")
+        run("ip", "-n", self.router, "route", "add", "default", "dev", tun_in, "table", table)
+        p = str(port)
+        self._add_rules(("slow-out", tun_out), [["iif", tun_out, "lookup", "main"]], action=[])
+        self._add_rules(
+            ("slow", a.name, b.name, p),
+            [
+                ["from", a.address, "to", b.address, "ipproto", "tcp", "dport", p, "lookup", table],
+                ["from", b.address, "to", a.address, "ipproto", "tcp", "sport", p, "lookup", table],
+            ],
+            action=[],
+        )
+
     def heal_all(self) -> None:
         for key in list(self._rules):
             self._remove_rules(key)
+        for delayer in self._delayers:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(delayer.pid, signal.SIGKILL)
+            delayer.wait()
+            if delayer.stdout is not None:
+                delayer.stdout.close()
+        for n in range(len(self._delayers)):
+            run("ip", "-n", self.router, "route", "flush", "table", str(100 + n), check=False)
+        self._delayers.clear()
 
     # --- teardown ------------------------------------------------------------------------------
 
@@ -308,6 +350,7 @@ class Network:
         if self._closed:
             return
         self._closed = True
+        self.heal_all()
         for host in self.hosts.values():
             for popen in host.procs:
                 with contextlib.suppress(ProcessLookupError):
