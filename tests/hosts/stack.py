@@ -111,6 +111,9 @@ class Stack:
 
     def start_servers(self) -> None:
         pg = _postgres_bin()
+        if subprocess.run(["id", "-u", "postgres"], capture_output=True).returncode != 0:
+            # PostgreSQL refuses to run as root; Debian's package makes this user, pgserver does not.
+            subprocess.run(["useradd", "--system", "--no-create-home", "postgres"], check=True)
         os.chmod(self.pgdata, 0o755)
         data = self.pgdata / "data"
         shutil.chown(self.pgdata, "postgres", "postgres")
