@@ -1,8 +1,9 @@
 """Fixtures of the many-hosts tests: the network, the product's servers on it, fresh workers per test.
 
-The network and the servers (PostgreSQL, Redis, the payment sandbox, two web servers, beat) are
-made once per session; each test starts the workers it needs and stops them after it, and heals
-every partition it made, even when it fails. Without root or iproute2 the tests are skipped
+The network and the servers (PostgreSQL, Redis, the payment sandbox, two web servers) are made
+once for the package and removed after its last test, so the rest of the suite runs without
+them; each test starts the workers and beat it needs and stops them after it, and heals every
+partition it made, even when it fails. Without root or iproute2 the tests are skipped
 with the reason, except in CI (``CI`` set), where they fail.
 """
 
@@ -24,7 +25,7 @@ def _not_here(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def network() -> Iterator[Network]:
     reason = unavailable_reason()
     if reason:
@@ -40,7 +41,7 @@ def network() -> Iterator[Network]:
         net.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack(network: Network, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     built = Stack(network, tmp_path_factory.mktemp("hosts"))
     try:
