@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install lint format bench manage clean drill
+.PHONY: run test install lint format bench bench-partition manage clean drill
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ bench-overhead: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -r requirements-bench.txt
 	$(PY) -m support.embedded -- $(PY) -m bench $(BENCH_ARGS)
+
+## Recovery after a network partition and first tokens over slow links, on test hosts in network
+## namespaces (needs root and iproute2; prints p50/max).
+bench-partition: $(STAMP)
+	$(PY) -m bench.partition $(BENCH_ARGS)
 
 ## Crash drill: a fresh stack, customers over HTTP, workers SIGKILLed, the broker flushed, database
 ## connections dropped; then every invariant checked in SQL and at the payment provider (exit 1 if broken).

@@ -148,6 +148,47 @@ if _db.get("ENGINE") != "django.db.backends.postgresql":
 _db.setdefault("OPTIONS", {}).setdefault("server_side_binding", env_bool("DB_SERVER_SIDE_BINDING", True))
 if _db["OPTIONS"]["server_side_binding"]:
     _db["OPTIONS"].setdefault("prepare_threshold", env_int("DB_PREPARE_THRESHOLD", 2))
+
+
+def database_keepalive_options(options: dict[str, object]) -> dict[str, object]:
+    """TCP keepalives on both ends of every database connection, so a peer cut off by the network
+    is noticed in seconds, not after the kernel's two hours (or fifteen minutes of retransmits).
+
+    The server's end matters most: a worker that holds a ticket's lease holds its session-level
+    advisory lock (agents.lease), and PostgreSQL lets that lock go only once it sees the session
+    dead. ``tcp_keepalives_*`` and ``tcp_user_timeout`` are per-session server settings, sent here
+    in the connection's ``options``, so no change to postgresql.conf is needed (a pooler that drops
+    startup options, such as PgBouncer, needs them in the server's configuration instead). The
+    client's end (libpq's ``keepalives_*``, ``tcp_user_timeout``) makes the process itself give up
+    on a dead connection, and ``connect_timeout`` bounds a connection attempt to a host that does
+    not answer. Unix-socket connections ignore all of it. DB_KEEPALIVES_IDLE=0 leaves the
+    operating system's defaults.
+    """
+    idle = env_int("DB_KEEPALIVES_IDLE", 5)
+    interval = env_int("DB_KEEPALIVES_INTERVAL", 2)
+    count = env_int("DB_KEEPALIVES_COUNT", 3)
+    user_timeout_ms = env_int("DB_TCP_USER_TIMEOUT_MS", 10_000)
+    options.setdefault("connect_timeout", env_int("DB_CONNECT_TIMEOUT", 5))
+    if idle <= 0:
+        return options
+    options.update(
+        {
+            "keepalives": 1,
+            "keepalives_idle": idle,
+            "keepalives_interval": interval,
+            "keepalives_count": count,
+            "tcp_user_timeout": user_timeout_ms,
+        }
+    )
+    server = (
+        f"-c tcp_keepalives_idle={idle} -c tcp_keepalives_interval={interval} "
+        f"-c tcp_keepalives_count={count} -c tcp_user_timeout={user_timeout_ms}"
+    )
+    options["options"] = f"{options['options']} {server}" if options.get("options") else server
+    return options
+
+
+database_keepalive_options(_db["OPTIONS"])
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

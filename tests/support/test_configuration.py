@@ -78,3 +78,32 @@ def test_complete_configuration_starts(tmp_path):
         tmp_path, DATABASE_URL="postgres://u@h/db", REDIS_URL="redis://h/0", DEBUG="0", SECRET_KEY="s" * 50
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_database_connections_carry_keepalives_for_both_ends_and_keep_options_from_the_url(monkeypatch):
+    from support.settings import database_keepalive_options
+
+    for name in ("DB_KEEPALIVES_IDLE", "DB_KEEPALIVES_INTERVAL", "DB_KEEPALIVES_COUNT", "DB_TCP_USER_TIMEOUT_MS"):
+        monkeypatch.delenv(name, raising=False)
+    options = database_keepalive_options({"options": "-c statement_timeout=5000"})
+    # The client's end (libpq) and the server's end (per-session settings in the startup packet).
+    assert (options["keepalives_idle"], options["keepalives_interval"], options["keepalives_count"]) == (5, 2, 3)
+    assert options["tcp_user_timeout"] == 10_000 and options["connect_timeout"] == 5
+    assert options["options"] == (
+        "-c statement_timeout=5000 -c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 "
+        "-c tcp_keepalives_count=3 -c tcp_user_timeout=10000"
+    )
+    monkeypatch.setenv("DB_KEEPALIVES_IDLE", "0")
+    assert database_keepalive_options({}) == {"connect_timeout": 5}  # the operating system's defaults
+
+
+def test_the_server_applies_the_keepalives_to_each_session(db):  # noqa: ANN001
+    from django.db import connection
+
+    if connection.settings_dict.get("HOST", "").startswith("/") or not connection.settings_dict.get("HOST"):
+        pytest.skip("a Unix-socket connection has no TCP keepalives")
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW tcp_keepalives_idle")
+        assert cursor.fetchone() == ("5",)
+        cursor.execute("SHOW tcp_user_timeout")
+        assert cursor.fetchone() == ("10000",)
