@@ -7,7 +7,8 @@ request bound to its exact arguments (``agents.approval.may_execute``).
 
 Two sources, both declared in code, neither patched in at app start:
 
-- the per-tool rules an operator sets in the admin (``ToolApprovalRule``);
+- the per-tool rules of the run's agent profile version (``agents.profiles``; an operator sets
+  them in the admin, on the profile or through ``ToolApprovalRule``);
 - the tool's own ``needs_approval`` hook, declared where the tool is registered
   (the refund rules live with ``issue_refund`` in ``agents.refunds``).
 """
@@ -16,18 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.models import ToolApprovalRule
 from agents.tools import Tool, ToolContext
-
-
-def tools_always_approved() -> frozenset[str]:
-    """The tools every call of which needs a staff approval (ToolApprovalRule), read once per pass."""
-    return frozenset(ToolApprovalRule.objects.filter(requires_approval=True).values_list("tool_name", flat=True))
 
 
 def approval_reason(*, tool: Tool, ctx: ToolContext, args: dict[str, Any], always: frozenset[str]) -> str:
     """Why this call needs a staff approval, or "" when it needs none. Caller: inside the intent
-    transaction; ``always`` is ``tools_always_approved()`` as the pass read it."""
+    transaction; ``always`` is ``agents.profiles.tools_always_approved`` of the run's version."""
     if tool.name in always:
         return f"every {tool.name} call needs a staff approval"
     if tool.needs_approval is not None:
