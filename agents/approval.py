@@ -129,6 +129,6 @@ def apply_decision(
             # Approved by staff; now the customer confirms the exact amount before it is paid.
             pause_for_confirmation(lease=lease, run=run, call=call, tool=tool, ctx=ctx)
             return RunStatus.WAITING_CONFIRMATION
-        call = calls.call_approved_to_run(lease=lease, call=call)
+        call = calls.call_cleared_to_run(lease=lease, call=call)
     execute(lease, call, tool, ToolContext(ticket=ticket, call=call))
     return None

@@ -177,11 +177,12 @@ def call_pause(*, lease: Lease, call: ToolCall, reason: str) -> ToolCall:
     return call
 
 
-def call_approved_to_run(*, lease: Lease, call: ToolCall) -> ToolCall:
-    """An approved call goes back to ``started``, to run under its original idempotency key."""
+def call_cleared_to_run(*, lease: Lease, call: ToolCall) -> ToolCall:
+    """A call approved by staff, or confirmed by the customer, goes back to ``started``, to run
+    under its original idempotency key."""
     check_transition(call, CallStatus.STARTED)
     with lease.guard():
-        ToolCall.objects.filter(pk=call.pk, status=CallStatus.AWAITING_APPROVAL).update(status=CallStatus.STARTED)
+        ToolCall.objects.filter(pk=call.pk, status=call.status).update(status=CallStatus.STARTED)
     call.refresh_from_db()
     return call
 
@@ -199,15 +200,6 @@ def call_await_confirmation(*, lease: Lease, call: ToolCall, question: str, expi
         ToolCall.objects.filter(pk=call.pk).update(**changes)
     for field, value in changes.items():
         setattr(call, field, value)
-    return call
-
-
-def call_confirmed_to_run(*, lease: Lease, call: ToolCall) -> ToolCall:
-    """A confirmed call goes back to ``started``, to run under its original idempotency key."""
-    check_transition(call, CallStatus.STARTED)
-    with lease.guard():
-        ToolCall.objects.filter(pk=call.pk, status=CallStatus.AWAITING_CONFIRMATION).update(status=CallStatus.STARTED)
-    call.refresh_from_db()
     return call
 
 

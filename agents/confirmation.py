@@ -142,7 +142,7 @@ def apply_confirmation(*, lease: Lease, run: AgentRun, call: ToolCall, ticket: T
     if decision == ConfirmationDecision.CONFIRMED and confirmed(call):
         with lease.guard():
             _back_to_open(lease, run)
-            calls.call_confirmed_to_run(lease=lease, call=call)
+            calls.call_cleared_to_run(lease=lease, call=call)
         return None
     if decision == ConfirmationDecision.CONFIRMED:
         # Confirmed on other arguments: it does not cover this call; the customer is asked again.

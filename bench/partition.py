@@ -67,7 +67,8 @@ def _owner_pid(stack: Any, ticket_id: int) -> int | None:
 def recovery_trials(stack: Any, customer: Any, trials: int) -> list[dict[str, float]]:
     import redis
 
-    from tests.hosts.stack import wait_until, wait_worker_ready
+    from tests.hosts.stack import wait_worker_ready
+    from tests.workers import wait_until
 
     buffers = redis.Redis.from_url(stack.redis_url, socket_timeout=5)
     workers = {
@@ -105,7 +106,7 @@ def recovery_trials(stack: Any, customer: Any, trials: int) -> list[dict[str, fl
 def first_tokens(stack: Any, customer: Any, count: int, label: str) -> dict[str, Any]:
     import redis
 
-    from tests.hosts.stack import wait_until
+    from tests.workers import wait_until
 
     buffers = redis.Redis.from_url(stack.redis_url, socket_timeout=5)
     first, answer, missed = [], [], 0

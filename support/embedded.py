@@ -34,7 +34,7 @@ PG_DIR = VAR_DIR / "pgdata"
 REDIS_DIR = VAR_DIR / "redis"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -60,7 +60,7 @@ def postgres_running_url() -> str | None:
     # postmaster.pid: pid, data dir, start time, port, socket dir, host, ...
     if len(lines) < 5 or not lines[0].strip().isdigit():
         return None
-    if not _pid_alive(int(lines[0])):
+    if not pid_alive(int(lines[0])):
         return None
     return _postgres_url(lines[4].strip())
 
@@ -117,7 +117,7 @@ def redis_running_url() -> str | None:
         pid = int(pidfile.read_text().strip())
     except ValueError:
         return None
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return None
     return f"redis://127.0.0.1:{portfile.read_text().strip()}/0"
 
@@ -165,7 +165,7 @@ def redis_stop() -> None:
     pid = int(pidfile.read_text().strip())
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
-    while _pid_alive(pid) and time.monotonic() < deadline:
+    while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import redis
@@ -204,12 +205,16 @@ def wait_for_http(url: str, *, timeout: float, proc: Proc | None = None) -> None
     raise AssertionError(f"timed out after {timeout}s waiting for {url}{detail}")
 
 
-def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str, cluster: Cluster | None = None) -> None:
+def wait_until(
+    predicate: Callable[[], Any], *, timeout: float, what: str, cluster: Cluster | None = None, interval: float = 0.1
+) -> Any:
+    """Poll until ``predicate`` returns something true, and return it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
     detail = f"\n{cluster.logs()}" if cluster else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
 

@@ -3,6 +3,7 @@ driven by Debian's headless Chromium (never a downloaded browser)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,17 +71,18 @@ def browser(_orm_beside_playwright):  # noqa: ANN001, ANN201
         chromium.close()
 
 
-@pytest.fixture(scope="module")
-def stack(_orm_beside_playwright, django_db_setup, tmp_path_factory) -> Iterator[Stack]:  # noqa: ANN001
-    """daphne + one worker streaming at 40 ms a token, for the module; the database is emptied per test."""
+@contextlib.contextmanager
+def running_stack(folder: Path, *, token_delay_ms: int, **env: str) -> Iterator[Stack]:
+    """daphne + one worker (the offline model streaming at ``token_delay_ms`` a token), with ``env``
+    for both; everything stopped and the broker and stream buffers emptied afterwards."""
     purge_broker()
     purge_stream_buffers()
-    cluster = Cluster(tmp_path_factory.mktemp("stack"))
+    cluster = Cluster(folder)
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     try:
-        web = cluster.web(port)
-        worker = cluster.worker(OFFLINE_MODEL_TOKEN_DELAY_MS="40")
+        web = cluster.web(port, **env)
+        worker = cluster.worker(OFFLINE_MODEL_TOKEN_DELAY_MS=str(token_delay_ms), **env)
         wait_for_http(base_url + "/accounts/login/", timeout=30, proc=web)
         wait_until(lambda: "ready." in worker.log(), timeout=30, what="the worker to start", cluster=cluster)
         yield Stack(base_url, cluster)
@@ -88,6 +90,13 @@ def stack(_orm_beside_playwright, django_db_setup, tmp_path_factory) -> Iterator
         cluster.stop_all()
         purge_broker()
         purge_stream_buffers()
+
+
+@pytest.fixture(scope="module")
+def stack(_orm_beside_playwright, django_db_setup, tmp_path_factory) -> Iterator[Stack]:  # noqa: ANN001
+    """daphne + one worker streaming at 40 ms a token, for the module; the database is emptied per test."""
+    with running_stack(tmp_path_factory.mktemp("stack"), token_delay_ms=40) as started:
+        yield started
 
 
 @pytest.fixture

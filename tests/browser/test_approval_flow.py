@@ -11,9 +11,8 @@ import pytest
 from agents.models import Refund, RefundStatus
 from approvals.models import ApprovalRequest, ApprovalStatus
 from tests.approvals.conftest import make_staff
-from tests.browser.conftest import SCREENSHOTS, Stack, sign_in
+from tests.browser.conftest import SCREENSHOTS, Stack, running_stack, sign_in
 from tests.conftest import make_customer, make_order
-from tests.workers import Cluster, free_port, purge_broker, wait_for_http, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
@@ -23,20 +22,9 @@ def payments_stack(
     _orm_beside_playwright, django_db_setup, payment_sandbox_process, tmp_path_factory
 ) -> Iterator[Stack]:  # noqa: ANN001, E501
     """daphne + one worker, both reaching the payment sandbox (a separate process)."""
-    purge_broker()
-    cluster = Cluster(tmp_path_factory.mktemp("approval-stack"))
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    sandbox = {"STRIPE_API_BASE": payment_sandbox_process.base_url}
-    try:
-        web = cluster.web(port, **sandbox)
-        worker = cluster.worker(OFFLINE_MODEL_TOKEN_DELAY_MS="20", **sandbox)
-        wait_for_http(base_url + "/accounts/login/", timeout=30, proc=web)
-        wait_until(lambda: "ready." in worker.log(), timeout=30, what="the worker to start", cluster=cluster)
-        yield Stack(base_url, cluster)
-    finally:
-        cluster.stop_all()
-        purge_broker()
+    folder = tmp_path_factory.mktemp("approval-stack")
+    with running_stack(folder, token_delay_ms=20, STRIPE_API_BASE=payment_sandbox_process.base_url) as started:
+        yield started
 
 
 def sign_in_staff(browser, stack: Stack, username: str):  # noqa: ANN001, ANN201

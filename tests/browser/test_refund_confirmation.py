@@ -13,9 +13,8 @@ from django.utils import timezone
 
 from agents.confirmation import confirmations_expire_due
 from agents.models import CallStatus, Refund, ToolCall
-from tests.browser.conftest import SCREENSHOTS, Stack, sign_in
+from tests.browser.conftest import SCREENSHOTS, Stack, running_stack, sign_in
 from tests.conftest import make_customer, make_order
-from tests.workers import Cluster, free_port, purge_broker, purge_stream_buffers, wait_for_http, wait_until
 
 pytestmark = [
     pytest.mark.browser,
@@ -30,22 +29,9 @@ def confirm_stack(
     _orm_beside_playwright, django_db_setup, payment_sandbox_process, tmp_path_factory
 ) -> Iterator[Stack]:  # noqa: ANN001
     """daphne + one worker that asks customers to confirm refunds, both reaching the payment sandbox."""
-    purge_broker()
-    purge_stream_buffers()
-    cluster = Cluster(tmp_path_factory.mktemp("confirm-stack"))
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
     env = {"STRIPE_API_BASE": payment_sandbox_process.base_url, "REFUND_CUSTOMER_CONFIRMATION": "1"}
-    try:
-        web = cluster.web(port, **env)
-        worker = cluster.worker(OFFLINE_MODEL_TOKEN_DELAY_MS="5", **env)
-        wait_for_http(base_url + "/accounts/login/", timeout=30, proc=web)
-        wait_until(lambda: "ready." in worker.log(), timeout=30, what="the worker to start", cluster=cluster)
-        yield Stack(base_url, cluster)
-    finally:
-        cluster.stop_all()
-        purge_broker()
-        purge_stream_buffers()
+    with running_stack(tmp_path_factory.mktemp("confirm-stack"), token_delay_ms=5, **env) as started:
+        yield started
 
 
 def ask_for_a_refund(browser, stack: Stack, sandbox, number: str):  # noqa: ANN001, ANN201

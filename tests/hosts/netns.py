@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support.embedded import pid_alive
+
 PREFIX = "hosts"  # namespaces: hosts-<pid>-<tag>-<host>
 
 
@@ -74,19 +76,11 @@ def remove_leftovers() -> None:
     for line in listing.splitlines():
         name = line.split()[0] if line.split() else ""
         match = re.fullmatch(rf"{PREFIX}-(\d+)-\w+-[\w-]+", name)
-        if match is None or _pid_alive(int(match.group(1))):
+        if match is None or pid_alive(int(match.group(1))):
             continue
         _kill_namespace_processes(name)
         run("ip", "netns", "del", name, check=False)
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 

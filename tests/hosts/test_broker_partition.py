@@ -16,7 +16,8 @@ import time
 import pytest
 import redis
 
-from tests.hosts.stack import REDIS_PORT, Customer, Stack, wait_until, wait_worker_ready
+from tests.hosts.stack import REDIS_PORT, Customer, Stack, wait_worker_ready
+from tests.workers import wait_until
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(120 + 2 * int(os.environ.get("HOSTS_BROKER_CUT_SECONDS", 10)))]
 

@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from tests.hosts.stack import PG_PORT, ROOT, Customer, Stack, wait_until, wait_worker_ready
+from tests.hosts.stack import PG_PORT, ROOT, Customer, Stack, wait_worker_ready
+from tests.workers import wait_until
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(180)]
 

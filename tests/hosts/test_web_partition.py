@@ -14,7 +14,8 @@ import time
 import httpx
 import pytest
 
-from tests.hosts.stack import PG_PORT, Customer, Stack, wait_until, wait_worker_ready
+from tests.hosts.stack import PG_PORT, Customer, Stack, wait_worker_ready
+from tests.workers import wait_until
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(120)]
 

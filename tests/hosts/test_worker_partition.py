@@ -14,7 +14,8 @@ import re
 import pytest
 import redis
 
-from tests.hosts.stack import Customer, Stack, wait_until, wait_worker_ready
+from tests.hosts.stack import Customer, Stack, wait_worker_ready
+from tests.workers import wait_until
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(150)]
 
