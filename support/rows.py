@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -76,53 +77,85 @@ def _quote(name: str) -> str:
     return connection.ops.quote_name(name)
 
 
+# Each held write carries its rows as one JSON parameter (a statement's text then depends only on
+# which tables it writes, not on how many rows: the driver parses it once and the server keeps its
+# plan), read back into the table's row type with jsonb_populate_recordset.
+_AS_IS = frozenset(
+    {
+        "AutoField", "BigAutoField", "SmallAutoField", "IntegerField", "BigIntegerField", "SmallIntegerField",
+        "PositiveIntegerField", "PositiveBigIntegerField", "PositiveSmallIntegerField", "CharField", "TextField",
+        "BooleanField", "ForeignKey", "OneToOneField", "JSONField",
+    }
+)  # fmt: skip
+
+
+def _iso(value: Any) -> Any:
+    return None if value is None else value.isoformat()
+
+
 @functools.cache
-def _insert_head(model: type[Model]) -> tuple[str, tuple[Any, ...]]:
-    fields = tuple(model._meta.concrete_fields)
-    columns = ", ".join(_quote(f.column) for f in fields)
-    return f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) VALUES ", fields
+def _columns(model: type[Model], names: tuple[str, ...] | None = None) -> tuple[tuple[str, str, Any], ...]:
+    """(column, attname, to JSON) of the model's concrete fields (or of ``names``, after the key)."""
+    fields = model._meta.concrete_fields if names is None else [model._meta.pk, *map(model._meta.get_field, names)]
+    out = []
+    for field in fields:
+        kind = field.get_internal_type()
+        if kind == "DateTimeField":
+            convert = _iso
+        elif kind in _AS_IS and getattr(field, "encoder", None) is None:
+            convert = None
+        else:
+            raise NotImplementedError(f"support.rows cannot write {model.__name__}.{field.name} ({kind})")
+        out.append((field.column, field.attname, convert))
+    return tuple(out)
+
+
+def json_rows(objs: Sequence[Model], names: tuple[str, ...] | None = None) -> str:
+    """The objects as a JSON array of rows keyed by column (for ``jsonb_populate_recordset``)."""
+    columns = _columns(type(objs[0]), names)
+    return json.dumps(
+        [
+            {
+                column: (value if convert is None else convert(value))
+                for column, attname, convert in columns
+                for value in (getattr(obj, attname),)
+            }
+            for obj in objs
+        ],
+        ensure_ascii=False,
+    )
+
+
+@functools.cache
+def _insert_sql(model: type[Model], computed: tuple[tuple[str, str], ...]) -> str:
+    given = dict(computed)
+    fields = model._meta.concrete_fields
+    table = _quote(model._meta.db_table)
+    names = ", ".join(_quote(f.column) for f in fields)
+    values = ", ".join(given.get(f.name) or f"v.{_quote(f.column)}" for f in fields)
+    return f"INSERT INTO {table} ({names}) SELECT {values} FROM jsonb_populate_recordset(NULL::{table}, %s::jsonb) v"
 
 
 def _insert_cte(objs: Sequence[Model], computed: dict[str, SqlValue]) -> SqlValue:
-    head, fields = _insert_head(type(objs[0]))
-    params: list[Any] = []
-    rows: list[str] = []
-    for obj in objs:
-        cells: list[str] = []
-        for field in fields:
-            if field.name in computed:
-                sql, values = computed[field.name]
-                cells.append(sql)
-                params.extend(values)
-            else:
-                cells.append("%s")
-                params.append(field.get_db_prep_save(getattr(obj, field.attname), connection))
-        rows.append("(" + ", ".join(cells) + ")")
-    return head + ", ".join(rows), params
+    # The computed columns' SQL comes before the rows in the statement, so their parameters do too.
+    sql = _insert_sql(type(objs[0]), tuple((name, sql) for name, (sql, _) in computed.items()))
+    return sql, [*(p for _, values in computed.values() for p in values), json_rows(objs)]
 
 
 @functools.cache
-def _update_parts(model: type[Model], names: tuple[str, ...]) -> tuple[str, str, str, tuple[Any, ...]]:
-    fields = tuple(model._meta.get_field(name) for name in names)
-    pk = model._meta.pk
-    row = "(" + ", ".join([f"%s::{pk.db_type(connection)}"] + [f"%s::{f.db_type(connection)}" for f in fields]) + ")"
-    columns = ", ".join(_quote(f.column) for f in fields)
-    head = (
-        f"UPDATE {_quote(model._meta.db_table)} AS t SET "
-        + ", ".join(f"{_quote(f.column)} = v.{_quote(f.column)}" for f in fields)
-        + " FROM (VALUES "
+def _update_sql(model: type[Model], names: tuple[str, ...]) -> str:
+    table = _quote(model._meta.db_table)
+    pk = _quote(model._meta.pk.column)
+    columns = [_quote(column) for column, _, _ in _columns(model, names)[1:]]
+    return (
+        f"UPDATE {table} AS t SET "
+        + ", ".join(f"{c} = v.{c}" for c in columns)
+        + f" FROM jsonb_populate_recordset(NULL::{table}, %s::jsonb) v WHERE t.{pk} = v.{pk}"
     )
-    tail = f") AS v(pk__, {columns}) WHERE t.{_quote(pk.column)} = v.pk__"
-    return head, row, tail, fields
 
 
 def _update_cte(objs: Sequence[Model], names: Sequence[str]) -> SqlValue:
-    head, row, tail, fields = _update_parts(type(objs[0]), tuple(names))
-    params: list[Any] = []
-    for obj in objs:
-        params.append(obj.pk)
-        params.extend(f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields)
-    return head + ", ".join([row] * len(objs)) + tail, params
+    return _update_sql(type(objs[0]), tuple(names)), [json_rows(objs, tuple(names))]
 
 
 def insert(

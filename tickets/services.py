@@ -154,40 +154,37 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None) -> N
             cursor.execute(*rows.statement(held))
 
 
-_EVENT_FIELDS = [f for f in TicketEvent._meta.concrete_fields if f.name not in {"id", "seq"}]
+_EVENT_FIELDS = tuple(f.name for f in TicketEvent._meta.concrete_fields if f.name not in {"id", "seq"})
 
 
 @functools.cache
-def _event_row_sql() -> tuple[str, str, str]:
+def _event_columns() -> tuple[str, str]:
     quote = connection.ops.quote_name
-    row = "(%s::integer, " + ", ".join(f"%s::{f.db_type(connection)}" for f in _EVENT_FIELDS) + ")"
-    columns = ", ".join(quote(f.column) for f in _EVENT_FIELDS)
-    values = ", ".join("v." + quote(f.column) for f in _EVENT_FIELDS)
-    return row, columns, values
+    columns = [quote(TicketEvent._meta.get_field(name).column) for name in _EVENT_FIELDS]
+    return ", ".join(columns), ", ".join(f"r.{c}" for c in columns)
 
 
 def _numbered_insert(
     ticket_id: int, events: list[TicketEvent], now: Any, fence: Fence | None, held: list[rows.SqlValue]
 ) -> tuple[str, list[Any]]:
     """One statement: the held rows, (the fence,) the ticket's counter moved on by len(events), the
-    events inserted with their numbers. Returns (fence held, last number, the events' keys in order)."""
-    row, columns, values = _event_row_sql()
+    events inserted with their numbers. Returns (fence held, last number, the events' keys in order).
+    The events travel as one JSON parameter, so the statement's text does not depend on their number."""
+    columns, values = _event_columns()
     head, params = rows.with_clause(held)
     condition = ""
     if fence is not None:
         head = (head or "WITH ") + f"fence AS ({fence.sql}), "
         params.extend(fence.params)
         condition = " AND EXISTS (SELECT 1 FROM fence)"
-    params.extend([len(events), now, ticket_id])
-    for n, event in enumerate(events, start=1):
-        params.append(n)
-        params.extend(f.get_db_prep_save(getattr(event, f.attname), connection) for f in _EVENT_FIELDS)
+    params.extend([len(events), now, ticket_id, len(events), rows.json_rows(events, _EVENT_FIELDS)])
     sql = (
         f"{head or 'WITH '}seq AS (UPDATE tickets_ticket SET last_event_seq = last_event_seq + %s, "
         f"updated_at = %s WHERE id = %s{condition} RETURNING last_event_seq), "
         f"new AS (INSERT INTO tickets_ticketevent (seq, {columns}) "
-        f"SELECT seq.last_event_seq - {len(events)} + v.n, {values} "
-        f"FROM seq, (VALUES {', '.join([row] * len(events))}) AS v(n, {columns}) RETURNING id, seq) "
+        f"SELECT seq.last_event_seq - %s + e.n, {values} "
+        "FROM seq, jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(doc, n), "
+        "LATERAL jsonb_populate_record(NULL::tickets_ticketevent, e.doc) AS r RETURNING id, seq) "
         f"SELECT {'EXISTS (SELECT 1 FROM fence)' if fence is not None else 'TRUE'}, "
         f"(SELECT last_event_seq FROM seq), (SELECT array_agg(id ORDER BY seq) FROM new)"
     )
