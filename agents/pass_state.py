@@ -22,6 +22,7 @@ from agents.conversation import assistant_message, build_conversation, tool_mess
 from agents.lease import Lease
 from agents.models import AgentRun, ModelStep, StepStatus, ToolCall
 from agents.profiles import PolicyValues, enabled_tools, policy_values, profile_of, tools_always_approved
+from support import reads
 from tickets.models import Ticket
 
 # A step's answer streams under an id made of where the step sits, known before the step is
@@ -69,8 +70,9 @@ class Pass:
 
     def reload(self) -> None:
         """Read the run's ledger again and rebuild the conversation from it."""
-        self.steps = list(ModelStep.objects.filter(ticket_id=self.ticket.pk).order_by("run_id", "index", "attempt"))
-        self.calls = {(c.step_id, c.index): c for c in ToolCall.objects.filter(ticket_id=self.ticket.pk)}
+        ticket_id = self.ticket.pk
+        self.steps = reads.select(ModelStep, "ticket_id = %s", [ticket_id], tail='ORDER BY run_id, "index", attempt')
+        self.calls = {(c.step_id, c.index): c for c in reads.select(ToolCall, "ticket_id = %s", [ticket_id])}
         profile = profile_of(self.run)
         self.approval_rules = tools_always_approved(profile)
         self.enabled_tools = enabled_tools(profile)

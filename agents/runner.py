@@ -28,15 +28,15 @@ from agents.execution import Stop, ToolCrashed, record_intents, run_calls
 from agents.lease import Lease, LeaseLost, lease_acquire, worker_identity
 from agents.llm import ChatModel, ModelError, validate_response, wasted_tokens
 from agents.model_factory import get_model
-from agents.models import ACTIVE_RUN_STATUSES, PAUSED_RUN_STATUSES, AgentProfile, AgentRun, RunStatus, StepStatus
+from agents.models import PAUSED_RUN_STATUSES, AgentProfile, AgentRun, RunStatus, StepStatus
 from agents.pass_state import Pass, stream_id
 from agents.profiles import active_profile, profile_of
 from agents.recovery import recover
-from agents.selectors import decided_calls, ticket_has_agent_work
+from agents.selectors import active_run, decided_calls, ticket_has_agent_work
 from agents.tools import tool_specs
 from tickets import realtime
 from tickets.models import AGENT_STAYS_OUT, Ticket
-from tickets.selectors import unanswered_messages
+from tickets.selectors import ticket_with_customer, unanswered_messages
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class RetryLater(Exception):
 
 
 def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
-    ticket = Ticket.objects.select_related("customer").filter(pk=ticket_id).first()
+    ticket = ticket_with_customer(ticket_id=ticket_id)
     if ticket is None:
         return Outcome("missing")
     lease = lease_acquire(ticket_id=ticket_id, owner=worker_identity())
@@ -92,7 +92,7 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
         chosen = model  # a test's or a benchmark's model; otherwise each run's profile names it
         for _ in range(20):  # bounded: each pass finishes or pauses a run
             if outcome.runs:
-                ticket = Ticket.objects.select_related("customer").get(pk=ticket_id)
+                ticket = ticket_with_customer(ticket_id=ticket_id)
             run = _current_run(lease, ticket, chosen)
             if run is None:
                 break
@@ -150,7 +150,7 @@ _models: dict[str, ChatModel] = {}
 
 
 def _current_run(lease: Lease, ticket: Ticket, chosen: ChatModel | None) -> AgentRun | None:
-    run = AgentRun.objects.filter(ticket_id=lease.ticket_id, status__in=ACTIVE_RUN_STATUSES).first()
+    run = active_run(ticket_id=lease.ticket_id)
     if run is not None:
         if run.status in PAUSED_RUN_STATUSES:
             if not decided_calls(run=run).exists():

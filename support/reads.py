@@ -1,0 +1,82 @@
+"""Reading the agent's rows on the hot path: plain SQL kept per shape, no query compiler.
+
+A pass of the loop reads the same few shapes of rows every time (a ticket with its
+customer, its active run, its steps, calls and messages). Building each such query
+through the ORM costs more than the round trip that sends it. Here the SQL of a
+shape is built once from the model's fields and kept; a read sends it with its
+parameters and makes the model instances the ORM would have made (the same field
+conversions, the related row cached where one is joined).
+
+For reads whose shape does not change; anything else goes through the ORM.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connection
+from django.db.models import Model
+
+
+@functools.cache
+def _shape(model: type[Model]) -> tuple[str, tuple[str, ...], tuple[tuple[int, Any], ...]]:
+    """(the model's columns as SQL, its attnames in order, (position, converter) of fields that convert)."""
+    quote = connection.ops.quote_name
+    fields = model._meta.concrete_fields
+    table = quote(model._meta.db_table)
+    columns = ", ".join(f"{table}.{quote(f.column)}" for f in fields)
+    converters = tuple(
+        (at, converter) for at, field in enumerate(fields) for converter in field.get_db_converters(connection)
+    )
+    return columns, tuple(f.attname for f in fields), converters
+
+
+def columns_of(model: type[Model]) -> str:
+    """The model's columns, qualified by its table, in the order ``instances`` reads them."""
+    return _shape(model)[0]
+
+
+def instances(model: type[Model], rows: Sequence[Sequence[Any]], *, start: int = 0) -> list[Any]:
+    """The model's instances from rows whose columns ``start`` on are ``columns_of(model)``."""
+    _, names, converters = _shape(model)
+    width = len(names)
+    out = []
+    for row in rows:
+        values = list(row[start : start + width])
+        for at, converter in converters:
+            if values[at] is not None:
+                values[at] = converter(values[at], None, connection)
+        out.append(model.from_db(connection.alias, names, values))
+    return out
+
+
+def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def select(model: type[Model], where: str, params: Sequence[Any], *, tail: str = "") -> list[Any]:
+    """``SELECT <model's columns> FROM <its table> WHERE <where> <tail>`` as model instances."""
+    table = connection.ops.quote_name(model._meta.db_table)
+    return instances(model, fetch(f"SELECT {columns_of(model)} FROM {table} WHERE {where} {tail}", params))
+
+
+def select_with(model: type[Model], related: str, where: str, params: Sequence[Any], *, tail: str = "") -> list[Any]:
+    """As ``select``, with the row that the foreign key ``related`` points at joined and cached
+    on each instance (what ``select_related(related)`` does for one non-null foreign key)."""
+    field = model._meta.get_field(related)
+    other = field.related_model
+    quote = connection.ops.quote_name
+    table, other_table = quote(model._meta.db_table), quote(other._meta.db_table)
+    rows = fetch(
+        f"SELECT {columns_of(model)}, {columns_of(other)} FROM {table} JOIN {other_table} "
+        f"ON {other_table}.{quote(field.target_field.column)} = {table}.{quote(field.column)} WHERE {where} {tail}",
+        params,
+    )
+    out = instances(model, rows)
+    for instance, target in zip(out, instances(other, rows, start=len(_shape(model)[1])), strict=True):
+        field.set_cached_value(instance, target)
+    return out
