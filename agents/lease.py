@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -152,17 +153,30 @@ class Lease:
         with connection.cursor() as cursor:
             _unlock(cursor, self)
 
-    def release(self) -> None:
+    def release(self, *, ask: tuple[str, list[Any]] = ("NULL", [])) -> Any:
+        """Give the lease up: the row, then the advisory lock, in one statement. ``ask``: a question
+        (SQL of one value, and its parameters) answered by that same statement, after the release
+        (what came in while this worker held the lease); its answer is returned."""
         self.stop_heartbeat()
+        question, params = ask
+        # The row first, then the lock (the unlock reads the UPDATE's count, so it runs after it):
+        # a worker ringing in between sees a released lease, not a dead owner, and takes the lock a
+        # moment later (lease_acquire).
+        unlock = "pg_advisory_unlock(%s)" if self.locked else "NULL"
         with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE agents_ticketlease SET owner = '', expires_at = %s "
-                "WHERE ticket_id = %s AND epoch = %s AND owner = %s",
-                [timezone.now(), self.ticket_id, self.epoch, self.owner],
-            )
-            # The row first, then the lock: a worker ringing in between sees a released lease,
-            # not a dead owner, and takes the lock a moment later (lease_acquire).
-            _unlock(cursor, self)
+            try:
+                cursor.execute(
+                    "WITH released AS (UPDATE agents_ticketlease SET owner = '', expires_at = %s "
+                    "WHERE ticket_id = %s AND epoch = %s AND owner = %s RETURNING 1) "
+                    f"SELECT {unlock}, ({question}) FROM (SELECT count(*) FROM released) AS done",
+                    [
+                        timezone.now(), self.ticket_id, self.epoch, self.owner,
+                        *([lock_key(self.ticket_id)] if self.locked else []), *params,
+                    ],
+                )  # fmt: skip
+                return cursor.fetchone()[1]
+            finally:
+                self.locked = False
 
 
 def _unlock(cursor: object, lease: Lease) -> None:

@@ -80,3 +80,35 @@ def select_with(model: type[Model], related: str, where: str, params: Sequence[A
     for instance, target in zip(out, instances(other, rows, start=len(_shape(model)[1])), strict=True):
         field.set_cached_value(instance, target)
     return out
+
+
+class Kept:
+    """The SQL of a query the ORM builds (its one definition stays there), compiled once and sent
+    again with another value in one place: ``build(value)`` returns the queryset for ``value``.
+
+    The query is compiled with a marker value no row has, found again among the parameters, and
+    replaced there on each call; a query whose parameters hold the marker other than once is refused.
+    """
+
+    MARKER = -7_319_423_105
+
+    def __init__(self, build: Any) -> None:
+        self.build = build
+        self._compiled: tuple[str, list[Any], int] | None = None
+
+    def sql(self, value: Any) -> tuple[str, list[Any]]:
+        if self._compiled is None:
+            queryset = self.build(self.MARKER)
+            sql, params = queryset.query.get_compiler(queryset.db).as_sql()
+            at = [i for i, param in enumerate(params) if param == self.MARKER]
+            if len(at) != 1:
+                raise ValueError(f"the marker is {len(at)} times in the query's parameters, not once: {sql}")
+            self._compiled = (sql, list(params), at[0])
+        sql, params, at = self._compiled
+        params = list(params)
+        params[at] = value
+        return sql, params
+
+    def exists(self, value: Any) -> bool:
+        sql, params = self.sql(value)
+        return bool(fetch(f"SELECT EXISTS ({sql})", params)[0][0])

@@ -40,6 +40,9 @@ class _Held(threading.local):
         self.depth = 0
         self.flushing = False
         self.ctes: list[SqlValue] = []
+        # Beside each held write: the table it writes, and for an update of one row, (its model,
+        # key, and the fields it writes), so that a later statement writing that row may take it in.
+        self.targets: list[tuple[str, tuple[type[Model], Any, tuple[str, ...], Model] | None]] = []
 
 
 _held = _Held()
@@ -71,6 +74,11 @@ def _next_ids(model: type[Model], n: int, *, from_block: bool) -> list[int]:
                 block.extend(row[0] for row in cursor.fetchall())
         keys, block[:n] = block[:n], []
         return keys
+
+
+def new_key(model: type[Model]) -> int:
+    """A fresh primary key of ``model``'s table, taken from its sequence now (in order)."""
+    return _next_ids(model, 1, from_block=False)[0]
 
 
 def _quote(name: str) -> str:
@@ -173,27 +181,78 @@ def insert(
     for obj in objs:
         obj._state.adding = False
         obj._state.db = connection.alias
-    _hold(_insert_cte(objs, computed or {}))
+    _hold(_insert_cte(objs, computed or {}), type(objs[0]))
 
 
 def update(objs: Sequence[Model], fields: Sequence[str]) -> None:
     """Write ``fields`` of the objects (one model, rows already written) from their values in memory.
 
-    The writes of one statement happen in no set order, so an update waits for nothing held
-    before it: it comes first in its statement, or the held rows are written first."""
+    The writes of one statement happen in no set order, and none sees another's rows, so an
+    update waits for no held write of its table: the held rows are written first if there is one."""
     if not objs:
         return
-    if _held.ctes:
+    model = type(objs[0])
+    if holds_writes_to([model._meta.db_table]):
         flush()
-    _hold(_update_cte(objs, fields))
+    one_row = (model, objs[0].pk, tuple(fields), objs[0]) if len(objs) == 1 else None
+    _hold(_update_cte(objs, fields), model, one_row)
 
 
-def _hold(cte: SqlValue) -> None:
+def _hold(cte: SqlValue, model: type[Model], one_row: Any = None) -> None:
     if _held.depth:
         _held.ctes.append(cte)
+        _held.targets.append((model._meta.db_table, one_row))
         return
     with connection.cursor() as cursor:
         cursor.execute(*cte)
+
+
+def take_update(model: type[Model], pk: Any) -> tuple[tuple[str, ...], Model] | None:
+    """Take back the held update of the one row ``model``/``pk`` (the fields and the object), for
+    a caller whose own statement updates that row and writes these fields with it (PostgreSQL
+    changes a row at most once per statement). None if there is no such held update alone."""
+    for at, (_, one_row) in enumerate(_held.targets):
+        if one_row is not None and one_row[0] is model and one_row[1] == pk:
+            del _held.ctes[at], _held.targets[at]
+            return one_row[2], one_row[3]
+    return None
+
+
+def holds_writes_to(tables: Sequence[str]) -> bool:
+    return any(table in tables for table, _ in _held.targets)
+
+
+def fetch_beside_held(sql: str, params: Sequence[Any], *, tables: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Run a read as the main query of the statement that writes the held rows: one round trip.
+
+    Every part of a statement sees the database as it was before the statement, so the read does
+    not see the held rows: ``tables`` names what it reads, and if a held write touches one of
+    them, the held rows are written first, on their own."""
+    if holds_writes_to(tables):
+        flush()
+    head, held_params = with_clause(take())
+    _held.flushing = True
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute((head[:-2] + " " if head else "") + sql, [*held_params, *params])
+            return cursor.fetchall()
+    finally:
+        _held.flushing = False
+
+
+def execute_beside_held(sql: str, params: Sequence[Any], *, table: str) -> int:
+    """Run a write (``sql`` on ``table``) as the main part of the statement that writes the held
+    rows; its row count. If a held write touches the same table, the held rows go first."""
+    if holds_writes_to([table]):
+        flush()
+    head, held_params = with_clause(take())
+    _held.flushing = True
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute((head[:-2] + " " if head else "") + sql, [*held_params, *params])
+            return cursor.rowcount
+    finally:
+        _held.flushing = False
 
 
 def updates(cte: SqlValue, model: type[Model]) -> bool:
@@ -204,7 +263,7 @@ def updates(cte: SqlValue, model: type[Model]) -> bool:
 
 def take() -> list[SqlValue]:
     """The writes held so far, for the caller to put in front of its own statement (as CTEs)."""
-    ctes, _held.ctes = _held.ctes, []
+    ctes, _held.ctes, _held.targets = _held.ctes, [], []
     return ctes
 
 
@@ -256,7 +315,7 @@ def write_behind() -> Iterator[None]:
             yield
             flush()
     except BaseException:
-        _held.ctes = []
+        _held.ctes, _held.targets = [], []
         raise
     finally:
         _held.depth = 0

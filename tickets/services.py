@@ -119,6 +119,9 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None) -> N
     per_ticket: dict[int, list[TicketEvent]] = {}
     for draft in drafts:
         per_ticket.setdefault(draft.ticket_id, []).append(draft)
+    # A held change of a ticket row whose events this writes (its status) is written by the same
+    # UPDATE that moves the ticket's counter on.
+    changes = {ticket_id: rows.take_update(Ticket, ticket_id) for ticket_id in per_ticket}
     held = rows.take()
     if per_ticket and any(rows.updates(cte, Ticket) for cte in held):
         # A held change of a ticket row (its status) and the counter's UPDATE of that row cannot
@@ -136,7 +139,7 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None) -> N
     now = timezone.now()
     for ticket_id, events in per_ticket.items():
         guard = fence if fence is not None and fence.ticket_id == ticket_id else None
-        sql, params = _numbered_insert(ticket_id, events, now, guard, held)
+        sql, params = _numbered_insert(ticket_id, events, now, guard, held, changes[ticket_id])
         held = []
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -165,11 +168,17 @@ def _event_columns() -> tuple[str, str]:
 
 
 def _numbered_insert(
-    ticket_id: int, events: list[TicketEvent], now: Any, fence: Fence | None, held: list[rows.SqlValue]
+    ticket_id: int,
+    events: list[TicketEvent],
+    now: Any,
+    fence: Fence | None,
+    held: list[rows.SqlValue],
+    change: tuple[tuple[str, ...], Ticket] | None = None,
 ) -> tuple[str, list[Any]]:
-    """One statement: the held rows, (the fence,) the ticket's counter moved on by len(events), the
-    events inserted with their numbers. Returns (fence held, last number, the events' keys in order).
-    The events travel as one JSON parameter, so the statement's text does not depend on their number."""
+    """One statement: the held rows, (the fence,) the ticket's counter moved on by len(events) (with
+    the ``change`` of its fields, if any), the events inserted with their numbers. Returns (fence
+    held, last number, the events' keys in order). The events travel as one JSON parameter, so the
+    statement's text does not depend on their number."""
     columns, values = _event_columns()
     head, params = rows.with_clause(held)
     condition = ""
@@ -177,10 +186,19 @@ def _numbered_insert(
         head = (head or "WITH ") + f"fence AS ({fence.sql}), "
         params.extend(fence.params)
         condition = " AND EXISTS (SELECT 1 FROM fence)"
-    params.extend([len(events), now, ticket_id, len(events), rows.json_rows(events, _EVENT_FIELDS)])
+    params.extend([len(events), now])
+    changed, source = "", ""
+    if change is not None:
+        names, ticket = change
+        quote = connection.ops.quote_name
+        changed = "".join(f", {c} = m.{c}" for c in (quote(Ticket._meta.get_field(n).column) for n in names))
+        source = " FROM jsonb_populate_record(NULL::tickets_ticket, (%s::jsonb) -> 0) m"
+        params.append(rows.json_rows([ticket], names))
+    params.extend([ticket_id, len(events), rows.json_rows(events, _EVENT_FIELDS)])
     sql = (
-        f"{head or 'WITH '}seq AS (UPDATE tickets_ticket SET last_event_seq = last_event_seq + %s, "
-        f"updated_at = %s WHERE id = %s{condition} RETURNING last_event_seq), "
+        f"{head or 'WITH '}seq AS (UPDATE tickets_ticket SET last_event_seq = tickets_ticket.last_event_seq + %s, "
+        f"updated_at = %s{changed}{source} WHERE tickets_ticket.id = %s{condition} "
+        "RETURNING tickets_ticket.last_event_seq), "
         f"new AS (INSERT INTO tickets_ticketevent (seq, {columns}) "
         f"SELECT seq.last_event_seq - %s + e.n, {values} "
         "FROM seq, jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(doc, n), "
