@@ -192,27 +192,30 @@ def lease_acquire(*, ticket_id: int, owner: str) -> Lease | None:
     someone else holds it."""
     now = timezone.now()
     with connection.cursor() as cursor:
-        # Free only if no live session holds it: then a lease still marked as held by a
-        # locking owner belongs to a dead one, and may be taken over before it expires.
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [lock_key(ticket_id)])
-        locked = bool(cursor.fetchone()[0])
+        # The advisory lock first (the INSERT reads it), then the row, in one statement. Free only
+        # if no live session holds the lock: then a lease still marked as held by a locking owner
+        # belongs to a dead one, and may be taken over before it expires.
         cursor.execute(
             """
-            INSERT INTO agents_ticketlease
-                   (ticket_id, owner, epoch, expires_at, acquired_at, previous_owner, session_locked)
-            VALUES (%s, %s, 1, %s, %s, '', %s)
-            ON CONFLICT (ticket_id) DO UPDATE
-               SET owner = EXCLUDED.owner, epoch = agents_ticketlease.epoch + 1,
-                   expires_at = EXCLUDED.expires_at, acquired_at = EXCLUDED.acquired_at,
-                   previous_owner = agents_ticketlease.owner, session_locked = EXCLUDED.session_locked
-             WHERE agents_ticketlease.owner = '' OR agents_ticketlease.expires_at < %s
-                OR (%s AND agents_ticketlease.session_locked)
-            RETURNING epoch, previous_owner
+            WITH advisory AS (SELECT pg_try_advisory_lock(%s) AS locked),
+            taken AS (
+                INSERT INTO agents_ticketlease
+                       (ticket_id, owner, epoch, expires_at, acquired_at, previous_owner, session_locked)
+                SELECT %s, %s, 1, %s, %s, '', advisory.locked FROM advisory
+                ON CONFLICT (ticket_id) DO UPDATE
+                   SET owner = EXCLUDED.owner, epoch = agents_ticketlease.epoch + 1,
+                       expires_at = EXCLUDED.expires_at, acquired_at = EXCLUDED.acquired_at,
+                       previous_owner = agents_ticketlease.owner, session_locked = EXCLUDED.session_locked
+                 WHERE agents_ticketlease.owner = '' OR agents_ticketlease.expires_at < %s
+                    OR (EXCLUDED.session_locked AND agents_ticketlease.session_locked)
+                RETURNING epoch, previous_owner
+            )
+            SELECT advisory.locked, taken.epoch, taken.previous_owner FROM advisory LEFT JOIN taken ON TRUE
             """,
-            [ticket_id, owner, now + timedelta(seconds=lease_seconds()), now, locked, now, locked],
+            [lock_key(ticket_id), ticket_id, owner, now + timedelta(seconds=lease_seconds()), now, now],
         )
-        row = cursor.fetchone()
-        if row is None:
+        locked, *row = cursor.fetchone()
+        if row[0] is None:
             if locked:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_key(ticket_id)])
             return None
