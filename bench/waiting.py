@@ -22,7 +22,7 @@ How the pauses are made (printed, and in the JSON):
   (bob's; above the approval threshold of $200), which the policy pauses. Each is waited
   for in the database until its run is ``waiting_approval`` with a pending approval
   request; a run that ends any other way stops the part. The figure says how long they
-  took (pauses/s, POST -> paused). On 2 shared cores 500 take about a minute (8.8/s);
+  took (pauses/s, POST -> paused). On 2 shared cores 500 take 40 to 60 s (9 to 12/s);
 - the rest by bulk copy: ``INSERT ... SELECT`` of every row of one of those tickets (the
   last with the rows per table most of them have: 2 model steps, 2 tool calls, 9 timeline
   events...), table by table, with new ids that keep the rows' order, and every reference
