@@ -70,6 +70,7 @@ def build_conversation(
     ticket: Ticket | None = None,
     steps: list[ModelStep] | None = None,
     calls: list[ToolCall] | None = None,
+    message_rows: list[tuple[Any, ...]] | None = None,
 ) -> list[dict[str, Any]]:
     """The whole conversation from the ledger. ``ticket`` (with its customer), and the ticket's
     ``steps`` and ``calls``, may be passed when the caller has read them already."""
@@ -82,7 +83,7 @@ def build_conversation(
     by_position = {(c.step_id, c.index): c for c in calls}
     posted_by_tools = {c.idempotency_key for c in calls}
     placed: list[tuple[tuple[int, ...], list[dict[str, Any]]]] = []
-    messages, files = _conversation_messages(ticket.pk)
+    messages, files = _conversation_messages(ticket.pk, message_rows)
     for message, seq in messages:
         if message.client_msg_id in posted_by_tools:
             continue  # posted by a tool call: the call and its result already say so
@@ -118,11 +119,10 @@ def customer_text(message: Message, attachments: list[Attachment] | None = None)
     return "\n".join(lines)
 
 
-def _conversation_messages(ticket_id: int) -> tuple[list[tuple[Message, int | None]], dict[int, list[Attachment]]]:
+def conversation_messages_query(ticket_id: int) -> tuple[str, list[Any]]:
     """The ticket's public messages the model reads (not customer messages no turn has taken in
-    yet), each with its timeline position (its "message" event), and their files: one round
-    trip, and a second only when some message has files."""
-    rows = reads.fetch(
+    yet), each with its timeline position (its "message" event) and whether it has files."""
+    return (
         f"SELECT {reads.columns_of(Message)}, "
         "(SELECT e.seq FROM tickets_ticketevent e WHERE e.ticket_id = tickets_message.ticket_id "
         "AND e.kind = 'message' AND (e.payload ->> 'message_id')::bigint = tickets_message.id "
@@ -132,6 +132,15 @@ def _conversation_messages(ticket_id: int) -> tuple[list[tuple[Message, int | No
         "AND NOT (tickets_message.author_kind = %s AND tickets_message.agent_handled_at IS NULL)",
         [ticket_id, AuthorKind.CUSTOMER],
     )
+
+
+def _conversation_messages(
+    ticket_id: int, rows: list[tuple[Any, ...]] | None = None
+) -> tuple[list[tuple[Message, int | None]], dict[int, list[Attachment]]]:
+    """The messages of ``conversation_messages_query`` (``rows``, or read now) with their
+    positions, and their files (read only when some message has files)."""
+    if rows is None:
+        rows = reads.fetch(*conversation_messages_query(ticket_id))
     messages = reads.instances(Message, rows)
     files: dict[int, list[Attachment]] = {}
     with_files = [message.pk for message, row in zip(messages, rows, strict=True) if row[-1]]

@@ -19,6 +19,8 @@ from typing import Any
 from django.db import connection
 from django.db.models import Model
 
+from support import rows
+
 
 @functools.cache
 def _shape(model: type[Model]) -> tuple[str, tuple[str, ...], tuple[tuple[int, Any], ...]]:
@@ -58,10 +60,15 @@ def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return cursor.fetchall()
 
 
-def select(model: type[Model], where: str, params: Sequence[Any], *, tail: str = "") -> list[Any]:
-    """``SELECT <model's columns> FROM <its table> WHERE <where> <tail>`` as model instances."""
+def select_sql(model: type[Model], where: str, params: Sequence[Any], *, tail: str = "") -> tuple[str, Sequence[Any]]:
+    """``SELECT <model's columns> FROM <its table> WHERE <where> <tail>`` and its parameters."""
     table = connection.ops.quote_name(model._meta.db_table)
-    return instances(model, fetch(f"SELECT {columns_of(model)} FROM {table} WHERE {where} {tail}", params))
+    return f"SELECT {columns_of(model)} FROM {table} WHERE {where} {tail}", params
+
+
+def select(model: type[Model], where: str, params: Sequence[Any], *, tail: str = "") -> list[Any]:
+    """``select_sql``'s rows as model instances."""
+    return instances(model, fetch(*select_sql(model, where, params, tail=tail)))
 
 
 def select_with(model: type[Model], related: str, where: str, params: Sequence[Any], *, tail: str = "") -> list[Any]:
@@ -112,3 +119,21 @@ class Kept:
     def exists(self, value: Any) -> bool:
         sql, params = self.sql(value)
         return bool(fetch(f"SELECT EXISTS ({sql})", params)[0][0])
+
+
+def fetch_together(queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+    """Several reads in one round trip (the driver's pipeline mode); the rows of each, in order.
+    Not while rows are held for a write (``support.rows``): they would not be written first."""
+    if rows.holds_writes_to_any():
+        raise RuntimeError("fetch_together() while rows are held: they would not be written first")
+    connection.ensure_connection()
+    raw = connection.connection
+    cursors = [raw.cursor() for _ in queries]
+    try:
+        with connection.wrap_database_errors, raw.pipeline():
+            for cursor, (sql, params) in zip(cursors, queries, strict=True):
+                cursor.execute(sql, params)
+        return [cursor.fetchall() for cursor in cursors]
+    finally:
+        for cursor in cursors:
+            cursor.close()

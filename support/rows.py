@@ -220,6 +220,10 @@ def take_update(model: type[Model], pk: Any) -> tuple[tuple[str, ...], Model] | 
     return None
 
 
+def holds_writes_to_any() -> bool:
+    return bool(_held.ctes)
+
+
 def holds_writes_to(tables: Sequence[str]) -> bool:
     return any(table in tables for table, _ in _held.targets)
 
