@@ -106,8 +106,13 @@ class Lease:
             "WHERE ticket_id = %s AND epoch = %s AND owner = %s RETURNING 1",
             params=[timezone.now() + timedelta(seconds=1), self.ticket_id, self.epoch, self.owner],
         )
+        outermost = not connection.in_atomic_block
         try:
-            with transaction.atomic(savepoint=False), rows.write_behind(), events_batched(fence=fence):
+            with (
+                transaction.atomic(savepoint=False),
+                rows.write_behind(),
+                events_batched(fence=fence, whole_transaction=outermost),
+            ):
                 self._fencing = True
                 try:
                     yield

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import psycopg
 from django.db import connection
 from django.db.models import Model
 
@@ -218,6 +219,27 @@ def take_update(model: type[Model], pk: Any) -> tuple[tuple[str, ...], Model] | 
             del _held.ctes[at], _held.targets[at]
             return one_row[2], one_row[3]
     return None
+
+
+@contextlib.contextmanager
+def whole_transaction(wanted: bool = True) -> Iterator[None]:
+    """The statement run in this block is the whole of the current transaction, when nothing of
+    that transaction has reached the server yet: it is sent on its own (autocommit), which saves
+    the BEGIN and the COMMIT round trips; the transaction's COMMIT then has nothing to do. The
+    caller knows that no statement of the transaction follows; an error fails the statement
+    whole, as it would fail the transaction."""
+    raw = connection.connection
+    if not (wanted and connection.in_atomic_block and raw is not None and not raw.autocommit):
+        yield
+        return
+    if raw.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        yield  # the transaction is open on the server: the statement goes in it
+        return
+    raw.autocommit = True
+    try:
+        yield
+    finally:
+        raw.autocommit = False
 
 
 def holds_writes_to_any() -> bool:

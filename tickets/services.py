@@ -15,7 +15,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Least
 from django.utils import timezone
@@ -56,6 +56,11 @@ def _ticket_id(ticket: Ticket | int) -> int:
     return ticket if isinstance(ticket, int) else int(ticket.pk)
 
 
+# What the statement of a fenced transaction raises when the fence does not hold (tickets_fence_refused(),
+# migration tickets 0005): the statement fails whole, so nothing of it stays even when it commits alone.
+FENCE_REFUSED_SQLSTATE = "LF001"
+
+
 class FenceRefused(Exception):
     """The fence given to ``events_batched`` touched no row: nothing of the transaction may commit."""
 
@@ -83,14 +88,18 @@ _batch = _EventBatch()
 
 
 @contextlib.contextmanager
-def events_batched(*, fence: Fence | None = None) -> Iterator[None]:
+def events_batched(*, fence: Fence | None = None, whole_transaction: bool = False) -> Iterator[None]:
     """Write the timeline events appended inside this block together, when it ends.
 
     One statement numbers and inserts all of a ticket's events, instead of two
     statements per event. With a ``fence``, that statement also runs the fence
-    and writes nothing unless it holds (``FenceRefused``). Must be used inside a
+    and fails unless it holds (``FenceRefused``). Must be used inside a
     transaction; events of a block that raises are dropped with it. Nested
     blocks write once, when the outermost ends.
+
+    ``whole_transaction``: the block is all of an outermost transaction that ends with it. When
+    nothing of the transaction reached the server before that statement (every row was held), the
+    statement is sent as the whole transaction: no BEGIN and no COMMIT round trip.
     """
     if not connection.in_atomic_block:
         raise transaction.TransactionManagementError("events_batched() needs a transaction")
@@ -105,10 +114,10 @@ def events_batched(*, fence: Fence | None = None) -> Iterator[None]:
         _batch.depth -= 1
     if _batch.depth == 0:
         drafts, _batch.drafts = _batch.drafts, []
-        _write_events(drafts, fence=fence)
+        _write_events(drafts, fence=fence, whole_transaction=whole_transaction)
 
 
-def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None) -> None:
+def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None, whole_transaction: bool = False) -> None:
     """Give each draft the next sequence number of its ticket, in order, and insert them, in one
     statement per ticket that also carries the rows held by ``support.rows`` and the fence.
 
@@ -137,13 +146,19 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None) -> N
                 raise FenceRefused()
         held = []
     now = timezone.now()
+    alone = whole_transaction and len(per_ticket) == 1 and fence is not None and fence.ticket_id in per_ticket
     for ticket_id, events in per_ticket.items():
         guard = fence if fence is not None and fence.ticket_id == ticket_id else None
         sql, params = _numbered_insert(ticket_id, events, now, guard, held, changes[ticket_id])
         held = []
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            fenced, last, keys = cursor.fetchone()
+        try:
+            with connection.cursor() as cursor, rows.whole_transaction(alone):
+                cursor.execute(sql, params)
+                fenced, last, keys = cursor.fetchone()
+        except DatabaseError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) == FENCE_REFUSED_SQLSTATE:
+                raise FenceRefused() from None
+            raise
         if guard is not None and not fenced:
             raise FenceRefused()
         if last is None:
@@ -203,7 +218,7 @@ def _numbered_insert(
         f"SELECT seq.last_event_seq - %s + e.n, {values} "
         "FROM seq, jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(doc, n), "
         "LATERAL jsonb_populate_record(NULL::tickets_ticketevent, e.doc) AS r RETURNING id, seq) "
-        f"SELECT {'EXISTS (SELECT 1 FROM fence)' if fence is not None else 'TRUE'}, "
+        f"SELECT {'(EXISTS (SELECT 1 FROM fence) OR tickets_fence_refused())' if fence is not None else 'TRUE'}, "
         f"(SELECT last_event_seq FROM seq), (SELECT array_agg(id ORDER BY seq) FROM new)"
     )
     return sql, params
