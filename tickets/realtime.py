@@ -56,6 +56,9 @@ class _Publisher:
         self.loop = asyncio.new_event_loop()
         self.waiting: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
         self.ready = asyncio.Event()
+        # Set by the loop before it waits for work: only then does a caller wake it (a wake-up is a
+        # write to the loop's socket; a loop busy publishing finds the new work by itself).
+        self.sleeping = False
         self.pid = os.getpid()
         threading.Thread(target=self._run, name="realtime-publisher", daemon=True).start()
 
@@ -83,7 +86,11 @@ class _Publisher:
     async def _drain(self) -> None:
         while True:
             if not self.waiting:
+                self.sleeping = True
                 self.ready.clear()
+                if self.waiting:  # came in before ``sleeping`` was seen: no wake-up was sent for it
+                    self.sleeping = False
+                    continue
                 await self.ready.wait()
                 continue
             group, message = self._take()
@@ -94,12 +101,11 @@ class _Publisher:
             except Exception:  # noqa: BLE001 - best effort, see above
                 logger.warning("could not publish to %s", group, exc_info=True)
 
-    def _push(self, item: tuple[str, dict[str, Any]]) -> None:
-        self.waiting.append(item)
-        self.ready.set()
-
     def put(self, group: str, message: dict[str, Any]) -> None:
-        self.loop.call_soon_threadsafe(self._push, (group, message))
+        self.waiting.append((group, message))  # deque appends are atomic; the loop pops
+        if self.sleeping:
+            self.sleeping = False
+            self.loop.call_soon_threadsafe(self.ready.set)
 
 
 _publisher: _Publisher | None = None
@@ -143,13 +149,16 @@ def publish_event(ticket_id: int) -> None:
 def stream_token(ticket_id: int, step_id: int, offset: int, text: str) -> None:
     """Publish one streamed piece of the answer; ``offset`` is its start in the step's text."""
     try:
-        pipe = _client().pipeline()
         key = _stream_key(ticket_id)
-        pipe.append(f"{key}:{step_id}", text)
-        pipe.expire(f"{key}:{step_id}", STREAM_TTL_SECONDS)
-        pipe.hset(key, "step", step_id)
-        pipe.expire(key, STREAM_TTL_SECONDS)
-        pipe.execute()
+        if offset:
+            _client().append(f"{key}:{step_id}", text)  # one command; the keys expire from the first piece
+        else:
+            pipe = _client().pipeline(transaction=False)
+            pipe.append(f"{key}:{step_id}", text)
+            pipe.expire(f"{key}:{step_id}", STREAM_TTL_SECONDS)
+            pipe.hset(key, "step", step_id)
+            pipe.expire(key, STREAM_TTL_SECONDS)
+            pipe.execute()
     except redis.RedisError:
         logger.warning("could not buffer streamed text for ticket %s", ticket_id, exc_info=True)
     _send(ticket_id, {"type": "ticket.token", "step": step_id, "offset": offset, "text": text})
@@ -169,13 +178,21 @@ def streamed_so_far(ticket_id: int) -> tuple[int | None, str]:
         return None, ""
 
 
+# The step's text goes, and the marker too if it still names this step: one round trip.
+_FINISH = """
+redis.call('DEL', KEYS[2])
+if redis.call('HGET', KEYS[1], 'step') == ARGV[1] then redis.call('DEL', KEYS[1]) end
+"""
+_finish_script: Any = None
+
+
 def stream_finished(ticket_id: int, step_id: int) -> None:
+    global _finish_script
     try:
         client = _client()
+        if _finish_script is None:
+            _finish_script = client.register_script(_FINISH)
         key = _stream_key(ticket_id)
-        client.delete(f"{key}:{step_id}")
-        # Only clear the marker if it still names this step.
-        if client.hget(key, "step") == str(step_id).encode():
-            client.delete(key)
+        _finish_script(keys=[key, f"{key}:{step_id}"], args=[str(step_id)], client=client)
     except redis.RedisError:
         pass
