@@ -45,12 +45,15 @@ _messages_to_take_in = reads.Kept(
 def run_start(*, lease: Lease, ticket: Ticket, model_name: str, profile: AgentProfile | None = None) -> AgentRun | None:
     """Start a run for the customer messages not yet taken in; None if there are none."""
     with lease.guard():
-        inputs = [row[0] for row in reads.fetch(*_messages_to_take_in.sql(ticket.pk))]
+        # The messages, locked, and the run's key from the sequence (a later run of the ticket has a
+        # larger one), in one round trip.
+        taken, key = reads.fetch_together([_messages_to_take_in.sql(ticket.pk), rows.new_key_sql(AgentRun)])
+        inputs = [row[0] for row in taken]
         if not inputs:
             return None
         now = timezone.now()
         run = AgentRun(
-            pk=rows.new_key(AgentRun),  # from the sequence, now: a later run of the ticket has a larger key
+            pk=key[0][0],
             ticket=ticket,
             input_message_ids=inputs,
             model_name=model_name,

@@ -82,6 +82,11 @@ def new_key(model: type[Model]) -> int:
     return _next_ids(model, 1, from_block=False)[0]
 
 
+def new_key_sql(model: type[Model]) -> tuple[str, list[Any]]:
+    """``new_key`` as a query (one row, one value), to send along with other reads."""
+    return "SELECT nextval(pg_get_serial_sequence(%s, %s))", [model._meta.db_table, model._meta.pk.column]
+
+
 def _quote(name: str) -> str:
     return connection.ops.quote_name(name)
 
