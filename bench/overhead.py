@@ -373,12 +373,13 @@ class Ours:
 
     def count_statements(self) -> dict[str, int]:
         """One extra, untimed turn with a statement counter on the connection."""
+        import psycopg
         from django.db import connection
 
         from agents.runner import advance
         from tickets import services as ticket_services
 
-        counts = {"statements": 0, "savepoints": 0, "commits": 0}
+        counts = {"statements": 0, "savepoints": 0, "commits": 0, "BEGIN": 0, "COMMIT": 0}
 
         def counter(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
             counts["statements"] += 1
@@ -393,12 +394,24 @@ class Ours:
             counts["commits"] += 1
             commit()
 
+        # What reaches the server: a transaction whose one statement is all of it goes out alone,
+        # with no BEGIN and no COMMIT (the atomic block's commit then has nothing to send).
+        exec_command = psycopg.Connection._exec_command
+
+        def counting_exec_command(conn: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+            word = (command if isinstance(command, bytes) else str(command).encode()).split(b" ")[0].decode()
+            if word in counts:
+                counts[word] += 1
+            return exec_command(conn, command, *args, **kwargs)
+
         connection.commit = counting_commit  # explicit (atomic) transactions; autocommit statements are not counted
+        psycopg.Connection._exec_command = counting_exec_command
         try:
             with connection.execute_wrapper(counter):
                 advance(ticket.pk, model=self.model)
         finally:
             del connection.commit
+            psycopg.Connection._exec_command = exec_command
         return counts
 
     def verify_and_count(self) -> None:
@@ -801,7 +814,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"ours, one extra untimed advance(): {statements.get('statements')} SQL statements, "
-        f"{statements.get('commits')} atomic commits, {statements.get('savepoints')} savepoints; "
+        f"{statements.get('commits')} atomic blocks committed ({statements.get('COMMIT')} COMMITs and "
+        f"{statements.get('BEGIN')} BEGINs sent; the others went out as one statement each), "
+        f"{statements.get('savepoints')} savepoints; "
         f"doorbells published to Redis list {DOORBELL_QUEUE!r}: {doorbells} (then deleted)"
     )
     print(f"{args.turns} measured turns per system in {elapsed:.1f} s in all (with warm-up and setup).")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
 
@@ -41,6 +42,7 @@ class Counted:
     def __init__(self) -> None:
         self.statements: list[str] = []
         self.commits = 0
+        self.sent: list[str] = []  # BEGIN and COMMIT as psycopg sends them to the server
 
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         self.statements.append(sql)
@@ -55,12 +57,22 @@ def run_counted(ticket_id: int, model: Any) -> Counted:
         counted.commits += 1
         commit()
 
+    exec_command = psycopg.Connection._exec_command
+
+    def counting_exec_command(conn: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+        word = (command if isinstance(command, bytes) else str(command).encode()).split(b" ")[0].decode()
+        if word in {"BEGIN", "COMMIT"}:
+            counted.sent.append(word)
+        return exec_command(conn, command, *args, **kwargs)
+
     connection.commit = counting_commit
+    psycopg.Connection._exec_command = counting_exec_command
     try:
         with connection.execute_wrapper(counted):
             advance(ticket_id, model=model)
     finally:
         del connection.commit
+        psycopg.Connection._exec_command = exec_command
     return counted
 
 
@@ -81,6 +93,10 @@ def test_a_21_step_turn_commits_once_per_model_step_and_stays_under_100_statemen
     # before it, its events, the fence), one per side-effecting call, one to take the message in.
     assert counted.commits <= steps.count() + side_effecting + 1, counted.commits
     assert len(counted.statements) <= 100, len(counted.statements)
+    # A plain step's rows are all held: its one statement goes out as the whole transaction, with no
+    # BEGIN and no COMMIT. Those are sent for taking the message in, for the reply, and when this
+    # process takes a new block of keys (a read inside the step's transaction).
+    assert counted.sent.count("BEGIN") <= 4, counted.sent
     # Every call's outcome is in the ledger with its events, though none committed on its own.
     finished = TicketEvent.objects.filter(ticket=ticket, kind="tool_call_finished").count()
     assert finished == 10
