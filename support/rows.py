@@ -255,12 +255,7 @@ def holds_writes_to(tables: Sequence[str]) -> bool:
     return any(table in tables for table, _ in _held.targets)
 
 
-def fetch_beside_held(sql: str, params: Sequence[Any], *, tables: Sequence[str]) -> list[tuple[Any, ...]]:
-    """Run a read as the main query of the statement that writes the held rows: one round trip.
-
-    Every part of a statement sees the database as it was before the statement, so the read does
-    not see the held rows: ``tables`` names what it reads, and if a held write touches one of
-    them, the held rows are written first, on their own."""
+def _beside_held(sql: str, params: Sequence[Any], tables: Sequence[str], fetch: bool) -> Any:
     if holds_writes_to(tables):
         flush()
     head, held_params = with_clause(take())
@@ -268,24 +263,24 @@ def fetch_beside_held(sql: str, params: Sequence[Any], *, tables: Sequence[str])
     try:
         with connection.cursor() as cursor:
             cursor.execute((head[:-2] + " " if head else "") + sql, [*held_params, *params])
-            return cursor.fetchall()
+            return cursor.fetchall() if fetch else cursor.rowcount
     finally:
         _held.flushing = False
+
+
+def fetch_beside_held(sql: str, params: Sequence[Any], *, tables: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Run a read as the main query of the statement that writes the held rows: one round trip.
+
+    Every part of a statement sees the database as it was before the statement, so the read does
+    not see the held rows: ``tables`` names what it reads, and if a held write touches one of
+    them, the held rows are written first, on their own."""
+    return _beside_held(sql, params, tables, fetch=True)
 
 
 def execute_beside_held(sql: str, params: Sequence[Any], *, table: str) -> int:
     """Run a write (``sql`` on ``table``) as the main part of the statement that writes the held
     rows; its row count. If a held write touches the same table, the held rows go first."""
-    if holds_writes_to([table]):
-        flush()
-    head, held_params = with_clause(take())
-    _held.flushing = True
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute((head[:-2] + " " if head else "") + sql, [*held_params, *params])
-            return cursor.rowcount
-    finally:
-        _held.flushing = False
+    return _beside_held(sql, params, [table], fetch=False)
 
 
 def updates(cte: SqlValue, model: type[Model]) -> bool:
