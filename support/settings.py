@@ -236,6 +236,8 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": os.environ.get("CACHE_PREFIX", "support"),
+        # One connection pool per process, not one per request thread.
+        "OPTIONS": {"pool_class": "support.cache.SharedConnectionPool"},
     }
 }
 
