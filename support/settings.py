@@ -246,7 +246,14 @@ CHANNELS_PREFIX = os.environ.get("CHANNELS_PREFIX", "asgi")
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": CHANNELS_PREFIX, "capacity": env_int("CHANNELS_CAPACITY", 1000)},
+        "CONFIG": {
+            # A socket's messages are awaited with a blocking pop of 5 s (channels_redis); redis-py 8
+            # gives up reading after 5 s unless told otherwise, which tore down every chat socket
+            # idle for 5 s ("Timeout reading from ..."). Above the pop's, a dead Redis is still noticed.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+            "prefix": CHANNELS_PREFIX,
+            "capacity": env_int("CHANNELS_CAPACITY", 1000),
+        },
     },
 }
 

@@ -245,6 +245,26 @@ def test_committed_public_events_reach_the_watcher_live_and_internal_ones_do_not
     run(scenario)
 
 
+def test_a_socket_left_idle_longer_than_the_layers_wait_still_gets_what_happens_next(customer, ticket):
+    """The channel layer waits for messages 5 s at a time; an idle chat must not break on it."""
+    headers = session_cookie(customer)
+    last = public_seqs(ticket)[-1]
+
+    async def scenario() -> None:
+        ws = socket(ticket.pk, after=last, headers=headers)
+        await ws.connect()
+        await until_ready(ws)
+        assert await ws.receive_nothing(timeout=7)
+        await database_sync_to_async(services.ticket_transition)(
+            ticket=ticket.pk, to_status=TicketStatus.PENDING_APPROVAL, actor_kind=ActorKind.AGENT
+        )
+        frame = await ws.receive_json_from(timeout=5)
+        assert (frame["type"], frame["kind"], frame["status"]) == ("event", "state", "pending_approval")
+        await ws.disconnect()
+
+    run(scenario)
+
+
 def test_a_customer_message_event_carries_the_senders_client_message_id(customer, ticket):
     headers = session_cookie(customer)
     last = public_seqs(ticket)[-1]
