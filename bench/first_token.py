@@ -21,7 +21,11 @@ timed too. Two kinds of message, interleaved:
   ``search_help`` call (two model steps, full-text search in between).
 
 Every answer is checked: the streamed text equals the final message, and the
-ledger holds one reply per message. A fresh ticket is opened every
+ledger holds one reply per message. Where the time goes is printed hop by hop
+from the timestamps the stack writes in the ledger (the customer's message, the
+run's start, the answering step's model call), on the client's clock: the web
+request, the doorbell and the worker up to the run, the run up to the model
+call, and the model call up to the token frame. A fresh ticket is opened every
 ``--per-ticket`` messages, so the conversation stays the length of a real one.
 
 Run::
