@@ -14,14 +14,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db.models import BigIntegerField, OuterRef, Subquery
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast
-
 from agents.models import AgentRun, CallStatus, ModelStep, StepStatus, ToolCall
 from agents.profiles import profile_of
+from support import reads
 from tickets.attachments import size_words
-from tickets.models import AuthorKind, Message, Ticket, TicketEvent
+from tickets.models import Attachment, AuthorKind, Message, Ticket
 
 DEFAULT_SYSTEM_PROMPT = """You are the customer-support agent of an online shop that sells kitchen goods.
 Be brief, warm and precise. Use the tools to look up orders and help articles instead of guessing.
@@ -73,6 +70,7 @@ def build_conversation(
     ticket: Ticket | None = None,
     steps: list[ModelStep] | None = None,
     calls: list[ToolCall] | None = None,
+    message_rows: list[tuple[Any, ...]] | None = None,
 ) -> list[dict[str, Any]]:
     """The whole conversation from the ledger. ``ticket`` (with its customer), and the ticket's
     ``steps`` and ``calls``, may be passed when the caller has read them already."""
@@ -85,20 +83,15 @@ def build_conversation(
     by_position = {(c.step_id, c.index): c for c in calls}
     posted_by_tools = {c.idempotency_key for c in calls}
     placed: list[tuple[tuple[int, ...], list[dict[str, Any]]]] = []
-    messages = (
-        Message.objects.filter(ticket=ticket, is_public=True)
-        .exclude(author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True)
-        .annotate(seq=Subquery(_message_seq))
-        .prefetch_related("attachments")
-    )
-    for message in messages:
+    messages, files = _conversation_messages(ticket.pk, message_rows)
+    for message, seq in messages:
         if message.client_msg_id in posted_by_tools:
             continue  # posted by a tool call: the call and its result already say so
         if message.author_kind == AuthorKind.CUSTOMER:
-            entry = {"role": "user", "content": customer_text(message)}
+            entry = {"role": "user", "content": customer_text(message, files.get(message.pk, []))}
         else:
             entry = {"role": "assistant", "content": _PREFIX.get(message.author_kind, "") + message.body}
-        placed.append(((message.seq or 0, 0, message.pk), [entry]))
+        placed.append(((seq or 0, 0, message.pk), [entry]))
 
     for step in steps:
         if step.status != StepStatus.COMPLETED or not step.tool_calls:
@@ -114,24 +107,47 @@ def build_conversation(
     return conversation
 
 
-def customer_text(message: Message) -> str:
+def customer_text(message: Message, attachments: list[Attachment] | None = None) -> str:
     """A customer's message as the model reads it: the text, then one line per attached file
-    (the model is told a file exists, its name, type and size; it does not see the file)."""
+    (the model is told a file exists, its name, type and size; it does not see the file).
+    ``attachments``: the message's files, when the caller has read them."""
     lines = [message.body]
-    for attachment in message.attachments.all():
+    for attachment in message.attachments.all() if attachments is None else attachments:
         lines.append(
             f"[attached: {attachment.original_name} ({attachment.content_type}, {size_words(attachment.size)})]"
         )
     return "\n".join(lines)
 
 
-# The timeline position of a message: its "message" event.
-_message_seq = (
-    TicketEvent.objects.filter(ticket_id=OuterRef("ticket_id"), kind="message")
-    .annotate(message_id=Cast(KT("payload__message_id"), BigIntegerField()))
-    .filter(message_id=OuterRef("pk"))
-    .values("seq")[:1]
-)
+def conversation_messages_query(ticket_id: int) -> tuple[str, list[Any]]:
+    """The ticket's public messages the model reads (not customer messages no turn has taken in
+    yet), each with its timeline position (its "message" event) and whether it has files."""
+    return (
+        f"SELECT {reads.columns_of(Message)}, "
+        "(SELECT e.seq FROM tickets_ticketevent e WHERE e.ticket_id = tickets_message.ticket_id "
+        "AND e.kind = 'message' AND (e.payload ->> 'message_id')::bigint = tickets_message.id "
+        "ORDER BY e.seq LIMIT 1), "
+        "EXISTS (SELECT 1 FROM tickets_attachment a WHERE a.message_id = tickets_message.id) "
+        "FROM tickets_message WHERE tickets_message.ticket_id = %s AND tickets_message.is_public "
+        "AND NOT (tickets_message.author_kind = %s AND tickets_message.agent_handled_at IS NULL)",
+        [ticket_id, AuthorKind.CUSTOMER],
+    )
+
+
+def _conversation_messages(
+    ticket_id: int, rows: list[tuple[Any, ...]] | None = None
+) -> tuple[list[tuple[Message, int | None]], dict[int, list[Attachment]]]:
+    """The messages of ``conversation_messages_query`` (``rows``, or read now) with their
+    positions, and their files (read only when some message has files)."""
+    if rows is None:
+        rows = reads.fetch(*conversation_messages_query(ticket_id))
+    messages = reads.instances(Message, rows)
+    files: dict[int, list[Attachment]] = {}
+    with_files = [message.pk for message, row in zip(messages, rows, strict=True) if row[-1]]
+    if with_files:
+        for attachment in Attachment.objects.filter(message_id__in=with_files).order_by("message_id", "position"):
+            files.setdefault(attachment.message_id, []).append(attachment)
+    return [(message, row[-2]) for message, row in zip(messages, rows, strict=True)], files
 
 
 def request_of(step: ModelStep) -> list[dict[str, Any]]:

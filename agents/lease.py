@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -105,8 +106,13 @@ class Lease:
             "WHERE ticket_id = %s AND epoch = %s AND owner = %s RETURNING 1",
             params=[timezone.now() + timedelta(seconds=1), self.ticket_id, self.epoch, self.owner],
         )
+        outermost = not connection.in_atomic_block
         try:
-            with transaction.atomic(savepoint=False), rows.write_behind(), events_batched(fence=fence):
+            with (
+                transaction.atomic(savepoint=False),
+                rows.write_behind(),
+                events_batched(fence=fence, whole_transaction=outermost),
+            ):
                 self._fencing = True
                 try:
                     yield
@@ -152,17 +158,30 @@ class Lease:
         with connection.cursor() as cursor:
             _unlock(cursor, self)
 
-    def release(self) -> None:
+    def release(self, *, ask: tuple[str, list[Any]] = ("NULL", [])) -> Any:
+        """Give the lease up: the row, then the advisory lock, in one statement. ``ask``: a question
+        (SQL of one value, and its parameters) answered by that same statement, after the release
+        (what came in while this worker held the lease); its answer is returned."""
         self.stop_heartbeat()
+        question, params = ask
+        # The row first, then the lock (the unlock reads the UPDATE's count, so it runs after it):
+        # a worker ringing in between sees a released lease, not a dead owner, and takes the lock a
+        # moment later (lease_acquire).
+        unlock = "pg_advisory_unlock(%s)" if self.locked else "NULL"
         with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE agents_ticketlease SET owner = '', expires_at = %s "
-                "WHERE ticket_id = %s AND epoch = %s AND owner = %s",
-                [timezone.now(), self.ticket_id, self.epoch, self.owner],
-            )
-            # The row first, then the lock: a worker ringing in between sees a released lease,
-            # not a dead owner, and takes the lock a moment later (lease_acquire).
-            _unlock(cursor, self)
+            try:
+                cursor.execute(
+                    "WITH released AS (UPDATE agents_ticketlease SET owner = '', expires_at = %s "
+                    "WHERE ticket_id = %s AND epoch = %s AND owner = %s RETURNING 1) "
+                    f"SELECT {unlock}, ({question}) FROM (SELECT count(*) FROM released) AS done",
+                    [
+                        timezone.now(), self.ticket_id, self.epoch, self.owner,
+                        *([lock_key(self.ticket_id)] if self.locked else []), *params,
+                    ],
+                )  # fmt: skip
+                return cursor.fetchone()[1]
+            finally:
+                self.locked = False
 
 
 def _unlock(cursor: object, lease: Lease) -> None:
@@ -178,27 +197,30 @@ def lease_acquire(*, ticket_id: int, owner: str) -> Lease | None:
     someone else holds it."""
     now = timezone.now()
     with connection.cursor() as cursor:
-        # Free only if no live session holds it: then a lease still marked as held by a
-        # locking owner belongs to a dead one, and may be taken over before it expires.
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [lock_key(ticket_id)])
-        locked = bool(cursor.fetchone()[0])
+        # The advisory lock first (the INSERT reads it), then the row, in one statement. Free only
+        # if no live session holds the lock: then a lease still marked as held by a locking owner
+        # belongs to a dead one, and may be taken over before it expires.
         cursor.execute(
             """
-            INSERT INTO agents_ticketlease
-                   (ticket_id, owner, epoch, expires_at, acquired_at, previous_owner, session_locked)
-            VALUES (%s, %s, 1, %s, %s, '', %s)
-            ON CONFLICT (ticket_id) DO UPDATE
-               SET owner = EXCLUDED.owner, epoch = agents_ticketlease.epoch + 1,
-                   expires_at = EXCLUDED.expires_at, acquired_at = EXCLUDED.acquired_at,
-                   previous_owner = agents_ticketlease.owner, session_locked = EXCLUDED.session_locked
-             WHERE agents_ticketlease.owner = '' OR agents_ticketlease.expires_at < %s
-                OR (%s AND agents_ticketlease.session_locked)
-            RETURNING epoch, previous_owner
+            WITH advisory AS (SELECT pg_try_advisory_lock(%s) AS locked),
+            taken AS (
+                INSERT INTO agents_ticketlease
+                       (ticket_id, owner, epoch, expires_at, acquired_at, previous_owner, session_locked)
+                SELECT %s, %s, 1, %s, %s, '', advisory.locked FROM advisory
+                ON CONFLICT (ticket_id) DO UPDATE
+                   SET owner = EXCLUDED.owner, epoch = agents_ticketlease.epoch + 1,
+                       expires_at = EXCLUDED.expires_at, acquired_at = EXCLUDED.acquired_at,
+                       previous_owner = agents_ticketlease.owner, session_locked = EXCLUDED.session_locked
+                 WHERE agents_ticketlease.owner = '' OR agents_ticketlease.expires_at < %s
+                    OR (EXCLUDED.session_locked AND agents_ticketlease.session_locked)
+                RETURNING epoch, previous_owner
+            )
+            SELECT advisory.locked, taken.epoch, taken.previous_owner FROM advisory LEFT JOIN taken ON TRUE
             """,
-            [ticket_id, owner, now + timedelta(seconds=lease_seconds()), now, locked, now, locked],
+            [lock_key(ticket_id), ticket_id, owner, now + timedelta(seconds=lease_seconds()), now, now],
         )
-        row = cursor.fetchone()
-        if row is None:
+        locked, *row = cursor.fetchone()
+        if row[0] is None:
             if locked:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_key(ticket_id)])
             return None

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents import calls
-from agents.conversation import assistant_message, build_conversation, tool_message
+from agents.conversation import assistant_message, build_conversation, conversation_messages_query, tool_message
 from agents.lease import Lease
 from agents.models import AgentRun, ModelStep, StepStatus, ToolCall
 from agents.profiles import PolicyValues, enabled_tools, policy_values, profile_of, tools_always_approved
+from support import reads
 from tickets.models import Ticket
 
 # A step's answer streams under an id made of where the step sits, known before the step is
@@ -69,8 +70,16 @@ class Pass:
 
     def reload(self) -> None:
         """Read the run's ledger again and rebuild the conversation from it."""
-        self.steps = list(ModelStep.objects.filter(ticket_id=self.ticket.pk).order_by("run_id", "index", "attempt"))
-        self.calls = {(c.step_id, c.index): c for c in ToolCall.objects.filter(ticket_id=self.ticket.pk)}
+        ticket_id = self.ticket.pk
+        steps, calls, messages = reads.fetch_together(
+            [
+                reads.select_sql(ModelStep, "ticket_id = %s", [ticket_id], tail='ORDER BY run_id, "index", attempt'),
+                reads.select_sql(ToolCall, "ticket_id = %s", [ticket_id]),
+                conversation_messages_query(ticket_id),
+            ]
+        )  # one round trip
+        self.steps = reads.instances(ModelStep, steps)
+        self.calls = {(c.step_id, c.index): c for c in reads.instances(ToolCall, calls)}
         profile = profile_of(self.run)
         self.approval_rules = tools_always_approved(profile)
         self.enabled_tools = enabled_tools(profile)
@@ -79,14 +88,16 @@ class Pass:
             s.prompt_tokens + s.completion_tokens + s.wasted_tokens for s in self.steps if s.run_id != self.run.pk
         )
         self.unsaved_outcomes = []
-        self.rebuild_conversation()
+        self.rebuild_conversation(messages=messages)
 
-    def rebuild_conversation(self) -> None:
+    def rebuild_conversation(self, *, messages: list[tuple[Any, ...]] | None = None) -> None:
+        """``messages``: the rows of ``conversation_messages_query``, when read already."""
         self.conversation = build_conversation(
             self.run,
             ticket=self.ticket,
             steps=[s for s in self.steps if s.status == StepStatus.COMPLETED and s.tool_calls],
             calls=list(self.calls.values()),
+            message_rows=messages,
         )
         self.prefix_step, self.prefix_length = None, 0
 

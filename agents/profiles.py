@@ -26,6 +26,7 @@ from django.db import IntegrityError, transaction
 
 from agents.models import PAUSED_RUN_STATUSES, AgentProfile, AgentRun, ApprovalPolicy, ToolApprovalRule
 from agents.tools import REGISTRY
+from support import reads
 from tickets import services as ticket_services
 from tickets.models import ActorKind
 
@@ -73,9 +74,9 @@ def _tools_snapshot() -> list[dict[str, Any]]:
 
 def active_profile() -> AgentProfile:
     """The active version; the first one, made from the settings, when there is none."""
-    profile = AgentProfile.objects.filter(is_active=True).first()
-    if profile is not None:
-        return profile
+    found = reads.select(AgentProfile, "is_active", [])
+    if found:
+        return found[0]
     try:
         with transaction.atomic():
             if not AgentProfile.objects.exists():

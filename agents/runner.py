@@ -28,15 +28,15 @@ from agents.execution import Stop, ToolCrashed, record_intents, run_calls
 from agents.lease import Lease, LeaseLost, lease_acquire, worker_identity
 from agents.llm import ChatModel, ModelError, validate_response, wasted_tokens
 from agents.model_factory import get_model
-from agents.models import ACTIVE_RUN_STATUSES, PAUSED_RUN_STATUSES, AgentProfile, AgentRun, RunStatus, StepStatus
+from agents.models import PAUSED_RUN_STATUSES, AgentProfile, AgentRun, RunStatus, StepStatus
 from agents.pass_state import Pass, stream_id
 from agents.profiles import active_profile, profile_of
 from agents.recovery import recover
-from agents.selectors import decided_calls, ticket_has_agent_work
+from agents.selectors import active_run, decided_calls, ticket_has_agent_work
 from agents.tools import tool_specs
 from tickets import realtime
 from tickets.models import AGENT_STAYS_OUT, Ticket
-from tickets.selectors import unanswered_messages
+from tickets.selectors import has_unanswered_messages, ticket_with_customer, unanswered_question
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class RetryLater(Exception):
 
 
 def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
-    ticket = Ticket.objects.select_related("customer").filter(pk=ticket_id).first()
+    ticket = ticket_with_customer(ticket_id=ticket_id)
     if ticket is None:
         return Outcome("missing")
     lease = lease_acquire(ticket_id=ticket_id, owner=worker_identity())
@@ -88,11 +88,12 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
         return Outcome("busy")
     lease.start_heartbeat()
     outcome = Outcome("idle")
+    unanswered = None
     try:
         chosen = model  # a test's or a benchmark's model; otherwise each run's profile names it
         for _ in range(20):  # bounded: each pass finishes or pauses a run
             if outcome.runs:
-                ticket = Ticket.objects.select_related("customer").get(pk=ticket_id)
+                ticket = ticket_with_customer(ticket_id=ticket_id)
             run = _current_run(lease, ticket, chosen)
             if run is None:
                 break
@@ -104,7 +105,8 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
             except Exception as exc:  # noqa: BLE001 - every failure is recorded and counted, none loops
                 state = _failed(lease, run, exc)
             outcome.state = state
-            if state != RunStatus.COMPLETED or not has_unanswered_messages(ticket_id):
+            # A message that came in during the run is answered by the next one, under this lease.
+            if state != RunStatus.COMPLETED or not has_unanswered_messages(ticket_id=ticket_id):
                 break
     except LeaseLost:
         logger.warning("ticket %s: lease lost (epoch %s); another worker carries on", ticket_id, lease.epoch)
@@ -117,19 +119,17 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
         faults.hit("before_lease_release")
         lease.stop_heartbeat()
         if not lease.lost:
-            lease.release()
+            # Asked by the statement that releases the lease, after releasing it: a message whose
+            # doorbell found the lease held is seen here (DESIGN.md, the loop, step 5).
+            unanswered = lease.release(ask=unanswered_question(ticket_id=ticket_id))
         else:
             lease.unlock()
-    # New input that arrived while we held the lease: the task rings again (DESIGN.md, the loop, step 5).
-    # After a reply, the only work that can have come in is a customer message.
+    # New input that arrived while we held the lease: the task rings again. After a reply, the only
+    # work that can have come in is a customer message.
     if outcome.retry_in is None:
         completed = outcome.state == RunStatus.COMPLETED
-        outcome.more_work = has_unanswered_messages(ticket_id) if completed else has_pending_work(ticket_id)
+        outcome.more_work = bool(unanswered) if completed else has_pending_work(ticket_id)
     return outcome
-
-
-def has_unanswered_messages(ticket_id: int) -> bool:
-    return unanswered_messages(ticket_id=ticket_id).exists()
 
 
 def has_pending_work(ticket_id: int) -> bool:
@@ -150,7 +150,7 @@ _models: dict[str, ChatModel] = {}
 
 
 def _current_run(lease: Lease, ticket: Ticket, chosen: ChatModel | None) -> AgentRun | None:
-    run = AgentRun.objects.filter(ticket_id=lease.ticket_id, status__in=ACTIVE_RUN_STATUSES).first()
+    run = active_run(ticket_id=lease.ticket_id)
     if run is not None:
         if run.status in PAUSED_RUN_STATUSES:
             if not decided_calls(run=run).exists():

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from agents.lease import LOCK_HELD_SQL
 from agents.models import (
+    ACTIVE_RUN_STATUSES,
     PAUSED_RUN_STATUSES,
     RESERVING_REFUND_STATUSES,
     AgentRun,
@@ -18,8 +19,15 @@ from agents.models import (
     TicketLease,
     ToolCall,
 )
+from support import reads
 from tickets.models import AGENT_STAYS_OUT, Order, Ticket
 from tickets.selectors import unanswered_messages
+
+
+def active_run(*, ticket_id: int) -> AgentRun | None:
+    """The ticket's run that is not over (running or paused); there is at most one."""
+    found = reads.select(AgentRun, "ticket_id = %s AND status = ANY(%s)", [ticket_id, list(ACTIVE_RUN_STATUSES)])
+    return found[0] if found else None
 
 
 def decided_calls(*, run: AgentRun | None = None) -> QuerySet[ToolCall]:

@@ -5,9 +5,11 @@ cannot write (fencing).
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connection
 from django.db.models import F, Sum
 from django.utils import timezone
 
@@ -22,32 +24,42 @@ from agents.models import (
     StepStatus,
     ToolCall,
 )
-from support import rows
+from support import reads, rows
 from tickets import services as ticket_services
 from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, Message, Ticket, TicketStatus
-from tickets.selectors import unanswered_messages
+from tickets.selectors import ticket_locked_for_reply, unanswered_messages
 
 
 def _actor(run: AgentRun) -> str:
     return f"run:{run.pk}"
 
 
+# The customer messages a new run takes in, locked, oldest first.
+_messages_to_take_in = reads.Kept(
+    lambda ticket_id: (
+        unanswered_messages(ticket_id=ticket_id).select_for_update().order_by("created_at", "id").values("pk")
+    )
+)
+
+
 def run_start(*, lease: Lease, ticket: Ticket, model_name: str, profile: AgentProfile | None = None) -> AgentRun | None:
     """Start a run for the customer messages not yet taken in; None if there are none."""
     with lease.guard():
-        inputs = list(unanswered_messages(ticket_id=ticket.pk).select_for_update().order_by("created_at", "id"))
+        inputs = [row[0] for row in reads.fetch(*_messages_to_take_in.sql(ticket.pk))]
         if not inputs:
             return None
         now = timezone.now()
-        Message.objects.filter(pk__in=[m.pk for m in inputs]).update(agent_handled_at=now)
-        run = AgentRun.objects.create(
+        run = AgentRun(
+            pk=rows.new_key(AgentRun),  # from the sequence, now: a later run of the ticket has a larger key
             ticket=ticket,
-            input_message_ids=[m.pk for m in inputs],
+            input_message_ids=inputs,
             model_name=model_name,
             profile=profile,
             epochs=[lease.epoch],
             started_at=now,
         )
+        rows.update([Message(pk=pk, ticket_id=ticket.pk, agent_handled_at=now) for pk in inputs], ["agent_handled_at"])
+        rows.insert([run])
         ticket_services.event_append(
             ticket=ticket,
             kind="agent_run_started",
@@ -77,7 +89,7 @@ def run_transition(
         changes["ended_at"] = timezone.now()
     changes["prompt_tokens"], changes["completion_tokens"], changes["wasted_tokens"] = tokens
     with lease.guard():
-        if AgentRun.objects.filter(pk=run.pk, status=run.status).update(**changes) != 1:
+        if _run_update(run, changes) != 1:
             current = AgentRun.objects.filter(pk=run.pk).values_list("status", flat=True).first()
             raise ValueError(f"run {run.pk} is {current}, not {run.status}: not moved to {to_status}")
         ticket_services.event_append(
@@ -91,6 +103,25 @@ def run_transition(
     for name, value in changes.items():
         setattr(run, name, value)
     return run
+
+
+@functools.cache
+def _run_update_sql(names: tuple[str, ...]) -> str:
+    quote = connection.ops.quote_name
+    fields = [AgentRun._meta.get_field(name) for name in names]
+    return (
+        "UPDATE agents_agentrun SET "
+        + ", ".join(f"{quote(f.column)} = %s" for f in fields)
+        + " WHERE id = %s AND status = %s"
+    )
+
+
+def _run_update(run: AgentRun, changes: dict[str, Any]) -> int:
+    """Write ``changes`` on the run if its status is still the one this worker knows; rows changed.
+    Sent with the rows held for this transaction (one statement)."""
+    names = tuple(changes)
+    values = [AgentRun._meta.get_field(n).get_db_prep_save(changes[n], connection) for n in names]
+    return rows.execute_beside_held(_run_update_sql(names), [*values, run.pk, run.status], table="agents_agentrun")
 
 
 def run_note_resume(*, lease: Lease, run: AgentRun, note: dict[str, Any] | None) -> None:
@@ -200,11 +231,11 @@ def reply_post(
     parts = split_reply(step.response_text, ticket_services.MESSAGE_MAX_CHARS)
     posted: list[Message] = []
     with lease.guard():
-        ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
-        if ticket.status in AGENT_STAYS_OUT:
-            return None
         # A customer who wrote while this answer was being written is not waited on: their turn comes next.
-        unanswered = unanswered_messages(ticket_id=run.ticket_id).exists()
+        status, unanswered = ticket_locked_for_reply(ticket_id=run.ticket_id)
+        if status in AGENT_STAYS_OUT:
+            return None
+        ticket = Ticket(pk=run.ticket_id, status=status)
         for n, part in enumerate(parts):
             message, _ = ticket_services.message_post(
                 ticket=run.ticket_id,

@@ -72,7 +72,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--paused-real",
         type=int,
         default=500,
-        help="of those, made through the real path; the rest are bulk copies (default 500)",
+        help="of those, paused through the worker processes (tickets opened over HTTP); the rest are bulk "
+        "copies of one of them (default 500: about a minute on 2 cores)",
     )
     group.add_argument("--samples", type=int, default=20, help="new tickets timed before and after (default 20)")
     group = parser.add_argument_group("recovery")

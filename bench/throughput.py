@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -54,14 +55,20 @@ def replies_of(ticket_ids: list[int]) -> dict[int, float]:
 
 
 async def _drive(
-    base_url: str, bodies: list[tuple[str, str]], *, in_flight: int, closed: bool, timeout: float
+    base_url: str,
+    bodies: list[tuple[str, str]],
+    *,
+    in_flight: int,
+    closed: bool,
+    timeout: float,
+    done: Callable[[list[int]], dict[int, float]],
 ) -> list[dict[str, Any]]:
-    """Open one ticket per (username, body) and wait for every reply.
+    """Open one ticket per (username, body) and wait until ``done`` says each is answered.
 
-    closed: ``in_flight`` customers, each opening its next ticket once the reply to its
-    previous one is stored. Otherwise (burst): every ticket posted at once, ``in_flight``
-    POSTs at a time, then the replies awaited. One poller asks the database for the replies
-    of all tickets still waiting, every POLL_SECONDS, in a thread of its own.
+    closed: ``in_flight`` customers, each opening its next ticket once its previous one is
+    done. Otherwise (burst): every ticket posted at once, ``in_flight`` POSTs at a time,
+    then the answers awaited. One poller asks ``done`` about all tickets still waiting,
+    every POLL_SECONDS, in a thread of its own; an exception it raises ends the drive.
     """
     loop = asyncio.get_running_loop()
     database = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-poller")
@@ -75,7 +82,7 @@ async def _drive(
     async def poller() -> None:
         while True:
             if waiting:
-                stored = await loop.run_in_executor(database, replies_of, list(waiting))
+                stored = await loop.run_in_executor(database, done, list(waiting))
                 for ticket_id, at in stored.items():
                     future = waiting.pop(ticket_id, None)
                     if future is not None and not future.done():
@@ -97,18 +104,24 @@ async def _drive(
         await asyncio.gather(*(f for f in futures if f is not None))
 
     polling = asyncio.create_task(poller())
+    driving: asyncio.Task[None] | None = None
     try:
         for customer in customers.values():
             await customer.login()
-        try:
-            await asyncio.wait_for(everything(), timeout)
-        except TimeoutError:
+        driving = asyncio.create_task(everything())
+        finished, _ = await asyncio.wait({driving, polling}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if polling in finished:
+            polling.result()  # the poller stopped: raise what stopped it
+        if driving not in finished:
             missing = sum(1 for f in futures if f is None or not f.done())
-            raise BenchError(f"{missing} of {len(bodies)} tickets had no reply after {timeout:g} s") from None
+            raise BenchError(f"{missing} of {len(bodies)} tickets had no answer after {timeout:g} s")
+        driving.result()
     finally:
-        polling.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await polling
+        for task in (driving, polling):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for customer in customers.values():
             await customer.close()
         await loop.run_in_executor(database, _close_connections)
@@ -126,10 +139,19 @@ def _close_connections() -> None:
 
 
 def serve(
-    base_url: str, bodies: list[tuple[str, str]], *, in_flight: int, closed: bool = True, timeout: float
+    base_url: str,
+    bodies: list[tuple[str, str]],
+    *,
+    in_flight: int,
+    closed: bool = True,
+    timeout: float,
+    done: Callable[[list[int]], dict[int, float]] = replies_of,
 ) -> list[dict[str, Any]]:
-    """Open the tickets over HTTP; each result has ticket_id, posted_at, post_ms, reply_at, latency_ms."""
-    return asyncio.run(_drive(base_url, bodies, in_flight=in_flight, closed=closed, timeout=timeout))
+    """Open the tickets over HTTP; each result has ticket_id, posted_at, post_ms, reply_at, latency_ms.
+
+    ``done`` (ticket ids -> when each was answered, epoch seconds) says what answered means:
+    by default the first public agent reply stored."""
+    return asyncio.run(_drive(base_url, bodies, in_flight=in_flight, closed=closed, timeout=timeout, done=done))
 
 
 def verify(ticket_ids: list[int]) -> dict[str, float]:

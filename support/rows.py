@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import psycopg
 from django.db import connection
 from django.db.models import Model
 
@@ -39,6 +41,9 @@ class _Held(threading.local):
         self.depth = 0
         self.flushing = False
         self.ctes: list[SqlValue] = []
+        # Beside each held write: the table it writes, and for an update of one row, (its model,
+        # key, and the fields it writes), so that a later statement writing that row may take it in.
+        self.targets: list[tuple[str, tuple[type[Model], Any, tuple[str, ...], Model] | None]] = []
 
 
 _held = _Held()
@@ -72,57 +77,96 @@ def _next_ids(model: type[Model], n: int, *, from_block: bool) -> list[int]:
         return keys
 
 
+def new_key(model: type[Model]) -> int:
+    """A fresh primary key of ``model``'s table, taken from its sequence now (in order)."""
+    return _next_ids(model, 1, from_block=False)[0]
+
+
 def _quote(name: str) -> str:
     return connection.ops.quote_name(name)
 
 
+# Each held write carries its rows as one JSON parameter (a statement's text then depends only on
+# which tables it writes, not on how many rows: the driver parses it once and the server keeps its
+# plan), read back into the table's row type with jsonb_populate_recordset.
+_AS_IS = frozenset(
+    {
+        "AutoField", "BigAutoField", "SmallAutoField", "IntegerField", "BigIntegerField", "SmallIntegerField",
+        "PositiveIntegerField", "PositiveBigIntegerField", "PositiveSmallIntegerField", "CharField", "TextField",
+        "BooleanField", "ForeignKey", "OneToOneField", "JSONField",
+    }
+)  # fmt: skip
+
+
+def _iso(value: Any) -> Any:
+    return None if value is None else value.isoformat()
+
+
 @functools.cache
-def _insert_head(model: type[Model]) -> tuple[str, tuple[Any, ...]]:
-    fields = tuple(model._meta.concrete_fields)
-    columns = ", ".join(_quote(f.column) for f in fields)
-    return f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) VALUES ", fields
+def _columns(model: type[Model], names: tuple[str, ...] | None = None) -> tuple[tuple[str, str, Any], ...]:
+    """(column, attname, to JSON) of the model's concrete fields (or of ``names``, after the key)."""
+    fields = model._meta.concrete_fields if names is None else [model._meta.pk, *map(model._meta.get_field, names)]
+    out = []
+    for field in fields:
+        kind = field.get_internal_type()
+        if kind == "DateTimeField":
+            convert = _iso
+        elif kind in _AS_IS and getattr(field, "encoder", None) is None:
+            convert = None
+        else:
+            raise NotImplementedError(f"support.rows cannot write {model.__name__}.{field.name} ({kind})")
+        out.append((field.column, field.attname, convert))
+    return tuple(out)
+
+
+def json_rows(objs: Sequence[Model], names: tuple[str, ...] | None = None) -> str:
+    """The objects as a JSON array of rows keyed by column (for ``jsonb_populate_recordset``)."""
+    columns = _columns(type(objs[0]), names)
+    return json.dumps(
+        [
+            {
+                column: (value if convert is None else convert(value))
+                for column, attname, convert in columns
+                for value in (getattr(obj, attname),)
+            }
+            for obj in objs
+        ],
+        ensure_ascii=False,
+    )
+
+
+@functools.cache
+def _insert_sql(model: type[Model], computed: tuple[tuple[str, str], ...]) -> str:
+    given = dict(computed)
+    fields = model._meta.concrete_fields
+    table = _quote(model._meta.db_table)
+    names = ", ".join(_quote(f.column) for f in fields)
+    values = ", ".join(given.get(f.name) or f"v.{_quote(f.column)}" for f in fields)
+    return f"INSERT INTO {table} ({names}) SELECT {values} FROM jsonb_populate_recordset(NULL::{table}, %s::jsonb) v"
 
 
 def _insert_cte(objs: Sequence[Model], computed: dict[str, SqlValue]) -> SqlValue:
-    head, fields = _insert_head(type(objs[0]))
-    params: list[Any] = []
-    rows: list[str] = []
-    for obj in objs:
-        cells: list[str] = []
-        for field in fields:
-            if field.name in computed:
-                sql, values = computed[field.name]
-                cells.append(sql)
-                params.extend(values)
-            else:
-                cells.append("%s")
-                params.append(field.get_db_prep_save(getattr(obj, field.attname), connection))
-        rows.append("(" + ", ".join(cells) + ")")
-    return head + ", ".join(rows), params
+    # The computed columns' SQL comes before the rows in the statement, so their parameters do too.
+    sql = _insert_sql(type(objs[0]), tuple((name, sql) for name, (sql, _) in computed.items()))
+    return sql, [*(p for _, values in computed.values() for p in values), json_rows(objs)]
 
 
 @functools.cache
-def _update_parts(model: type[Model], names: tuple[str, ...]) -> tuple[str, str, str, tuple[Any, ...]]:
-    fields = tuple(model._meta.get_field(name) for name in names)
-    pk = model._meta.pk
-    row = "(" + ", ".join([f"%s::{pk.db_type(connection)}"] + [f"%s::{f.db_type(connection)}" for f in fields]) + ")"
-    columns = ", ".join(_quote(f.column) for f in fields)
-    head = (
-        f"UPDATE {_quote(model._meta.db_table)} AS t SET "
-        + ", ".join(f"{_quote(f.column)} = v.{_quote(f.column)}" for f in fields)
-        + " FROM (VALUES "
+def _update_sql(model: type[Model], names: tuple[str, ...]) -> str:
+    table = _quote(model._meta.db_table)
+    pk = _quote(model._meta.pk.column)
+    columns = [_quote(column) for column, _, _ in _columns(model, names)[1:]]
+    # The keys again as an array: the planner cannot tell how many rows a JSON document holds and
+    # would scan the whole table to join them; with ``= ANY`` it looks each key up in the index.
+    return (
+        f"UPDATE {table} AS t SET "
+        + ", ".join(f"{c} = v.{c}" for c in columns)
+        + f" FROM jsonb_populate_recordset(NULL::{table}, %s::jsonb) v WHERE t.{pk} = ANY(%s) AND t.{pk} = v.{pk}"
     )
-    tail = f") AS v(pk__, {columns}) WHERE t.{_quote(pk.column)} = v.pk__"
-    return head, row, tail, fields
 
 
 def _update_cte(objs: Sequence[Model], names: Sequence[str]) -> SqlValue:
-    head, row, tail, fields = _update_parts(type(objs[0]), tuple(names))
-    params: list[Any] = []
-    for obj in objs:
-        params.append(obj.pk)
-        params.extend(f.get_db_prep_save(getattr(obj, f.attname), connection) for f in fields)
-    return head + ", ".join([row] * len(objs)) + tail, params
+    return _update_sql(type(objs[0]), tuple(names)), [json_rows(objs, tuple(names)), [obj.pk for obj in objs]]
 
 
 def insert(
@@ -140,27 +184,103 @@ def insert(
     for obj in objs:
         obj._state.adding = False
         obj._state.db = connection.alias
-    _hold(_insert_cte(objs, computed or {}))
+    _hold(_insert_cte(objs, computed or {}), type(objs[0]))
 
 
 def update(objs: Sequence[Model], fields: Sequence[str]) -> None:
     """Write ``fields`` of the objects (one model, rows already written) from their values in memory.
 
-    The writes of one statement happen in no set order, so an update waits for nothing held
-    before it: it comes first in its statement, or the held rows are written first."""
+    The writes of one statement happen in no set order, and none sees another's rows, so an
+    update waits for no held write of its table: the held rows are written first if there is one."""
     if not objs:
         return
-    if _held.ctes:
+    model = type(objs[0])
+    if holds_writes_to([model._meta.db_table]):
         flush()
-    _hold(_update_cte(objs, fields))
+    one_row = (model, objs[0].pk, tuple(fields), objs[0]) if len(objs) == 1 else None
+    _hold(_update_cte(objs, fields), model, one_row)
 
 
-def _hold(cte: SqlValue) -> None:
+def _hold(cte: SqlValue, model: type[Model], one_row: Any = None) -> None:
     if _held.depth:
         _held.ctes.append(cte)
+        _held.targets.append((model._meta.db_table, one_row))
         return
     with connection.cursor() as cursor:
         cursor.execute(*cte)
+
+
+def take_update(model: type[Model], pk: Any) -> tuple[tuple[str, ...], Model] | None:
+    """Take back the held update of the one row ``model``/``pk`` (the fields and the object), for
+    a caller whose own statement updates that row and writes these fields with it (PostgreSQL
+    changes a row at most once per statement). None if there is no such held update alone."""
+    for at, (_, one_row) in enumerate(_held.targets):
+        if one_row is not None and one_row[0] is model and one_row[1] == pk:
+            del _held.ctes[at], _held.targets[at]
+            return one_row[2], one_row[3]
+    return None
+
+
+@contextlib.contextmanager
+def whole_transaction(wanted: bool = True) -> Iterator[None]:
+    """The statement run in this block is the whole of the current transaction, when nothing of
+    that transaction has reached the server yet: it is sent on its own (autocommit), which saves
+    the BEGIN and the COMMIT round trips; the transaction's COMMIT then has nothing to do. The
+    caller knows that no statement of the transaction follows; an error fails the statement
+    whole, as it would fail the transaction."""
+    raw = connection.connection
+    if not (wanted and connection.in_atomic_block and raw is not None and not raw.autocommit):
+        yield
+        return
+    if raw.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        yield  # the transaction is open on the server: the statement goes in it
+        return
+    raw.autocommit = True
+    try:
+        yield
+    finally:
+        raw.autocommit = False
+
+
+def holds_writes_to_any() -> bool:
+    return bool(_held.ctes)
+
+
+def holds_writes_to(tables: Sequence[str]) -> bool:
+    return any(table in tables for table, _ in _held.targets)
+
+
+def fetch_beside_held(sql: str, params: Sequence[Any], *, tables: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Run a read as the main query of the statement that writes the held rows: one round trip.
+
+    Every part of a statement sees the database as it was before the statement, so the read does
+    not see the held rows: ``tables`` names what it reads, and if a held write touches one of
+    them, the held rows are written first, on their own."""
+    if holds_writes_to(tables):
+        flush()
+    head, held_params = with_clause(take())
+    _held.flushing = True
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute((head[:-2] + " " if head else "") + sql, [*held_params, *params])
+            return cursor.fetchall()
+    finally:
+        _held.flushing = False
+
+
+def execute_beside_held(sql: str, params: Sequence[Any], *, table: str) -> int:
+    """Run a write (``sql`` on ``table``) as the main part of the statement that writes the held
+    rows; its row count. If a held write touches the same table, the held rows go first."""
+    if holds_writes_to([table]):
+        flush()
+    head, held_params = with_clause(take())
+    _held.flushing = True
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute((head[:-2] + " " if head else "") + sql, [*held_params, *params])
+            return cursor.rowcount
+    finally:
+        _held.flushing = False
 
 
 def updates(cte: SqlValue, model: type[Model]) -> bool:
@@ -171,7 +291,7 @@ def updates(cte: SqlValue, model: type[Model]) -> bool:
 
 def take() -> list[SqlValue]:
     """The writes held so far, for the caller to put in front of its own statement (as CTEs)."""
-    ctes, _held.ctes = _held.ctes, []
+    ctes, _held.ctes, _held.targets = _held.ctes, [], []
     return ctes
 
 
@@ -223,7 +343,7 @@ def write_behind() -> Iterator[None]:
             yield
             flush()
     except BaseException:
-        _held.ctes = []
+        _held.ctes, _held.targets = [], []
         raise
     finally:
         _held.depth = 0

@@ -60,6 +60,9 @@ class _Publisher:
         # (group, message, set once it has been handed to the channel layer, if anyone waits)
         self.waiting: collections.deque[tuple[str, dict[str, Any], threading.Event | None]] = collections.deque()
         self.ready = asyncio.Event()
+        # Set by the loop before it waits for work: only then does a caller wake it (a wake-up is a
+        # write to the loop's socket; a loop busy publishing finds the new work by itself).
+        self.sleeping = False
         self.pid = os.getpid()
         threading.Thread(target=self._run, name="realtime-publisher", daemon=True).start()
 
@@ -90,7 +93,11 @@ class _Publisher:
     async def _drain(self) -> None:
         while True:
             if not self.waiting:
+                self.sleeping = True
                 self.ready.clear()
+                if self.waiting:  # came in before ``sleeping`` was seen: no wake-up was sent for it
+                    self.sleeping = False
+                    continue
                 await self.ready.wait()
                 continue
             group, message, waiters = self._take()
@@ -104,15 +111,14 @@ class _Publisher:
                 for sent in waiters:
                     sent.set()
 
-    def _push(self, item: tuple[str, dict[str, Any], threading.Event | None]) -> None:
-        self.waiting.append(item)
-        self.ready.set()
-
     def put(self, group: str, message: dict[str, Any], *, wait: float = 0) -> None:
         """Queue the message; with ``wait``, block (at most that many seconds) until it is handed
         to the channel layer."""
         sent = threading.Event() if wait else None
-        self.loop.call_soon_threadsafe(self._push, (group, message, sent))
+        self.waiting.append((group, message, sent))  # deque appends are atomic; the loop pops
+        if self.sleeping:
+            self.sleeping = False
+            self.loop.call_soon_threadsafe(self.ready.set)
         if sent is not None:
             sent.wait(wait)
 
@@ -158,13 +164,16 @@ def publish_event(ticket_id: int) -> None:
 def stream_token(ticket_id: int, step_id: int, offset: int, text: str) -> None:
     """Publish one streamed piece of the answer; ``offset`` is its start in the step's text."""
     try:
-        pipe = _client().pipeline()
         key = _stream_key(ticket_id)
-        pipe.append(f"{key}:{step_id}", text)
-        pipe.expire(f"{key}:{step_id}", STREAM_TTL_SECONDS)
-        pipe.hset(key, "step", step_id)
-        pipe.expire(key, STREAM_TTL_SECONDS)
-        pipe.execute()
+        if offset:
+            _client().append(f"{key}:{step_id}", text)  # one command; the keys expire from the first piece
+        else:
+            pipe = _client().pipeline(transaction=False)
+            pipe.append(f"{key}:{step_id}", text)
+            pipe.expire(f"{key}:{step_id}", STREAM_TTL_SECONDS)
+            pipe.hset(key, "step", step_id)
+            pipe.expire(key, STREAM_TTL_SECONDS)
+            pipe.execute()
     except redis.RedisError:
         logger.warning("could not buffer streamed text for ticket %s", ticket_id, exc_info=True)
     # The first piece of a step is on its way to the watchers before the caller goes on: the
@@ -191,13 +200,21 @@ def streamed_so_far(ticket_id: int) -> tuple[int | None, str]:
         return None, ""
 
 
+# The step's text goes, and the marker too if it still names this step: one round trip.
+_FINISH = """
+redis.call('DEL', KEYS[2])
+if redis.call('HGET', KEYS[1], 'step') == ARGV[1] then redis.call('DEL', KEYS[1]) end
+"""
+_finish_script: Any = None
+
+
 def stream_finished(ticket_id: int, step_id: int) -> None:
+    global _finish_script
     try:
         client = _client()
+        if _finish_script is None:
+            _finish_script = client.register_script(_FINISH)
         key = _stream_key(ticket_id)
-        client.delete(f"{key}:{step_id}")
-        # Only clear the marker if it still names this step.
-        if client.hget(key, "step") == str(step_id).encode():
-            client.delete(key)
+        _finish_script(keys=[key, f"{key}:{step_id}"], args=[str(step_id)], client=client)
     except redis.RedisError:
         pass

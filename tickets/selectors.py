@@ -6,6 +6,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Exists, JSONField, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
+from support import reads, rows
 from tickets.models import (
     HANDLE_PERMISSION,
     ActorKind,
@@ -23,6 +24,41 @@ def unanswered_messages(*, ticket_id: int | None = None) -> QuerySet[Message]:
     """Customer messages the agent has not taken into a turn yet: the one definition."""
     messages = Message.objects.filter(author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True)
     return messages if ticket_id is None else messages.filter(ticket_id=ticket_id)
+
+
+_unanswered = reads.Kept(lambda ticket_id: unanswered_messages(ticket_id=ticket_id).order_by().values("pk"))
+
+
+def unanswered_question(*, ticket_id: int) -> tuple[str, list[object]]:
+    """ "Is a customer message waiting unanswered?" as SQL (one boolean) and its parameters, for a
+    statement that asks it beside something else."""
+    sql, params = _unanswered.sql(ticket_id)
+    return f"EXISTS ({sql})", params
+
+
+def has_unanswered_messages(*, ticket_id: int) -> bool:
+    """Is there a customer message on the ticket that no turn has taken in? (Asked on every turn.)"""
+    return _unanswered.exists(ticket_id)
+
+
+def ticket_locked_for_reply(*, ticket_id: int) -> tuple[str, bool]:
+    """Lock the ticket's row for the agent's reply: (its status, whether a customer message waits
+    unanswered). Sent with the rows the transaction holds (they write neither table)."""
+    unanswered, params = _unanswered.sql(ticket_id)
+    found = rows.fetch_beside_held(
+        f"SELECT status, EXISTS ({unanswered}) FROM tickets_ticket WHERE id = %s FOR UPDATE",
+        [*params, ticket_id],
+        tables=("tickets_ticket", "tickets_message"),
+    )
+    if not found:
+        raise Ticket.DoesNotExist(f"ticket {ticket_id} does not exist")
+    return found[0][0], bool(found[0][1])
+
+
+def ticket_with_customer(*, ticket_id: int) -> Ticket | None:
+    """The ticket with its customer, in one round trip (the agent's loop reads it every pass)."""
+    found = reads.select_with(Ticket, "customer", f"{Ticket._meta.db_table}.id = %s", [ticket_id])
+    return found[0] if found else None
 
 
 def customer_for_user(*, user: AbstractBaseUser | AnonymousUser) -> Customer | None:

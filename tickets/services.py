@@ -15,7 +15,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Least
 from django.utils import timezone
@@ -56,6 +56,11 @@ def _ticket_id(ticket: Ticket | int) -> int:
     return ticket if isinstance(ticket, int) else int(ticket.pk)
 
 
+# What the statement of a fenced transaction raises when the fence does not hold (tickets_fence_refused(),
+# migration tickets 0005): the statement fails whole, so nothing of it stays even when it commits alone.
+FENCE_REFUSED_SQLSTATE = "LF001"
+
+
 class FenceRefused(Exception):
     """The fence given to ``events_batched`` touched no row: nothing of the transaction may commit."""
 
@@ -83,14 +88,18 @@ _batch = _EventBatch()
 
 
 @contextlib.contextmanager
-def events_batched(*, fence: Fence | None = None) -> Iterator[None]:
+def events_batched(*, fence: Fence | None = None, whole_transaction: bool = False) -> Iterator[None]:
     """Write the timeline events appended inside this block together, when it ends.
 
     One statement numbers and inserts all of a ticket's events, instead of two
     statements per event. With a ``fence``, that statement also runs the fence
-    and writes nothing unless it holds (``FenceRefused``). Must be used inside a
+    and fails unless it holds (``FenceRefused``). Must be used inside a
     transaction; events of a block that raises are dropped with it. Nested
     blocks write once, when the outermost ends.
+
+    ``whole_transaction``: the block is all of an outermost transaction that ends with it. When
+    nothing of the transaction reached the server before that statement (every row was held), the
+    statement is sent as the whole transaction: no BEGIN and no COMMIT round trip.
     """
     if not connection.in_atomic_block:
         raise transaction.TransactionManagementError("events_batched() needs a transaction")
@@ -105,10 +114,10 @@ def events_batched(*, fence: Fence | None = None) -> Iterator[None]:
         _batch.depth -= 1
     if _batch.depth == 0:
         drafts, _batch.drafts = _batch.drafts, []
-        _write_events(drafts, fence=fence)
+        _write_events(drafts, fence=fence, whole_transaction=whole_transaction)
 
 
-def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None) -> None:
+def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None, whole_transaction: bool = False) -> None:
     """Give each draft the next sequence number of its ticket, in order, and insert them, in one
     statement per ticket that also carries the rows held by ``support.rows`` and the fence.
 
@@ -119,6 +128,9 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None) -> N
     per_ticket: dict[int, list[TicketEvent]] = {}
     for draft in drafts:
         per_ticket.setdefault(draft.ticket_id, []).append(draft)
+    # A held change of a ticket row whose events this writes (its status) is written by the same
+    # UPDATE that moves the ticket's counter on.
+    changes = {ticket_id: rows.take_update(Ticket, ticket_id) for ticket_id in per_ticket}
     held = rows.take()
     if per_ticket and any(rows.updates(cte, Ticket) for cte in held):
         # A held change of a ticket row (its status) and the counter's UPDATE of that row cannot
@@ -134,13 +146,19 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None) -> N
                 raise FenceRefused()
         held = []
     now = timezone.now()
+    alone = whole_transaction and len(per_ticket) == 1 and fence is not None and fence.ticket_id in per_ticket
     for ticket_id, events in per_ticket.items():
         guard = fence if fence is not None and fence.ticket_id == ticket_id else None
-        sql, params = _numbered_insert(ticket_id, events, now, guard, held)
+        sql, params = _numbered_insert(ticket_id, events, now, guard, held, changes[ticket_id])
         held = []
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            fenced, last, keys = cursor.fetchone()
+        try:
+            with connection.cursor() as cursor, rows.whole_transaction(alone):
+                cursor.execute(sql, params)
+                fenced, last, keys = cursor.fetchone()
+        except DatabaseError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) == FENCE_REFUSED_SQLSTATE:
+                raise FenceRefused() from None
+            raise
         if guard is not None and not fenced:
             raise FenceRefused()
         if last is None:
@@ -154,41 +172,53 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None) -> N
             cursor.execute(*rows.statement(held))
 
 
-_EVENT_FIELDS = [f for f in TicketEvent._meta.concrete_fields if f.name not in {"id", "seq"}]
+_EVENT_FIELDS = tuple(f.name for f in TicketEvent._meta.concrete_fields if f.name not in {"id", "seq"})
 
 
 @functools.cache
-def _event_row_sql() -> tuple[str, str, str]:
+def _event_columns() -> tuple[str, str]:
     quote = connection.ops.quote_name
-    row = "(%s::integer, " + ", ".join(f"%s::{f.db_type(connection)}" for f in _EVENT_FIELDS) + ")"
-    columns = ", ".join(quote(f.column) for f in _EVENT_FIELDS)
-    values = ", ".join("v." + quote(f.column) for f in _EVENT_FIELDS)
-    return row, columns, values
+    columns = [quote(TicketEvent._meta.get_field(name).column) for name in _EVENT_FIELDS]
+    return ", ".join(columns), ", ".join(f"r.{c}" for c in columns)
 
 
 def _numbered_insert(
-    ticket_id: int, events: list[TicketEvent], now: Any, fence: Fence | None, held: list[rows.SqlValue]
+    ticket_id: int,
+    events: list[TicketEvent],
+    now: Any,
+    fence: Fence | None,
+    held: list[rows.SqlValue],
+    change: tuple[tuple[str, ...], Ticket] | None = None,
 ) -> tuple[str, list[Any]]:
-    """One statement: the held rows, (the fence,) the ticket's counter moved on by len(events), the
-    events inserted with their numbers. Returns (fence held, last number, the events' keys in order)."""
-    row, columns, values = _event_row_sql()
+    """One statement: the held rows, (the fence,) the ticket's counter moved on by len(events) (with
+    the ``change`` of its fields, if any), the events inserted with their numbers. Returns (fence
+    held, last number, the events' keys in order). The events travel as one JSON parameter, so the
+    statement's text does not depend on their number."""
+    columns, values = _event_columns()
     head, params = rows.with_clause(held)
     condition = ""
     if fence is not None:
         head = (head or "WITH ") + f"fence AS ({fence.sql}), "
         params.extend(fence.params)
         condition = " AND EXISTS (SELECT 1 FROM fence)"
-    params.extend([len(events), now, ticket_id])
-    for n, event in enumerate(events, start=1):
-        params.append(n)
-        params.extend(f.get_db_prep_save(getattr(event, f.attname), connection) for f in _EVENT_FIELDS)
+    params.extend([len(events), now])
+    changed, source = "", ""
+    if change is not None:
+        names, ticket = change
+        quote = connection.ops.quote_name
+        changed = "".join(f", {c} = m.{c}" for c in (quote(Ticket._meta.get_field(n).column) for n in names))
+        source = " FROM jsonb_populate_record(NULL::tickets_ticket, (%s::jsonb) -> 0) m"
+        params.append(rows.json_rows([ticket], names))
+    params.extend([ticket_id, len(events), rows.json_rows(events, _EVENT_FIELDS)])
     sql = (
-        f"{head or 'WITH '}seq AS (UPDATE tickets_ticket SET last_event_seq = last_event_seq + %s, "
-        f"updated_at = %s WHERE id = %s{condition} RETURNING last_event_seq), "
+        f"{head or 'WITH '}seq AS (UPDATE tickets_ticket SET last_event_seq = tickets_ticket.last_event_seq + %s, "
+        f"updated_at = %s{changed}{source} WHERE tickets_ticket.id = %s{condition} "
+        "RETURNING tickets_ticket.last_event_seq), "
         f"new AS (INSERT INTO tickets_ticketevent (seq, {columns}) "
-        f"SELECT seq.last_event_seq - {len(events)} + v.n, {values} "
-        f"FROM seq, (VALUES {', '.join([row] * len(events))}) AS v(n, {columns}) RETURNING id, seq) "
-        f"SELECT {'EXISTS (SELECT 1 FROM fence)' if fence is not None else 'TRUE'}, "
+        f"SELECT seq.last_event_seq - %s + e.n, {values} "
+        "FROM seq, jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(doc, n), "
+        "LATERAL jsonb_populate_record(NULL::tickets_ticketevent, e.doc) AS r RETURNING id, seq) "
+        f"SELECT {'(EXISTS (SELECT 1 FROM fence) OR tickets_fence_refused())' if fence is not None else 'TRUE'}, "
         f"(SELECT last_event_seq FROM seq), (SELECT array_agg(id ORDER BY seq) FROM new)"
     )
     return sql, params
