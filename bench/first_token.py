@@ -21,7 +21,11 @@ timed too. Two kinds of message, interleaved:
   ``search_help`` call (two model steps, full-text search in between).
 
 Every answer is checked: the streamed text equals the final message, and the
-ledger holds one reply per message. A fresh ticket is opened every
+ledger holds one reply per message. Where the time goes is printed hop by hop
+from the timestamps the stack writes in the ledger (the customer's message, the
+run's start, the answering step's model call), on the client's clock: the web
+request, the doorbell and the worker up to the run, the run up to the model
+call, and the model call up to the token frame. A fresh ticket is opened every
 ``--per-ticket`` messages, so the conversation stays the length of a real one.
 
 Run::
@@ -129,6 +133,8 @@ class Chat:
         self.frames: queue.Queue[tuple[float, dict[str, Any]]] = queue.Queue()
         self.ws: Any = None
         self.reader: threading.Thread | None = None
+        # The newest step whose answer this chat has seen as a message (later tokens of it are skipped).
+        self.done_step = 0
 
     def sign_in(self, username: str, password: str) -> None:
         page = self.http.get("/accounts/login/")
@@ -190,14 +196,17 @@ class Chat:
         except queue.Empty:
             raise BenchError(f"no frame from the chat socket within {timeout}s") from None
 
-    def post(self, ticket_id: int, token: str, body: str) -> None:
+    def post(self, ticket_id: int, token: str, body: str) -> str:
+        """Send a message; returns its client message id."""
+        client_msg_id = uuid.uuid4().hex
         response = self.http.post(
             f"/tickets/{ticket_id}/messages",
-            json={"client_msg_id": uuid.uuid4().hex, "body": body},
+            json={"client_msg_id": client_msg_id, "body": body},
             headers={"X-CSRFToken": token, "Referer": f"{self.base_url}/tickets/{ticket_id}/"},
         )
         if response.status_code != 201:
             raise BenchError(f"sending failed ({response.status_code}): {response.text[:200]}")
+        return client_msg_id
 
     def close_socket(self) -> None:
         if self.ws is not None:
@@ -216,37 +225,57 @@ class Turn:
     answer_ms: float
     streamed: str
     final: str
+    final_stream: int | None
+    # The answer's message event came before its first token frame (the socket was behind).
+    tokens_after_message: bool = False
 
 
 def await_answer(chat: Chat, sent_at: float, *, watched_from_the_start: bool = True) -> Turn:
-    """Read frames until the agent's run ends; the first token frame of a new step is the first token.
-    ``watched_from_the_start=False``: the socket connected after the message was sent, so the
-    answer may have been streamed (and stored) before it did; no token frame is required."""
+    """Read frames until the agent's run ends and its answer has streamed; the first token frame
+    of a new step is the first token. Token frames of a step the chat has already seen answered
+    are old news and skipped, as the browser skips them. ``watched_from_the_start=False``: the
+    socket connected after the message was sent, so the answer may have been streamed (and
+    stored) before it did; no token frame is required."""
     first_token: float | None = None
     steps: dict[int, str] = {}
     final: str | None = None
+    final_stream: int | None = None
     answered_at: float | None = None
+    ended = False
     seen: list[tuple[float, dict[str, Any]]] = []
     while True:
         at, frame = chat.next_frame()
         seen.append((round((at - sent_at) * 1000, 1), frame))
-        if frame["type"] == "token":
+        if frame["type"] == "token" and frame["step"] > chat.done_step:
             if first_token is None:
                 first_token = at
             text = steps.get(frame["step"], "")
             if frame["offset"] <= len(text):
                 steps[frame["step"]] = text[: frame["offset"]] + frame["text"]
         elif frame["type"] == "event" and frame.get("kind") == "message" and frame.get("author") == "agent":
-            final, answered_at = frame["text"], at
+            final, answered_at, final_stream = frame["text"], at, frame.get("stream")
         elif frame["type"] == "event" and frame.get("typing") is False and final is not None:
+            ended = True
+        if ended and (
+            not watched_from_the_start or final_stream is None or len(steps.get(final_stream, "")) >= len(final)
+        ):
             break
+    if final_stream is not None:
+        chat.done_step = max(chat.done_step, final_stream)
     if first_token is None and not watched_from_the_start:
         first_token = answered_at
     if first_token is None:
         shown = "; ".join(f"+{ms} ms {str(f)[:120]}" for ms, f in seen)
         raise BenchError(f"the answer came without a token frame; frames: {shown}")
-    streamed = steps[max(steps)] if steps else ""
-    return Turn((first_token - sent_at) * 1000, (answered_at - sent_at) * 1000, streamed, final)
+    streamed = steps.get(final_stream, "") if final_stream is not None else (steps[max(steps)] if steps else "")
+    return Turn(
+        (first_token - sent_at) * 1000,
+        (answered_at - sent_at) * 1000,
+        streamed,
+        final,
+        final_stream,
+        first_token > answered_at,
+    )
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -259,6 +288,65 @@ class Series:
     first_token_ms: list[float] = field(default_factory=list)
     answer_ms: list[float] = field(default_factory=list)
     post_ms: list[float] = field(default_factory=list)
+    sent: list[Sent] = field(default_factory=list)
+
+
+@dataclass
+class Sent:
+    """One measured message, as the client saw it; ``hops`` places it in the ledger's timestamps."""
+
+    ticket_id: int
+    client_msg_id: str
+    sent_wall: float  # time.time() when the POST went out
+    first_token_ms: float
+    final_stream: int | None
+    hops: dict[str, float] = field(default_factory=dict)
+
+
+# Where the time to the first token goes, from the timestamps the stack writes in the ledger
+# (the web process, the worker and this client share one clock: the stack runs on this machine).
+HOPS = [
+    ("web: request to message row", "POST sent until the customer's message was stamped in the view (session, "
+     "access check, rate limit)"),
+    ("commit, doorbell, worker, lease", "until the worker stamped the run's start (commit, enqueue on commit, "
+     "broker, task pickup, ticket read, lease, the run's select)"),
+    ("run start to model call", "until the answering step asked the model (run row, pass load; with a tool call, "
+     "the first step and the call too)"),
+    ("model call to token frame", "until the first token frame arrived (first token, streaming buffer, channel "
+     "layer, web consumer, socket)"),
+]  # fmt: skip
+
+
+def _place_in_ledger(sent: list[Sent]) -> None:
+    """Fill each message's ``hops`` from the customer message's, the run's and the step's timestamps."""
+    from agents.models import AgentRun, ModelStep
+    from agents.pass_state import stream_position
+    from tickets.models import Message
+
+    messages = {
+        (m.ticket_id, m.client_msg_id): m
+        for m in Message.objects.filter(ticket_id__in={s.ticket_id for s in sent}, client_msg_id__isnull=False)
+    }
+    runs = {
+        message_id: run
+        for run in AgentRun.objects.filter(ticket_id__in={s.ticket_id for s in sent})
+        for message_id in run.input_message_ids
+    }
+    steps = {
+        (st.run_id, st.index, st.attempt): st.started_at
+        for st in ModelStep.objects.filter(ticket_id__in={s.ticket_id for s in sent})
+    }
+    for s in sent:
+        message = messages.get((s.ticket_id, s.client_msg_id))
+        run = runs.get(message.pk) if message is not None else None
+        asked = steps.get(stream_position(s.final_stream)) if s.final_stream is not None else None
+        if message is None or run is None or asked is None:
+            continue
+        stamps = [s.sent_wall, message.created_at.timestamp(), run.started_at.timestamp(), asked.timestamp()]
+        stamps.append(s.sent_wall + s.first_token_ms / 1000)
+        s.hops = {
+            name: (end - start) * 1000 for (name, _), start, end in zip(HOPS, stamps[:-1], stamps[1:], strict=True)
+        }
 
 
 def _summary(values: list[float]) -> dict[str, float]:
@@ -356,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[Proc] = []
     series = {kind: Series(kind, body) for kind, body in KINDS.items()}
     mismatches = 0
+    late = 0  # answers whose message event reached the socket before their first token frame
     tickets: list[int] = []
     started = time.perf_counter()
     chat: Chat | None = None
@@ -399,8 +488,8 @@ def main(argv: list[str] | None = None) -> int:
                 # The opening message's answer, not measured (it may be done before the socket connects).
                 await_answer(chat, time.perf_counter(), watched_from_the_start=False)
                 in_ticket = 0
-            sent_at = time.perf_counter()
-            chat.post(ticket_id, token, KINDS[kind])
+            sent_wall, sent_at = time.time(), time.perf_counter()
+            client_msg_id = chat.post(ticket_id, token, KINDS[kind])
             posted_ms = (time.perf_counter() - sent_at) * 1000
             turn = await_answer(chat, sent_at)
             in_ticket += 1
@@ -410,7 +499,12 @@ def main(argv: list[str] | None = None) -> int:
                 series[kind].first_token_ms.append(turn.first_token_ms)
                 series[kind].answer_ms.append(turn.answer_ms)
                 series[kind].post_ms.append(posted_ms)
+                series[kind].sent.append(
+                    Sent(ticket_id, client_msg_id, sent_wall, turn.first_token_ms, turn.final_stream)
+                )
+                late += turn.tokens_after_message
         replies = _count_replies(tickets)
+        _place_in_ledger([s for one in series.values() for s in one.sent])
     finally:
         if chat is not None:
             chat.close()
@@ -446,6 +540,19 @@ def main(argv: list[str] | None = None) -> int:
     print("(POST p50: until the send request returned; answer p50: until the final message event arrived)")
     everything = [v for s in series.values() for v in s.first_token_ms]
     print()
+    print("Where the time to the first token goes (ledger timestamps; p50 / p90 / p99 ms):")
+    hop_rows = []
+    for kind, s in series.items():
+        placed = [one.hops for one in s.sent if one.hops]
+        for name, _ in HOPS:
+            values = [hops[name] for hops in placed]
+            if values:
+                hop_rows.append([kind, name, *(f"{percentile(values, q):.1f}" for q in (0.5, 0.9, 0.99))])
+    print(_table(["message", "hop", "p50", "p90", "p99"], hop_rows, right={2, 3, 4}))
+    for name, meaning in HOPS:
+        print(f"  {name}: {meaning}")
+    print(f"Answers whose message event reached the socket before their first token frame: {late}.")
+    print()
     print(
         f"All {len(everything)} measured messages: first token p50 {percentile(everything, 0.5):.1f} ms, "
         f"p99 {percentile(everything, 0.99):.1f} ms. Every streamed answer equals its final message; "
@@ -463,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         "postgres": {**pg, "host": server.host, "port": server.port, "database": DATABASE},
         "versions": _versions(),
         "platform": platform.platform(),
-        "all": {"first_token": _summary(everything)},
+        "all": {"first_token": _summary(everything), "tokens_after_message": late},
         "kinds": [
             {
                 "kind": kind,
@@ -474,6 +581,11 @@ def main(argv: list[str] | None = None) -> int:
                 "first_token_samples_ms": s.first_token_ms,
                 "answer_samples_ms": s.answer_ms,
                 "post_samples_ms": s.post_ms,
+                "hops": {
+                    name: _summary(values)
+                    for name, _ in HOPS
+                    if (values := [one.hops[name] for one in s.sent if one.hops])
+                },
             }
             for kind, s in series.items()
         ],

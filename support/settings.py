@@ -11,6 +11,7 @@ import json
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import dj_database_url
@@ -189,6 +190,32 @@ def database_keepalive_options(options: dict[str, object]) -> dict[str, object]:
 
 
 database_keepalive_options(_db["OPTIONS"])
+
+
+def database_pool_options(db: dict[str, Any]) -> None:
+    """Lend connections from a pool (psycopg_pool, through Django) instead of opening one per request.
+
+    The web process runs each request in a thread of its own, so without a pool every request,
+    and every chat socket's ledger read, paid for a new PostgreSQL connection (a TCP handshake,
+    a server process, the session settings) and lost its prepared statements. A connection is
+    checked before it is lent, so one that died while idle (a database restart) is replaced, not
+    handed to a customer's request; a request waits at most DB_POOL_TIMEOUT for a connection
+    (then the "back in a moment" 503). Persistent connections (DB_CONN_MAX_AGE above 0) and a
+    pool exclude each other: with DB_CONN_MAX_AGE set, there is no pool. Celery workers keep a
+    connection of their own instead (support.celery): the ticket's lease is a session-level lock.
+    """
+    if not env_bool("DB_POOL", True) or db.get("CONN_MAX_AGE"):
+        return
+    options = db["OPTIONS"]
+    db["CONN_HEALTH_CHECKS"] = True  # the pool's check before lending
+    options["pool"] = {
+        "min_size": env_int("DB_POOL_MIN_SIZE", 2),
+        "max_size": env_int("DB_POOL_MAX_SIZE", 10),
+        "timeout": float(env_int("DB_POOL_TIMEOUT", env_int("DB_CONNECT_TIMEOUT", 5))),
+    }
+
+
+database_pool_options(_db)
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -209,6 +236,8 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": os.environ.get("CACHE_PREFIX", "support"),
+        # One connection pool per process, not one per request thread.
+        "OPTIONS": {"pool_class": "support.cache.SharedConnectionPool"},
     }
 }
 
@@ -217,7 +246,14 @@ CHANNELS_PREFIX = os.environ.get("CHANNELS_PREFIX", "asgi")
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": CHANNELS_PREFIX, "capacity": env_int("CHANNELS_CAPACITY", 1000)},
+        "CONFIG": {
+            # A socket's messages are awaited with a blocking pop of 5 s (channels_redis); redis-py 8
+            # gives up reading after 5 s unless told otherwise, which tore down every chat socket
+            # idle for 5 s ("Timeout reading from ..."). Above the pop's, a dead Redis is still noticed.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+            "prefix": CHANNELS_PREFIX,
+            "capacity": env_int("CHANNELS_CAPACITY", 1000),
+        },
     },
 }
 

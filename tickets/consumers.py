@@ -19,10 +19,19 @@ The order on connect rules out gaps: join the group first, then read the
 ledger and the streaming buffer. Anything committed or streamed after the read
 arrives through the group; anything both read and received is a duplicate the
 seq (events) or the offset (tokens) drops.
+
+A timeline doorbell's ledger read runs beside the group's other messages, not in
+front of them, and a token touches no database: the answer's first tokens,
+published just after the run's "typing" event, go out while that event (or any
+other socket's) is being read instead of waiting for it. Events stay in seq
+order (one read at a time); a token that arrives after its step's message is
+old news the browser drops.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from typing import Any
 from urllib.parse import parse_qs
@@ -34,6 +43,8 @@ from django.http import Http404
 from support.websocket import SafeJsonConsumer
 from tickets import presenters, realtime, selectors, services
 from tickets.models import Ticket
+
+logger = logging.getLogger(__name__)
 
 CLOSE_NOT_SIGNED_IN = 4403
 CLOSE_NO_SUCH_TICKET = 4404
@@ -54,8 +65,13 @@ class TicketConsumer(SafeJsonConsumer):
     last_seq: int = 0
     last_resync: float = float("-inf")
     seen_seq: int = 0
+    # The ledger read a doorbell started, and whether another doorbell rang meanwhile.
+    reading: asyncio.Task[None] | None = None
+    ring_again: bool = False
+    read_lock: asyncio.Lock
 
     async def connect(self) -> None:
+        self.read_lock = asyncio.Lock()
         # Accept first: a close code (4403/4404) only reaches the browser on an open socket.
         await self.accept()
         user = self.scope.get("user")
@@ -77,6 +93,8 @@ class TicketConsumer(SafeJsonConsumer):
         await self.send_json({"type": "ready", "seq": self.last_seq})
 
     async def disconnect(self, code: int) -> None:
+        if self.reading is not None:
+            self.reading.cancel()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -96,10 +114,22 @@ class TicketConsumer(SafeJsonConsumer):
 
     # --- group messages ---------------------------------------------------------------
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        if message.get("type") == "ticket.token":
+            # Straight to the socket. Channels first closes stale database connections before
+            # every handler, on the one thread all of this process's sockets share for database
+            # work, so a token would wait behind any socket's ledger read; this one uses none.
+            await self.ticket_token(message)
+            return
+        await super().dispatch(message)
+
     async def ticket_event(self, message: dict[str, Any]) -> None:
-        # The event id is a doorbell: whatever is new in the ledger goes out, in
-        # seq order, so a lost or reordered notification costs nothing.
-        await self._send_events()
+        # A doorbell: whatever is new in the ledger goes out, in seq order, so a lost or
+        # reordered notification costs nothing. Doorbells that ring during a read are answered
+        # by one more read after it.
+        self.ring_again = True
+        if self.reading is None or self.reading.done():
+            self.reading = asyncio.create_task(self._answer_doorbells())
 
     async def ticket_token(self, message: dict[str, Any]) -> None:
         await self.send_json(
@@ -107,6 +137,17 @@ class TicketConsumer(SafeJsonConsumer):
         )
 
     # --- helpers -------------------------------------------------------------------------
+
+    async def _answer_doorbells(self) -> None:
+        try:
+            while self.ring_again:
+                self.ring_again = False
+                await self._send_events()
+        except Exception:  # noqa: BLE001 - handled as before: the socket closes
+            # As if the read had failed in the handler: the socket closes and the browser
+            # reconnects and catches up from the ledger.
+            logger.warning("ticket %s: reading new events failed; closing the socket", self.ticket.pk, exc_info=True)
+            await self.close()
 
     async def _seen(self, seq: Any) -> None:
         # Never past what this connection sent, and only forward: at most one write per event.
@@ -125,10 +166,11 @@ class TicketConsumer(SafeJsonConsumer):
             await self.send_json({"type": "token", "step": step, "offset": 0, "text": text})
 
     async def _send_events(self) -> None:
-        items, last_seq = await database_sync_to_async(self._load)(self.last_seq)
-        for item in items:
-            await self.send_json({"type": "event", **item})
-        self.last_seq = max(self.last_seq, last_seq)
+        async with self.read_lock:  # a doorbell's read and a resync's never send the same events twice
+            items, last_seq = await database_sync_to_async(self._load)(self.last_seq)
+            for item in items:
+                await self.send_json({"type": "event", **item})
+            self.last_seq = max(self.last_seq, last_seq)
 
     def _load(self, after: int) -> tuple[list[dict[str, Any]], int]:
         events = selectors.ticket_timeline(ticket=self.ticket, after_seq=after, public_only=True)

@@ -27,6 +27,8 @@ from django.conf import settings
 
 logger = logging.getLogger(__name__)
 STREAM_TTL_SECONDS = 3600
+# How long a step's first token may hold up the worker on its way out (live updates are best effort).
+FIRST_TOKEN_WAIT_SECONDS = 0.25
 
 _redis: redis.Redis | None = None
 
@@ -48,13 +50,15 @@ def _stream_key(ticket_id: int) -> str:
 
 class _Publisher:
     """One event loop per process publishes to the channel layer, in order, without making the
-    caller wait: a worker streaming an answer hands each piece over and goes on. The channel
-    layer keeps its Redis connections across messages (async_to_sync would open new ones).
-    Live updates are best effort; the ledger has the truth."""
+    caller wait: a worker streaming an answer hands each piece over and goes on (a step's first
+    piece excepted, see ``stream_token``). The channel layer keeps its Redis connections across
+    messages (async_to_sync would open new ones). Live updates are best effort; the ledger has
+    the truth."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.waiting: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        # (group, message, set once it has been handed to the channel layer, if anyone waits)
+        self.waiting: collections.deque[tuple[str, dict[str, Any], threading.Event | None]] = collections.deque()
         self.ready = asyncio.Event()
         # Set by the loop before it waits for work: only then does a caller wake it (a wake-up is a
         # write to the loop's socket; a loop busy publishing finds the new work by itself).
@@ -66,12 +70,13 @@ class _Publisher:
         asyncio.set_event_loop(self.loop)
         self.loop.run_until_complete(self._drain())
 
-    def _take(self) -> tuple[str, dict[str, Any]]:
+    def _take(self) -> tuple[str, dict[str, Any], list[threading.Event]]:
         """The next message; pieces of one answer already waiting behind it join it, as one frame
         (fewer messages for the channel layer and the browser when the model streams faster)."""
-        group, message = self.waiting.popleft()
+        group, message, sent = self.waiting.popleft()
+        waiters = [sent] if sent is not None else []
         while message.get("type") == "ticket.token" and self.waiting:
-            next_group, following = self.waiting[0]
+            next_group, following, also_sent = self.waiting[0]
             if (
                 next_group != group
                 or following.get("type") != "ticket.token"
@@ -81,7 +86,9 @@ class _Publisher:
                 break
             self.waiting.popleft()
             message = {**message, "text": message["text"] + following["text"]}
-        return group, message
+            if also_sent is not None:
+                waiters.append(also_sent)
+        return group, message, waiters
 
     async def _drain(self) -> None:
         while True:
@@ -93,19 +100,27 @@ class _Publisher:
                     continue
                 await self.ready.wait()
                 continue
-            group, message = self._take()
+            group, message, waiters = self._take()
             try:
                 layer = get_channel_layer()
                 if layer is not None:
                     await layer.group_send(group, message)
             except Exception:  # noqa: BLE001 - best effort, see above
                 logger.warning("could not publish to %s", group, exc_info=True)
+            finally:
+                for sent in waiters:
+                    sent.set()
 
-    def put(self, group: str, message: dict[str, Any]) -> None:
-        self.waiting.append((group, message))  # deque appends are atomic; the loop pops
+    def put(self, group: str, message: dict[str, Any], *, wait: float = 0) -> None:
+        """Queue the message; with ``wait``, block (at most that many seconds) until it is handed
+        to the channel layer."""
+        sent = threading.Event() if wait else None
+        self.waiting.append((group, message, sent))  # deque appends are atomic; the loop pops
         if self.sleeping:
             self.sleeping = False
             self.loop.call_soon_threadsafe(self.ready.set)
+        if sent is not None:
+            sent.wait(wait)
 
 
 _publisher: _Publisher | None = None
@@ -120,7 +135,7 @@ def _the_publisher() -> _Publisher:
         return _publisher
 
 
-def _send(ticket_id: int, message: dict[str, Any]) -> None:
+def _send(ticket_id: int, message: dict[str, Any], *, wait: float = 0) -> None:
     if _in_event_loop():
         layer = get_channel_layer()
         if layer is None:
@@ -130,7 +145,7 @@ def _send(ticket_id: int, message: dict[str, Any]) -> None:
         except Exception:  # noqa: BLE001 - live updates are best effort; the ledger has the truth
             logger.warning("could not publish to %s", group_name(ticket_id), exc_info=True)
         return
-    _the_publisher().put(group_name(ticket_id), message)
+    _the_publisher().put(group_name(ticket_id), message, wait=wait)
 
 
 def _in_event_loop() -> bool:
@@ -161,7 +176,14 @@ def stream_token(ticket_id: int, step_id: int, offset: int, text: str) -> None:
             pipe.execute()
     except redis.RedisError:
         logger.warning("could not buffer streamed text for ticket %s", ticket_id, exc_info=True)
-    _send(ticket_id, {"type": "ticket.token", "step": step_id, "offset": offset, "text": text})
+    # The first piece of a step is on its way to the watchers before the caller goes on: the
+    # publisher's thread would otherwise wait for the interpreter while the worker's thread works
+    # (the rest of the answer, the step's rows), and the customer's first token with it.
+    _send(
+        ticket_id,
+        {"type": "ticket.token", "step": step_id, "offset": offset, "text": text},
+        wait=FIRST_TOKEN_WAIT_SECONDS if offset == 0 else 0,
+    )
 
 
 def streamed_so_far(ticket_id: int) -> tuple[int | None, str]:

@@ -97,6 +97,36 @@ def test_database_connections_carry_keepalives_for_both_ends_and_keep_options_fr
     assert database_keepalive_options({}) == {"connect_timeout": 5}  # the operating system's defaults
 
 
+def test_the_web_lends_database_connections_from_a_pool_and_a_worker_keeps_its_own(monkeypatch):
+    from support.celery import keep_worker_connection
+    from support.settings import database_pool_options
+
+    for name in ("DB_POOL", "DB_POOL_MIN_SIZE", "DB_POOL_MAX_SIZE", "DB_POOL_TIMEOUT", "DB_CONNECT_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    web = {"CONN_MAX_AGE": 0, "CONN_HEALTH_CHECKS": False, "OPTIONS": {"connect_timeout": 5}}
+    database_pool_options(web)
+    # Checked before it is lent; a request waits for one as long as it would for a new connection.
+    assert web["OPTIONS"]["pool"] == {"min_size": 2, "max_size": 10, "timeout": 5.0}
+    assert web["CONN_HEALTH_CHECKS"] is True
+
+    keep_worker_connection(web)  # the same settings, in a Celery worker
+    assert "pool" not in web["OPTIONS"] and web["CONN_MAX_AGE"] == 300
+
+    kept = {"CONN_MAX_AGE": 60, "OPTIONS": {}}  # DB_CONN_MAX_AGE=60: Django refuses both at once
+    database_pool_options(kept)
+    assert "pool" not in kept["OPTIONS"]
+    monkeypatch.setenv("DB_POOL", "0")
+    off = {"CONN_MAX_AGE": 0, "OPTIONS": {}}
+    database_pool_options(off)
+    assert "pool" not in off["OPTIONS"]
+    monkeypatch.setenv("DB_POOL", "1")
+    monkeypatch.setenv("DB_POOL_MAX_SIZE", "25")
+    monkeypatch.setenv("DB_POOL_TIMEOUT", "2")
+    sized = {"CONN_MAX_AGE": 0, "OPTIONS": {}}
+    database_pool_options(sized)
+    assert sized["OPTIONS"]["pool"] == {"min_size": 2, "max_size": 25, "timeout": 2.0}
+
+
 def test_the_server_applies_the_keepalives_to_each_session(db):  # noqa: ANN001
     from django.db import connection
 

@@ -31,7 +31,15 @@ def get(url: str, *, cookie: str = "") -> tuple[int, str, dict[str, str]]:
         return exc.code, exc.read().decode(), dict(exc.headers)
 
 
-def test_the_web_answers_503_while_the_database_is_down_and_recovers(cluster):
+@pytest.mark.parametrize(
+    "connections",
+    [
+        {},  # the default: connections lent by the web process's pool
+        {"DB_CONN_MAX_AGE": "60"},  # kept by each thread, no pool
+    ],
+    ids=["pooled", "kept"],
+)
+def test_the_web_answers_503_while_the_database_is_down_and_recovers(cluster, connections):
     settings = connection.settings_dict
     proxy = TcpProxy(settings.get("HOST") or "127.0.0.1", int(settings.get("PORT") or 5432)).up()
     # The web reaches the test database only through the proxy, over TCP on loopback.
@@ -40,7 +48,7 @@ def test_the_web_answers_503_while_the_database_is_down_and_recovers(cluster):
         auth += ":" + quote(settings["PASSWORD"], safe="")
     url = f"postgres://{auth}@127.0.0.1:{proxy.port}/{settings['NAME']}"
     port = free_port()
-    web = cluster.web(port, DATABASE_URL=url, DB_CONN_MAX_AGE="60")
+    web = cluster.web(port, DATABASE_URL=url, **connections)
     base = f"http://127.0.0.1:{port}"
     wait_for_http(f"{base}/healthz", timeout=60, proc=web)
     session = "sessionid=0123456789abcdefghijklmnopqrstuv"  # unknown, but looked up in the database

@@ -3,13 +3,16 @@ Redis channel layer), with Channels' WebsocketCommunicator."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
@@ -17,6 +20,7 @@ from support.asgi import application
 from tests.conftest import make_customer
 from tests.workers import purge_stream_buffers
 from tickets import realtime, services
+from tickets.consumers import TicketConsumer
 from tickets.models import ActorKind, AuthorKind, Customer, Ticket, TicketStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -241,6 +245,26 @@ def test_committed_public_events_reach_the_watcher_live_and_internal_ones_do_not
     run(scenario)
 
 
+def test_a_socket_left_idle_longer_than_the_layers_wait_still_gets_what_happens_next(customer, ticket):
+    """The channel layer waits for messages 5 s at a time; an idle chat must not break on it."""
+    headers = session_cookie(customer)
+    last = public_seqs(ticket)[-1]
+
+    async def scenario() -> None:
+        ws = socket(ticket.pk, after=last, headers=headers)
+        await ws.connect()
+        await until_ready(ws)
+        assert await ws.receive_nothing(timeout=7)
+        await database_sync_to_async(services.ticket_transition)(
+            ticket=ticket.pk, to_status=TicketStatus.PENDING_APPROVAL, actor_kind=ActorKind.AGENT
+        )
+        frame = await ws.receive_json_from(timeout=5)
+        assert (frame["type"], frame["kind"], frame["status"]) == ("event", "state", "pending_approval")
+        await ws.disconnect()
+
+    run(scenario)
+
+
 def test_a_customer_message_event_carries_the_senders_client_message_id(customer, ticket):
     headers = session_cookie(customer)
     last = public_seqs(ticket)[-1]
@@ -303,6 +327,43 @@ def test_streamed_tokens_reach_the_watcher_with_their_step_and_offset(customer, 
         run(scenario)
     finally:
         realtime.stream_finished(ticket.pk, step_id)
+
+
+def test_a_token_goes_out_while_the_socket_is_still_reading_an_earlier_event(customer, ticket, monkeypatch):
+    """The run's "typing" event rings just before the answer streams: its ledger read must not
+    hold the first token back."""
+    headers = session_cookie(customer)
+    last = public_seqs(ticket)[-1]
+    reading, release = threading.Event(), threading.Event()
+    load = TicketConsumer._load
+
+    def slow_load(self: TicketConsumer, after: int) -> Any:
+        reading.set()
+        assert release.wait(10)
+        return load(self, after)
+
+    async def scenario() -> None:
+        ws = socket(ticket.pk, after=last, headers=headers)
+        await ws.connect()
+        await until_ready(ws)
+        monkeypatch.setattr(TicketConsumer, "_load", slow_load)
+        await database_sync_to_async(services.ticket_transition)(
+            ticket=ticket.pk, to_status=TicketStatus.PENDING_APPROVAL, actor_kind=ActorKind.AGENT
+        )
+        try:
+            assert await asyncio.get_running_loop().run_in_executor(None, reading.wait, 5)
+            # Sent from here, not from a thread: the consumer's read holds Django's thread.
+            await get_channel_layer().group_send(
+                realtime.group_name(ticket.pk), {"type": "ticket.token", "step": 880003, "offset": 0, "text": "Hi"}
+            )
+            assert await ws.receive_json_from(timeout=5) == {"type": "token", "step": 880003, "offset": 0, "text": "Hi"}
+        finally:
+            release.set()
+        frame = await ws.receive_json_from(timeout=5)
+        assert (frame["type"], frame["kind"], frame["status"]) == ("event", "state", "pending_approval")
+        await ws.disconnect()
+
+    run(scenario)
 
 
 # --- origins: scheme, host and port must all match ----------------------------------------------
