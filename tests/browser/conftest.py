@@ -128,7 +128,8 @@ def _lease_locks_held() -> bool:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = %s",
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = %s "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",  # not another run's
             [LOCK_NAMESPACE],
         )
         return bool(cursor.fetchone()[0])
