@@ -83,10 +83,12 @@ def run_overhead(ctx: Context) -> PartResult:
     if ceiling:
         # How many raw commits of the ceiling fit in one turn, and the most turns/s if a turn cost only its commits.
         notes += f"; the time of {ours['mean_ms'] * ceiling / 1000:.0f} ceiling commits (1 client)"
+        xids = ours.get("xids_per_turn_min")
+        if xids:
+            # Write transactions as the server counted them (a step sent as one statement is one too).
+            notes += f"; its {xids:.0f} write transactions alone would allow <= {ceiling / xids:.0f} turns/s"
         if stmts.get("commits"):
-            notes += (
-                f"; its {stmts['commits']} atomic commits alone would allow <= {ceiling / stmts['commits']:.0f} turns/s"
-            )
+            notes += f"; {stmts.get('COMMIT', 0)} COMMITs and {stmts.get('BEGIN', 0)} BEGINs sent"
     part.add(
         "overhead_ours_ms",
         f"Turn overhead: ours, advance() ({calls} tool calls)",
