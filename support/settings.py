@@ -212,7 +212,16 @@ def database_pool_options(db: dict[str, Any]) -> None:
         "min_size": env_int("DB_POOL_MIN_SIZE", 2),
         "max_size": env_int("DB_POOL_MAX_SIZE", 10),
         "timeout": float(env_int("DB_POOL_TIMEOUT", env_int("DB_CONNECT_TIMEOUT", 5))),
+        "reset": release_session_locks,
     }
+
+
+def release_session_locks(conn: Any) -> None:
+    """A connection goes back to the pool holding no session-level lock. A ticket's lease lock
+    belongs to the session that took it and goes when that session ends (agents.lease); a pooled
+    session outlives whoever borrowed it, so it lets such locks go when it is given back."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_unlock_all()")
 
 
 database_pool_options(_db)

@@ -99,14 +99,16 @@ def test_database_connections_carry_keepalives_for_both_ends_and_keep_options_fr
 
 def test_the_web_lends_database_connections_from_a_pool_and_a_worker_keeps_its_own(monkeypatch):
     from support.celery import keep_worker_connection
-    from support.settings import database_pool_options
+    from support.settings import database_pool_options, release_session_locks
 
     for name in ("DB_POOL", "DB_POOL_MIN_SIZE", "DB_POOL_MAX_SIZE", "DB_POOL_TIMEOUT", "DB_CONNECT_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
     web = {"CONN_MAX_AGE": 0, "CONN_HEALTH_CHECKS": False, "OPTIONS": {"connect_timeout": 5}}
     database_pool_options(web)
     # Checked before it is lent; a request waits for one as long as it would for a new connection.
-    assert web["OPTIONS"]["pool"] == {"min_size": 2, "max_size": 10, "timeout": 5.0}
+    pool = web["OPTIONS"]["pool"]
+    assert {k: v for k, v in pool.items() if k != "reset"} == {"min_size": 2, "max_size": 10, "timeout": 5.0}
+    assert pool["reset"] is release_session_locks  # a connection given back holds no lease lock
     assert web["CONN_HEALTH_CHECKS"] is True
 
     keep_worker_connection(web)  # the same settings, in a Celery worker
@@ -124,7 +126,36 @@ def test_the_web_lends_database_connections_from_a_pool_and_a_worker_keeps_its_o
     monkeypatch.setenv("DB_POOL_TIMEOUT", "2")
     sized = {"CONN_MAX_AGE": 0, "OPTIONS": {}}
     database_pool_options(sized)
-    assert sized["OPTIONS"]["pool"] == {"min_size": 2, "max_size": 25, "timeout": 2.0}
+    assert sized["OPTIONS"]["pool"]["max_size"] == 25 and sized["OPTIONS"]["pool"]["timeout"] == 2.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pooled_connection_is_given_back_without_a_tickets_lease_lock():
+    """A ticket's lease lock lives as long as the session that took it; a pooled session outlives
+    whoever borrowed it, so giving it back lets the lock go (as a closed connection would)."""
+    from django.db import connection
+
+    from agents.lease import LOCK_NAMESPACE, lock_key
+    from tests.workers import wait_until
+
+    if not connection.settings_dict["OPTIONS"].get("pool"):
+        pytest.skip("DB_POOL is off: a closed connection is closed")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s), pg_backend_pid()", [lock_key(424242)])
+        locked, pid = cursor.fetchone()
+    assert locked
+    connection.close()  # back to the pool (the pool resets it in a thread of its own): the session lives on
+
+    def let_go() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) = 0 FROM pg_locks WHERE locktype = 'advisory' AND pid = %s AND classid = %s "
+                "AND objid = %s",
+                [pid, LOCK_NAMESPACE, 424242],
+            )
+            return cursor.fetchone()[0]
+
+    wait_until(let_go, timeout=5, what="the pooled session to let the lock go")
 
 
 def test_the_server_applies_the_keepalives_to_each_session(db):  # noqa: ANN001
