@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench import ceiling, external, recovery, throughput, waiting
     from bench.common import Context, PartResult, machine_info, redis_cleanup, start_stack
-    from bench.overhead import Server, _git_revision, _versions
+    from bench.overhead import Server, _git_revision, _versions, close_connections
     from support import embedded
 
     base_db = dict(settings.DATABASES["default"], NAME=settings.BENCH_ADMIN_DATABASE)
@@ -261,9 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         if needs_django_db:
             with contextlib.suppress(Exception):
                 cleanup = redis_cleanup([settings.WORKER_QUEUE, HARNESS_QUEUE], prefix=settings.CHANNELS_PREFIX)
-        from django.db import connections
-
-        connections.close_all()
+        close_connections()
         if needs_django_db and not args.keep_databases:
             with contextlib.suppress(Exception):
                 server.drop(SCRATCH_DB)

@@ -59,7 +59,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench.overhead import BenchError, Server, _git_revision, _table, percentile
+from bench.overhead import BenchError, Server, _git_revision, _table, close_connections, percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = "bench.first_token_settings"
@@ -511,9 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         for proc in reversed(procs):
             proc.stop()
         _clean_redis(settings.REDIS_URL, settings.BENCH_NAME)
-        from django.db import connections
-
-        connections.close_all()
+        close_connections()
         if not args.keep_database:
             with contextlib.suppress(Exception):
                 server.drop(DATABASE)

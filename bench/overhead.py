@@ -267,6 +267,18 @@ class BenchError(RuntimeError):
     pass
 
 
+def close_connections() -> None:
+    """Django's connections closed, and its connection pools too: a pool would otherwise go on
+    opening connections to a scratch database that is about to be dropped."""
+    from django.db import connections
+
+    connections.close_all()
+    for conn in connections.all(initialized_only=True):
+        close_pool = getattr(conn, "close_pool", None)
+        if close_pool is not None:
+            close_pool()
+
+
 # --- ours -----------------------------------------------------------------------------------
 
 
@@ -770,9 +782,7 @@ def main(argv: list[str] | None = None) -> int:
             lg_async.verify_and_count(saver.conn)
         doorbells = _redis_doorbells(settings.REDIS_URL)
     finally:
-        from django.db import connections
-
-        connections.close_all()
+        close_connections()
         if not args.keep_databases:
             for name in (OUR_DB, DBOS_DB, LANGGRAPH_DB):
                 with contextlib.suppress(Exception):

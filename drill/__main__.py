@@ -506,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
 
     from bench.common import redis_cleanup
-    from bench.overhead import Server
+    from bench.overhead import Server, close_connections
     from drill.settings import DRILL_ADMIN_DATABASE, DRILL_NAME
 
     if DRILL_ADMIN_DATABASE == SCRATCH_DB:
@@ -577,9 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.stop()
         redis_cleanup([DRILL_NAME], DRILL_NAME)
         if not args.keep:
-            from django.db import connections
-
-            connections.close_all()
+            close_connections()
             try:
                 server.drop(SCRATCH_DB)
             except Exception as exc:  # noqa: BLE001
