@@ -61,6 +61,8 @@ class Pass:
     prefix_length: int = 0
     # Safe calls run in memory whose outcomes commit with the next step (DESIGN.md, invariant 17).
     unsaved_outcomes: list[ToolCall] = field(default_factory=list)
+    # Whether a customer message was waiting when this pass posted its reply (None: no reply posted).
+    customer_waiting: bool | None = None
 
     @classmethod
     def load(cls, lease: Lease, ticket: Ticket, run: AgentRun) -> Pass:

@@ -32,7 +32,7 @@ from agents.models import PAUSED_RUN_STATUSES, AgentProfile, AgentRun, RunStatus
 from agents.pass_state import Pass, stream_id
 from agents.profiles import active_profile, profile_of
 from agents.recovery import recover
-from agents.selectors import active_run, decided_calls, ticket_has_agent_work
+from agents.selectors import active_run_and_profile, decided_calls, ticket_has_agent_work
 from agents.tools import tool_specs
 from tickets import realtime
 from tickets.models import AGENT_STAYS_OUT, Ticket
@@ -98,15 +98,19 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
             if run is None:
                 break
             outcome.runs += 1
+            waiting = None
             try:
-                state = _drive(lease, ticket, run, chosen or model_of(profile_of(run)))
+                state, waiting = _drive(lease, ticket, run, chosen or model_of(profile_of(run)))
             except (LeaseLost, RetryLater, Stop):
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure is recorded and counted, none loops
                 state = _failed(lease, run, exc)
             outcome.state = state
-            # A message that came in during the run is answered by the next one, under this lease.
-            if state != RunStatus.COMPLETED or not has_unanswered_messages(ticket_id=ticket_id):
+            # A message that came in during the run is answered by the next one, under this lease. (The
+            # reply saw whether one had; one that comes after it is seen when the lease is released.)
+            if waiting is None and state == RunStatus.COMPLETED:
+                waiting = has_unanswered_messages(ticket_id=ticket_id)
+            if state != RunStatus.COMPLETED or not waiting:
                 break
     except LeaseLost:
         logger.warning("ticket %s: lease lost (epoch %s); another worker carries on", ticket_id, lease.epoch)
@@ -150,7 +154,7 @@ _models: dict[str, ChatModel] = {}
 
 
 def _current_run(lease: Lease, ticket: Ticket, chosen: ChatModel | None) -> AgentRun | None:
-    run = active_run(ticket_id=lease.ticket_id)
+    run, profile = active_run_and_profile(ticket_id=lease.ticket_id)
     if run is not None:
         if run.status in PAUSED_RUN_STATUSES:
             if not decided_calls(run=run).exists():
@@ -165,7 +169,7 @@ def _current_run(lease: Lease, ticket: Ticket, chosen: ChatModel | None) -> Agen
         return run
     if ticket.status in AGENT_STAYS_OUT:
         return None
-    profile = active_profile()  # the version this run keeps to its end
+    profile = profile or active_profile()  # the version this run keeps to its end
     model = chosen or model_of(profile)
     return agent_services.run_start(lease=lease, ticket=ticket, model_name=model.name, profile=profile)
 
@@ -173,11 +177,17 @@ def _current_run(lease: Lease, ticket: Ticket, chosen: ChatModel | None) -> Agen
 # --- driving a run ----------------------------------------------------------------------
 
 
-def _drive(lease: Lease, ticket: Ticket, run: AgentRun, model: ChatModel) -> str:
-    """Carry the run on until it replies, pauses, hands off or fails. Reads top to bottom:
-    recover, then step by step: run the calls the last step asked for, check the limits,
-    ask the model, store its answer (with the reply, when it is one)."""
+def _drive(lease: Lease, ticket: Ticket, run: AgentRun, model: ChatModel) -> tuple[str, bool | None]:
+    """Carry the run on until it replies, pauses, hands off or fails: its state, and whether a
+    customer message was waiting when it replied (None if the pass does not know)."""
     p = Pass.load(lease, ticket, run)
+    return _carry_on(p, model), p.customer_waiting
+
+
+def _carry_on(p: Pass, model: ChatModel) -> str:
+    """Reads top to bottom: recover, then step by step: run the calls the last step asked for,
+    check the limits, ask the model, store its answer (with the reply, when it is one)."""
+    lease, ticket, run = p.lease, p.ticket, p.run
     recover(p)
     if ticket.status in AGENT_STAYS_OUT:
         # A person took the ticket over (or closed it) while this run was unfinished.
@@ -263,9 +273,11 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
         if step.tool_calls:
             state = record_intents(p, step)
         else:
-            replied = not step.response_text.strip() or agent_services.reply_post(
+            reply = step.response_text.strip() and agent_services.reply_post(
                 lease=lease, run=run, step=step, stream=stream if streamed else None, fresh=True
             )
+            replied = not reply or reply.message is not None
+            p.customer_waiting = reply.customer_waiting if reply else None
             state = RunStatus.COMPLETED if replied else RunStatus.HANDED_OFF
             agent_services.run_transition(
                 lease=lease, run=run, to_status=state, tokens=p.run_tokens(),

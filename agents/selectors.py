@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
@@ -12,6 +14,7 @@ from agents.models import (
     ACTIVE_RUN_STATUSES,
     PAUSED_RUN_STATUSES,
     RESERVING_REFUND_STATUSES,
+    AgentProfile,
     AgentRun,
     CallStatus,
     Refund,
@@ -24,10 +27,18 @@ from tickets.models import AGENT_STAYS_OUT, Order, Ticket
 from tickets.selectors import unanswered_messages
 
 
-def active_run(*, ticket_id: int) -> AgentRun | None:
-    """The ticket's run that is not over (running or paused); there is at most one."""
-    found = reads.select(AgentRun, "ticket_id = %s AND status = ANY(%s)", [ticket_id, list(ACTIVE_RUN_STATUSES)])
-    return found[0] if found else None
+def _active_run_sql(ticket_id: int) -> tuple[str, Any]:
+    return reads.select_sql(AgentRun, "ticket_id = %s AND status = ANY(%s)", [ticket_id, list(ACTIVE_RUN_STATUSES)])
+
+
+def active_run_and_profile(*, ticket_id: int) -> tuple[AgentRun | None, AgentProfile | None]:
+    """The ticket's run that is not over (running or paused; there is at most one), and the active
+    agent profile version (what a new run would keep), in one round trip; the profile is None when
+    no version is active yet (agents.profiles makes one)."""
+    runs, profiles = reads.fetch_together([_active_run_sql(ticket_id), reads.select_sql(AgentProfile, "is_active", [])])
+    run = reads.instances(AgentRun, runs)
+    profile = reads.instances(AgentProfile, profiles)
+    return (run[0] if run else None), (profile[0] if profile else None)
 
 
 def decided_calls(*, run: AgentRun | None = None) -> QuerySet[ToolCall]:

@@ -6,6 +6,7 @@ cannot write (fencing).
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -222,11 +223,20 @@ def split_reply(text: str, limit: int) -> list[str]:
     return parts
 
 
+@dataclass
+class Reply:
+    """What posting the agent's answer found: the message (None, and nothing posted, when a person
+    had taken the ticket or closed it), and whether a customer message was waiting unanswered."""
+
+    message: Message | None
+    customer_waiting: bool
+
+
 def reply_post(
     *, lease: Lease, run: AgentRun, step: ModelStep, stream: int | None = None, fresh: bool = False
-) -> Message | None:
+) -> Reply:
     """Post the model's final answer; keyed by the step, so a crash and retry posts it once.
-    None, and nothing posted, when a person has taken the ticket (or closed it) meanwhile.
+    Nothing is posted when a person has taken the ticket (or closed it) meanwhile.
 
     An answer longer than one message may be is posted whole, as consecutive messages.
     ``stream``: the id its text was streamed under, so a watcher drops that stream's bubble.
@@ -235,9 +245,9 @@ def reply_post(
     posted: list[Message] = []
     with lease.guard():
         # A customer who wrote while this answer was being written is not waited on: their turn comes next.
-        status, unanswered = ticket_locked_for_reply(ticket_id=run.ticket_id)
+        status, unanswered, key = ticket_locked_for_reply(ticket_id=run.ticket_id)
         if status in AGENT_STAYS_OUT:
-            return None
+            return Reply(None, unanswered)
         ticket = Ticket(pk=run.ticket_id, status=status)
         for n, part in enumerate(parts):
             message, _ = ticket_services.message_post(
@@ -248,6 +258,7 @@ def reply_post(
                 actor_ref=_actor(run),
                 stream=stream,
                 first_time=fresh,
+                key=key if n == 0 else None,
             )
             posted.append(message)
         if ticket.status == TicketStatus.OPEN and not unanswered:
@@ -257,7 +268,7 @@ def reply_post(
                 actor_kind=ActorKind.AGENT,
                 actor_ref=_actor(run),
             )
-    return posted[0] if posted else None
+    return Reply(posted[0] if posted else None, unanswered)
 
 
 def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:

@@ -41,18 +41,21 @@ def has_unanswered_messages(*, ticket_id: int) -> bool:
     return _unanswered.exists(ticket_id)
 
 
-def ticket_locked_for_reply(*, ticket_id: int) -> tuple[str, bool]:
+def ticket_locked_for_reply(*, ticket_id: int) -> tuple[str, bool, int]:
     """Lock the ticket's row for the agent's reply: (its status, whether a customer message waits
-    unanswered). Sent with the rows the transaction holds (they write neither table)."""
+    unanswered, a key for the reply's message from its sequence). Sent with the rows the
+    transaction holds (they write neither table)."""
     unanswered, params = _unanswered.sql(ticket_id)
     found = rows.fetch_beside_held(
-        f"SELECT status, EXISTS ({unanswered}) FROM tickets_ticket WHERE id = %s FOR UPDATE",
+        f"SELECT status, EXISTS ({unanswered}), nextval(pg_get_serial_sequence('tickets_message', 'id')) "
+        "FROM tickets_ticket WHERE id = %s FOR UPDATE",
         [*params, ticket_id],
         tables=("tickets_ticket", "tickets_message"),
     )
     if not found:
         raise Ticket.DoesNotExist(f"ticket {ticket_id} does not exist")
-    return found[0][0], bool(found[0][1])
+    status, waiting, key = found[0]
+    return status, bool(waiting), key
 
 
 def ticket_with_customer(*, ticket_id: int) -> Ticket | None:

@@ -311,6 +311,7 @@ def message_post(
     actor_ref: str = "",
     stream: int | None = None,
     first_time: bool = False,
+    key: int | None = None,
     files: list[IncomingFile] | None = None,
 ) -> tuple[Message, bool]:
     """Post a message on a ticket; returns (message, created).
@@ -322,7 +323,8 @@ def message_post(
     ``stream``: the agent's answer was streamed to watchers under this id first; its event says so,
     so a watcher that has (or is about to get) that stream's text shows the message instead.
     ``first_time``: the caller knows this message cannot exist yet (it is keyed by a row written in
-    the same transaction); it is written without looking for an earlier copy (not for customers).
+    the same transaction); it is written without looking for an earlier copy (not for customers),
+    with ``key`` as its primary key if the caller took one from the sequence already.
 
     With a ``client_msg_id`` the call is idempotent: a repeat returns the
     original message and ``created=False``, and starts nothing new (no second set of files).
@@ -335,7 +337,7 @@ def message_post(
     ticket_id = _ticket_id(ticket)
     if first_time and author_kind != AuthorKind.CUSTOMER:
         message = Message(
-            ticket_id=ticket_id, author_kind=author_kind, author_user=author_user, body=text,
+            pk=key, ticket_id=ticket_id, author_kind=author_kind, author_user=author_user, body=text,
             is_public=is_public, client_msg_id=client_msg_id,
         )  # fmt: skip
         rows.insert([message])
