@@ -14,6 +14,13 @@ Rows inserted here get their primary keys at once, from their sequence: a key
 is known before the row is written, so later rows of the same statement can
 point at it.
 
+Each held write carries its rows as one JSON parameter (``jsonb_populate_recordset``),
+so a statement's text depends only on which tables it writes: the driver parses it
+once and the server keeps its plan. A read or a write that touches none of the held
+tables can go out in the same statement (``fetch_beside_held``, ``execute_beside_held``),
+and a statement that is all of its transaction can be sent as the whole of it
+(``whole_transaction``: no BEGIN, no COMMIT round trip).
+
 Only for plain rows: no signals, no multi-table inheritance, no ``auto_now``.
 """
 
