@@ -243,9 +243,15 @@ def mark_answered(items: list[dict[str, Any]]) -> None:
 
 
 def chat_state(*, ticket: Ticket, items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Where the page starts: the ticket's status, and typing if a run started and has not ended."""
+    """Where the page starts: the status, and typing if a run started and has not ended.
+
+    The status is the last one the items show, else the ticket's: the items were read after the
+    ticket, so a change committed in between is in them (the page goes on from their last event)."""
     typing = False
+    status = ticket.status
     for item in items:
         if "typing" in item:
             typing = bool(item["typing"])
-    return {"status": ticket.status, "typing": typing}
+        if isinstance(item.get("status"), str):
+            status = item["status"]
+    return {"status": status, "typing": typing}

@@ -145,7 +145,7 @@ def _chat_page(
         "items": presenters.with_day_separators(items),
         "last_seq": last_seq,
         "state": state,
-        "status_text": presenters.TYPING_TEXT if state["typing"] else presenters.status_text(ticket.status),
+        "status_text": presenters.TYPING_TEXT if state["typing"] else presenters.status_text(state["status"]),
         "author_names": presenters.AUTHOR_NAMES,
         "rating": {
             "shown": ticket_can_be_rated(ticket) or bool(rating_error),
