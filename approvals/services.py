@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -21,11 +18,10 @@ from agents.selectors import refunded_total_cents
 from agents.tasks import ring
 from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
 from approvals.selectors import agent_words
+from tickets import realtime, timeline
 from tickets import services as ticket_services
-from tickets import timeline
 from tickets.models import ActorKind, AuthorKind, Message, Order
 
-logger = logging.getLogger(__name__)
 STAFF_GROUP = "approvals.staff"
 DECIDE_PERMISSION = "approvals.decide_approval"
 
@@ -37,18 +33,8 @@ class ApprovalClosed(ValidationError):
 def notify_staff(approval_id: int, change: str) -> None:
     """Tell open dashboards to refresh, after commit."""
 
-    def send() -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        try:
-            async_to_sync(layer.group_send)(
-                STAFF_GROUP, {"type": "approvals.changed", "approval_id": approval_id, "change": change}
-            )
-        except Exception:  # noqa: BLE001 - live refresh is best effort; the dashboard reloads from the ledger
-            logger.warning("could not notify the approval dashboards", exc_info=True)
-
-    transaction.on_commit(send)
+    message = {"type": "approvals.changed", "approval_id": approval_id, "change": change}
+    transaction.on_commit(lambda: realtime.publish(STAFF_GROUP, message))
 
 
 def _evidence(call: ToolCall) -> tuple[dict[str, Any], int | None, str]:

@@ -254,14 +254,14 @@ CACHES = {
 CHANNELS_PREFIX = os.environ.get("CHANNELS_PREFIX", "asgi")
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        # Redis Pub/Sub: a group is one Redis channel, so a live update is one PUBLISH (sent by
+        # tickets.realtime from the worker's own thread), kept nowhere when nobody watches.
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {
-            # A socket's messages are awaited with a blocking pop of 5 s (channels_redis); redis-py 8
-            # gives up reading after 5 s unless told otherwise, which tore down every chat socket
-            # idle for 5 s ("Timeout reading from ..."). Above the pop's, a dead Redis is still noticed.
+            # redis-py 8 gives up reading after 5 s unless told otherwise; above that, a dead Redis
+            # is still noticed.
             "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
             "prefix": CHANNELS_PREFIX,
-            "capacity": env_int("CHANNELS_CAPACITY", 1000),
         },
     },
 }

@@ -1,74 +1,88 @@
-"""The publisher hands pieces of an answer to the channel layer in order, without making the
-worker wait (but for a step's first piece); pieces waiting behind each other go out joined,
-never reordered or lost."""
+"""Live updates go out through the channel layer's own Pub/Sub channels, one PUBLISH each, from the
+worker's thread: a socket in the ticket's group gets every piece of an answer, in order and whole,
+and the doorbells after them."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-from channels.layers import get_channel_layer
+from channels.layers import channel_layers, get_channel_layer
+from django.test import override_settings
 
 from tickets import realtime
 
 pytestmark = pytest.mark.django_db
 
 
-def test_streamed_pieces_arrive_in_order_whole_and_joined_when_they_queue_up():
-    ticket_id = 987_654
-    words = [f"w{n} " for n in range(200)]
+def _watch(ticket_id: int, act) -> list[dict]:
+    """Join the ticket's group through the layer (as a chat socket does), run ``act`` in a thread,
+    and collect what arrives until a doorbell."""
 
     async def watch() -> list[dict]:
         layer = get_channel_layer()
         channel = await layer.new_channel()
         await layer.group_add(realtime.group_name(ticket_id), channel)
-        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, act)
+            frames = []
+            while not frames or frames[-1]["type"] != "ticket.event":
+                frames.append(await asyncio.wait_for(layer.receive(channel), 10))
+            return frames
+        finally:
+            await layer.group_discard(realtime.group_name(ticket_id), channel)
 
-        def stream() -> None:
-            offset = 0
-            for word in words:
-                realtime.stream_token(ticket_id, 7, offset, word)
-                offset += len(word)
-            realtime.publish_event(ticket_id)
-
-        await loop.run_in_executor(None, stream)
-        frames = []
-        while not frames or frames[-1]["type"] != "ticket.event":
-            frames.append(await asyncio.wait_for(layer.receive(channel), 10))
-        await layer.group_discard(realtime.group_name(ticket_id), channel)
-        return frames
-
-    frames = asyncio.run(watch())
-    tokens = frames[:-1]
-    assert all(f["type"] == "ticket.token" and f["step"] == 7 for f in tokens)
-    offset = 0
-    for frame in tokens:  # contiguous: each piece starts where the one before ended
-        assert frame["offset"] == offset
-        offset += len(frame["text"])
-    assert "".join(f["text"] for f in tokens) == "".join(words)
-    assert len(tokens) <= len(words)
-    realtime.stream_finished(ticket_id, 7)
+    return asyncio.run(watch())
 
 
-class _SlowLayer:
-    """A channel layer that takes a moment for each message, as a busy Redis would."""
+def test_streamed_pieces_reach_a_socket_in_the_group_in_order_and_whole():
+    ticket_id = 987_654
+    words = [f"w{n} " for n in range(200)]
 
-    def __init__(self) -> None:
-        self.sent: list[dict] = []
+    def stream() -> None:
+        offset = 0
+        for word in words:
+            realtime.stream_token(ticket_id, 7, offset, word)
+            offset += len(word)
+        realtime.publish_event(ticket_id)
 
-    async def group_send(self, group: str, message: dict) -> None:
-        await asyncio.sleep(0.05)
-        self.sent.append(message)
-
-
-def test_a_steps_first_token_is_with_the_channel_layer_when_the_worker_goes_on(monkeypatch):
-    """Its first piece, the customer's first token, does not wait for the worker's thread to let
-    the publisher's run (the pieces after it are handed over without waiting)."""
-    layer = _SlowLayer()
-    monkeypatch.setattr(realtime, "get_channel_layer", lambda: layer)
-    ticket_id = 987_655
     try:
-        realtime.stream_token(ticket_id, 8, 0, "Hello")
-        assert [m["text"] for m in layer.sent] == ["Hello"]
+        frames = _watch(ticket_id, stream)
+        assert frames[-1] == {"type": "ticket.event"}
+        offsets = [sum(map(len, words[:n])) for n in range(len(words))]
+        assert frames[:-1] == [
+            {"type": "ticket.token", "step": 7, "offset": offset, "text": word}
+            for offset, word in zip(offsets, words, strict=True)
+        ]
+        assert realtime.streamed_so_far(ticket_id) == (7, "".join(words))  # the buffer for a late socket
     finally:
-        realtime.stream_finished(ticket_id, 8)
+        realtime.stream_finished(ticket_id, 7)
+    assert realtime.streamed_so_far(ticket_id) == (None, "")
+
+
+def test_with_another_channel_layer_the_updates_go_through_its_group_send():
+    """An operator may configure another layer: then the layer's own group_send carries them."""
+    layers = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    with override_settings(CHANNEL_LAYERS=layers):
+        channel_layers.backends.pop("default", None)
+        try:
+            frames = _watch(
+                987_656, lambda: realtime.stream_token(987_656, 9, 0, "Hi") or realtime.publish_event(987_656)
+            )
+        finally:
+            channel_layers.backends.pop("default", None)
+            realtime.stream_finished(987_656, 9)
+    assert frames == [{"type": "ticket.token", "step": 9, "offset": 0, "text": "Hi"}, {"type": "ticket.event"}]
+
+
+def test_an_unreachable_redis_loses_the_live_update_and_nothing_else(monkeypatch, caplog):
+    """The worker goes on: streaming and doorbells are best effort, the ledger has the truth."""
+    import redis
+
+    monkeypatch.setattr(realtime, "_redis", redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2))
+    realtime.stream_token(987_657, 3, 0, "Hello")
+    realtime.publish_event(987_657)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "could not stream a piece of the answer for ticket 987657",
+        "could not publish to ticket.987657",
+    ]
