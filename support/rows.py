@@ -164,21 +164,27 @@ def _insert_cte(objs: Sequence[Model], computed: dict[str, SqlValue]) -> SqlValu
 
 
 @functools.cache
-def _update_sql(model: type[Model], names: tuple[str, ...]) -> str:
+def _update_sql(model: type[Model], names: tuple[str, ...], one: bool) -> str:
     table = _quote(model._meta.db_table)
     pk = _quote(model._meta.pk.column)
     columns = [_quote(column) for column, _, _ in _columns(model, names)[1:]]
-    # The keys again as an array: the planner cannot tell how many rows a JSON document holds and
-    # would scan the whole table to join them; with ``= ANY`` it looks each key up in the index.
-    return (
-        f"UPDATE {table} AS t SET "
-        + ", ".join(f"{c} = v.{c}" for c in columns)
-        + f" FROM jsonb_populate_recordset(NULL::{table}, %s::jsonb) v WHERE t.{pk} = ANY(%s) AND t.{pk} = v.{pk}"
+    head = f"UPDATE {table} AS t SET " + ", ".join(f"{c} = v.{c}" for c in columns)
+    # The statement is prepared once and its generic plan kept for the connection's life, so the
+    # plan must not depend on how big the table was then: a plan made while it was small scans it
+    # whole, on every step, for ever. One row is found by ``key = %s`` (always the index); several
+    # by ``= ANY`` of their keys (the planner cannot tell how many rows a JSON document holds).
+    if one:
+        return head + f" FROM jsonb_populate_record(NULL::{table}, (%s::jsonb) -> 0) v WHERE t.{pk} = %s"
+    return head + (
+        f" FROM jsonb_populate_recordset(NULL::{table}, %s::jsonb) v WHERE t.{pk} = ANY(%s) AND t.{pk} = v.{pk}"
     )
 
 
 def _update_cte(objs: Sequence[Model], names: Sequence[str]) -> SqlValue:
-    return _update_sql(type(objs[0]), tuple(names)), [json_rows(objs, tuple(names)), [obj.pk for obj in objs]]
+    document = json_rows(objs, tuple(names))
+    if len(objs) == 1:
+        return _update_sql(type(objs[0]), tuple(names), True), [document, objs[0].pk]
+    return _update_sql(type(objs[0]), tuple(names), False), [document, [obj.pk for obj in objs]]
 
 
 def insert(
