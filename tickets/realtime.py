@@ -7,8 +7,14 @@ Two kinds of messages go to the Channels group ``ticket.<id>``:
 
 The channel layer is channels_redis's Pub/Sub layer: a group is one Redis Pub/Sub channel that
 each web process subscribes to while one of its sockets is in the group. A message is therefore
-one PUBLISH, sent here from the calling thread with the layer's own serializer: no event loop,
-no thread and no queue in the worker, and nothing kept in Redis for a group nobody watches.
+one PUBLISH, made here with the layer's own serializer (no event loop in the worker), and nothing
+is kept in Redis for a group nobody watches.
+
+The updates of a process are written, in order, to one connection on which Redis sends no
+replies (``CLIENT REPLY OFF``): the worker goes on at once instead of waiting a round trip per
+update. They are best effort: an error is not reported back, and an update written to a
+connection Redis has just dropped is lost. The ledger has the truth; a watcher that missed
+something reads it from there.
 
 The text streamed so far for the step in progress is also kept in Redis, so a
 client that reconnects in the middle of an answer can be given what it missed.
@@ -19,6 +25,8 @@ answer is a Message row.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from typing import Any
 
 import redis
@@ -55,28 +63,111 @@ def _pubsub_channel(group: str) -> str:
     return f"{prefix}__group__{group}"
 
 
-def _queue_publish(pipe: Any, group: str, message: dict[str, Any]) -> bool:
-    """Add the PUBLISH of ``message`` to ``pipe``; False if the layer is not the Pub/Sub one (then
-    the caller sends through the layer itself, see ``publish``)."""
+Command = tuple[Any, ...]
+
+
+class _Writer:
+    """This process's connection for live updates, on which Redis sends no replies."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+        self.connection: Any = None
+        self.replies_off: bool | None = None  # None until the server was asked
+
+    def write(self, commands: list[Command]) -> None:
+        with self.lock:
+            for attempt in (1, 2):
+                try:
+                    self._connected().send_packed_command(self.connection.pack_commands(commands), check_health=False)
+                    return
+                except redis.RedisError:
+                    self._drop()
+                    if attempt == 2:
+                        raise
+
+    def _connected(self) -> Any:
+        if self.connection is not None:
+            # Nothing is ever sent back on this connection: something to read means it is closed.
+            if not self.connection.can_read(timeout=0):
+                return self.connection
+            self._drop()
+        client = _client()
+        connection = client.connection_pool.make_connection()
+        try:
+            connection.connect()
+            # Asked once with a reply first: a server that refuses CLIENT REPLY (some hosted ones)
+            # would otherwise answer every update into a socket nobody reads.
+            connection.send_command("CLIENT", "REPLY", "ON", check_health=False)
+            connection.read_response()
+            connection.send_command("CLIENT", "REPLY", "OFF", check_health=False)
+        except redis.ResponseError:
+            connection.disconnect()
+            self.replies_off = False
+            raise
+        except BaseException:
+            connection.disconnect()
+            raise
+        self.replies_off = True
+        self.connection = connection
+        return connection
+
+    def _drop(self) -> None:
+        if self.connection is not None:
+            self.connection.disconnect()
+        self.connection = None
+
+
+_writer: _Writer | None = None
+_writer_lock = threading.Lock()
+
+
+def _write(commands: list[Command]) -> None:
+    """Send the commands in one write on the no-reply connection (with replies, on a server that
+    refuses to turn them off)."""
+    global _writer
+    writer = _writer
+    if writer is None or writer.pid != os.getpid():  # a forked child opens its own
+        with _writer_lock:
+            if _writer is None or _writer.pid != os.getpid():
+                _writer = _Writer()
+            writer = _writer
+    if writer.replies_off is not False:
+        try:
+            writer.write(commands)
+            return
+        except redis.ResponseError:
+            logger.info("Redis does not turn replies off (CLIENT REPLY): live updates wait for them")
+    pipe = _client().pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    pipe.execute()
+
+
+def _publish_command(group: str, message: dict[str, Any]) -> Command | None:
+    """The PUBLISH of ``message`` to the group; None if the layer is not the Pub/Sub one (then it
+    is sent through the layer itself, see ``publish``)."""
     layer = get_channel_layer()
     if not isinstance(layer, RedisPubSubChannelLayer):
-        return False
-    pipe.publish(_pubsub_channel(group), layer.serialize(message))
-    return True
+        return None
+    return ("PUBLISH", _pubsub_channel(group), layer.serialize(message))
+
+
+def _send(commands: list[Command], group: str, message: dict[str, Any], what: str) -> None:
+    publish = _publish_command(group, message)
+    try:
+        _write([*commands, publish] if publish is not None else commands)
+        if publish is None:
+            layer = get_channel_layer()
+            if layer is not None:  # another layer (configured by an operator): its own group_send
+                async_to_sync(layer.group_send)(group, message)
+    except Exception:  # noqa: BLE001 - live updates are best effort; the ledger has the truth
+        logger.warning("could not send %s", what, exc_info=True)
 
 
 def publish(group: str, message: dict[str, Any]) -> None:
-    """Send ``message`` to the group's watchers now, from this thread: one round trip to Redis.
-    Best effort: live updates may be lost, the ledger has the truth."""
-    try:
-        client = _client()
-        if _queue_publish(client, group, message):
-            return
-        layer = get_channel_layer()
-        if layer is not None:  # another layer (configured by an operator): its own group_send
-            async_to_sync(layer.group_send)(group, message)
-    except Exception:  # noqa: BLE001 - live updates are best effort; the ledger has the truth
-        logger.warning("could not publish to %s", group, exc_info=True)
+    """Send ``message`` to the group's watchers (best effort: the ledger has the truth)."""
+    _send([], group, message, f"a live update to {group}")
 
 
 def publish_event(ticket_id: int) -> None:
@@ -86,23 +177,17 @@ def publish_event(ticket_id: int) -> None:
 
 def stream_token(ticket_id: int, step_id: int, offset: int, text: str) -> None:
     """Buffer one streamed piece of the answer and publish it; ``offset`` is its start in the
-    step's text. One round trip: the piece is appended and published in one pipeline."""
+    step's text."""
     key = _stream_key(ticket_id)
+    commands: list[Command] = [("APPEND", f"{key}:{step_id}", text)]
+    if not offset:  # the keys expire from the first piece
+        commands += [
+            ("EXPIRE", f"{key}:{step_id}", STREAM_TTL_SECONDS),
+            ("HSET", key, "step", step_id),
+            ("EXPIRE", key, STREAM_TTL_SECONDS),
+        ]
     message = {"type": "ticket.token", "step": step_id, "offset": offset, "text": text}
-    try:
-        pipe = _client().pipeline(transaction=False)
-        pipe.append(f"{key}:{step_id}", text)
-        if not offset:  # the keys expire from the first piece
-            pipe.expire(f"{key}:{step_id}", STREAM_TTL_SECONDS)
-            pipe.hset(key, "step", step_id)
-            pipe.expire(key, STREAM_TTL_SECONDS)
-        published = _queue_publish(pipe, group_name(ticket_id), message)
-        pipe.execute()
-    except redis.RedisError:
-        logger.warning("could not stream a piece of the answer for ticket %s", ticket_id, exc_info=True)
-        return
-    if not published:
-        publish(group_name(ticket_id), message)
+    _send(commands, group_name(ticket_id), message, f"a piece of the answer for ticket {ticket_id}")
 
 
 def streamed_so_far(ticket_id: int) -> tuple[int | None, str]:
@@ -119,21 +204,16 @@ def streamed_so_far(ticket_id: int) -> tuple[int | None, str]:
         return None, ""
 
 
-# The step's text goes, and the marker too if it still names this step: one round trip.
+# The step's text goes, and the marker too if it still names this step.
 _FINISH = """
 redis.call('DEL', KEYS[2])
 if redis.call('HGET', KEYS[1], 'step') == ARGV[1] then redis.call('DEL', KEYS[1]) end
 """
-_finish_script: Any = None
 
 
 def stream_finished(ticket_id: int, step_id: int) -> None:
-    global _finish_script
+    key = _stream_key(ticket_id)
     try:
-        client = _client()
-        if _finish_script is None:
-            _finish_script = client.register_script(_FINISH)
-        key = _stream_key(ticket_id)
-        _finish_script(keys=[key, f"{key}:{step_id}"], args=[str(step_id)], client=client)
-    except redis.RedisError:
-        pass
+        _write([("EVAL", _FINISH, 2, key, f"{key}:{step_id}", str(step_id))])
+    except Exception:  # noqa: BLE001 - the buffer expires anyway
+        logger.warning("could not clear the streamed text of ticket %s", ticket_id, exc_info=True)

@@ -75,14 +75,51 @@ def test_with_another_channel_layer_the_updates_go_through_its_group_send():
     assert frames == [{"type": "ticket.token", "step": 9, "offset": 0, "text": "Hi"}, {"type": "ticket.event"}]
 
 
+def test_updates_go_out_on_one_connection_that_redis_never_answers():
+    """The worker does not wait a round trip per update: Redis sends nothing back on it."""
+    frames = _watch(987_658, lambda: [realtime.publish_event(987_658) for _ in range(3)])
+    assert frames == [{"type": "ticket.event"}]  # the first doorbell ends the watch
+    writer = realtime._writer
+    assert writer is not None and writer.replies_off is True
+    assert not writer.connection.can_read(timeout=0.2)
+
+
+def test_a_connection_redis_dropped_is_opened_again_before_the_next_update():
+    realtime.publish_event(987_659)
+    host, port = realtime._writer.connection._sock.getsockname()[:2]
+    address = f"{host}:{port}"
+    assert realtime._client().client_kill(address)  # as a Redis restart or an idle timeout would
+    frames = _watch(987_659, lambda: realtime.publish_event(987_659))
+    assert frames == [{"type": "ticket.event"}]
+
+
+def test_a_redis_that_refuses_to_turn_replies_off_gets_the_updates_with_replies(monkeypatch, caplog):
+    import redis
+
+    def refused(self):
+        self.replies_off = False
+        raise redis.ResponseError("unknown subcommand 'REPLY'")
+
+    monkeypatch.setattr(realtime, "_writer", None)
+    monkeypatch.setattr(realtime._Writer, "_connected", refused)
+    try:
+        frames = _watch(987_660, lambda: realtime.stream_token(987_660, 4, 0, "Hi") or realtime.publish_event(987_660))
+        assert frames == [{"type": "ticket.token", "step": 4, "offset": 0, "text": "Hi"}, {"type": "ticket.event"}]
+        assert realtime.streamed_so_far(987_660) == (4, "Hi")
+    finally:
+        realtime.stream_finished(987_660, 4)
+    assert realtime.streamed_so_far(987_660) == (None, "")
+
+
 def test_an_unreachable_redis_loses_the_live_update_and_nothing_else(monkeypatch, caplog):
     """The worker goes on: streaming and doorbells are best effort, the ledger has the truth."""
     import redis
 
     monkeypatch.setattr(realtime, "_redis", redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2))
+    monkeypatch.setattr(realtime, "_writer", None)
     realtime.stream_token(987_657, 3, 0, "Hello")
     realtime.publish_event(987_657)
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
-        "could not stream a piece of the answer for ticket 987657",
-        "could not publish to ticket.987657",
+        "could not send a piece of the answer for ticket 987657",
+        "could not send a live update to ticket.987657",
     ]
