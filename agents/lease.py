@@ -79,8 +79,6 @@ class Lease:
     took_over_from: str = ""
     # This worker's connection holds the ticket's advisory lock.
     locked: bool = False
-    _heartbeat: threading.Thread | None = field(default=None, repr=False)
-    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     lost: bool = False
     # Set while a fenced transaction of this lease is open (guards inside it add no statement).
     _fencing: bool = field(default=False, repr=False)
@@ -123,35 +121,21 @@ class Lease:
             raise LeaseLost(f"lease on ticket {self.ticket_id} epoch {self.epoch} is no longer held") from None
 
     def renew(self) -> bool:
+        """Move the expiry on; False if the lease is no longer this worker's."""
         with connection.cursor() as cursor:
             cursor.execute(
                 "UPDATE agents_ticketlease SET expires_at = %s WHERE ticket_id = %s AND epoch = %s AND owner = %s",
                 [timezone.now() + timedelta(seconds=lease_seconds()), self.ticket_id, self.epoch, self.owner],
             )
-            ok = cursor.rowcount == 1
-        if not ok:
-            self.lost = True
-        return ok
+            return cursor.rowcount == 1
 
     def start_heartbeat(self) -> None:
-        interval = max(0.2, lease_seconds() / 3)
-
-        def beat() -> None:
-            try:
-                while not self._stop.wait(interval):
-                    if not self.renew():
-                        logger.warning("lost the lease on ticket %s (epoch %s)", self.ticket_id, self.epoch)
-                        return
-            finally:
-                connection.close()
-
-        self._heartbeat = threading.Thread(target=beat, name=f"lease-{self.ticket_id}", daemon=True)
-        self._heartbeat.start()
+        """Have the lease renewed every third of its length while this worker works (see _Heartbeat)."""
+        _the_heartbeat().add(self)
 
     def stop_heartbeat(self) -> None:
-        self._stop.set()
-        if self._heartbeat is not None:
-            self._heartbeat.join(timeout=5)
+        """No renewal of this lease starts after this returns (one under way may still end)."""
+        _the_heartbeat().discard(self)
 
     def unlock(self) -> None:
         """Let go of the advisory lock only (a lease lost to another worker)."""
@@ -182,6 +166,78 @@ class Lease:
                 return cursor.fetchone()[1]
             finally:
                 self.locked = False
+
+
+class _Heartbeat:
+    """One thread per process renews the leases its worker holds, each every third of a lease.
+
+    A thread started and joined for each lease cost a turn more than half a millisecond. The
+    renewals use the thread's own connection, closed after each round (a worker holds a lease
+    for seconds; a renewal comes every ten by default).
+    """
+
+    def __init__(self) -> None:
+        self.due: dict[int, tuple[Lease, float]] = {}  # id(lease) -> (lease, when to renew it)
+        self.changed = threading.Condition()
+        self.pid = os.getpid()
+        threading.Thread(target=self._run, name="lease-heartbeat", daemon=True).start()
+
+    @staticmethod
+    def interval() -> float:
+        return max(0.2, lease_seconds() / 3)
+
+    def add(self, lease: Lease) -> None:
+        with self.changed:
+            self.due[id(lease)] = (lease, time.monotonic() + self.interval())
+            self.changed.notify()
+
+    def discard(self, lease: Lease) -> None:
+        with self.changed:
+            self.due.pop(id(lease), None)
+
+    def _run(self) -> None:
+        while True:
+            with self.changed:
+                now = time.monotonic()
+                next_at = min((at for _, at in self.due.values()), default=None)
+                if next_at is None or next_at > now:
+                    self.changed.wait(None if next_at is None else next_at - now)
+                    continue
+                renewing = [lease for lease, at in self.due.values() if at <= now]
+                for lease in renewing:
+                    self.due[id(lease)] = (lease, now + self.interval())
+            try:
+                for lease in renewing:
+                    self._renew(lease)
+            finally:
+                with contextlib.suppress(Exception):
+                    connection.close()
+
+    def _renew(self, lease: Lease) -> None:
+        try:
+            renewed = lease.renew()
+        except Exception:  # noqa: BLE001 - the next round tries again; the lease outlasts two misses
+            logger.warning("could not renew the lease on ticket %s", lease.ticket_id, exc_info=True)
+            return
+        if renewed:
+            return
+        with self.changed:
+            if self.due.pop(id(lease), None) is None:
+                return  # released meanwhile: nothing was lost
+        lease.lost = True
+        logger.warning("lost the lease on ticket %s (epoch %s)", lease.ticket_id, lease.epoch)
+
+
+_heartbeat: _Heartbeat | None = None
+_heartbeat_lock = threading.Lock()
+
+
+def _the_heartbeat() -> _Heartbeat:
+    global _heartbeat
+    with _heartbeat_lock:
+        if _heartbeat is None or _heartbeat.pid != os.getpid():  # a forked child starts its own
+            _heartbeat = _Heartbeat()
+        return _heartbeat
 
 
 def _unlock(cursor: object, lease: Lease) -> None:
