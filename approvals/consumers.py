@@ -6,6 +6,7 @@ from channels.db import database_sync_to_async
 
 from approvals.services import STAFF_GROUP, can_decide
 from support.websocket import SafeJsonConsumer
+from tickets import realtime
 
 
 class ApprovalsConsumer(SafeJsonConsumer):
@@ -16,7 +17,7 @@ class ApprovalsConsumer(SafeJsonConsumer):
         if user is None or not await database_sync_to_async(can_decide)(user):
             await self.close(code=4403)
             return
-        await self.channel_layer.group_add(STAFF_GROUP, self.channel_name)
+        await realtime.group_join(self.channel_layer, STAFF_GROUP, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:

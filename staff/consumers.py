@@ -37,7 +37,7 @@ class StaffTicketConsumer(SafeJsonConsumer):
             await self.close(code=CLOSE_NO_SUCH_TICKET)
             return
         self.group = realtime.group_name(ticket_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        await realtime.group_join(self.channel_layer, self.group, self.channel_name)
 
     async def disconnect(self, code: int) -> None:
         if self.group is not None:

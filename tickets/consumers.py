@@ -88,7 +88,7 @@ class TicketConsumer(SafeJsonConsumer):
             return
         self.last_seq = _after(self.scope.get("query_string", b""))
         self.group = realtime.group_name(self.ticket.pk)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        await realtime.group_join(self.channel_layer, self.group, self.channel_name)
         await self._catch_up()
         await self.send_json({"type": "ready", "seq": self.last_seq})
 

@@ -24,6 +24,7 @@ answer is a Message row.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -163,6 +164,21 @@ def _send(commands: list[Command], group: str, message: dict[str, Any], what: st
                 async_to_sync(layer.group_send)(group, message)
     except Exception:  # noqa: BLE001 - live updates are best effort; the ledger has the truth
         logger.warning("could not send %s", what, exc_info=True)
+
+
+_kept_listening: set[int] = set()  # the event loops whose layer keeps a channel of its own
+
+
+async def group_join(layer: Any, group: str, channel: str) -> None:
+    """Add a socket's channel to a group. The first time in an event loop, the layer is also given a
+    channel that is never left: the Pub/Sub layer's reader sleeps 0.1 s at a time while its process
+    listens to nothing, so the first update for the next socket after a quiet moment waited that
+    long (a customer's first token among them)."""
+    loop = id(asyncio.get_running_loop())
+    if isinstance(layer, RedisPubSubChannelLayer) and loop not in _kept_listening:
+        _kept_listening.add(loop)
+        await layer.new_channel(prefix="listening.")
+    await layer.group_add(group, channel)
 
 
 def publish(group: str, message: dict[str, Any]) -> None:

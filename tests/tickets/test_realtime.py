@@ -123,3 +123,19 @@ def test_an_unreachable_redis_loses_the_live_update_and_nothing_else(monkeypatch
         "could not send a piece of the answer for ticket 987657",
         "could not send a live update to ticket.987657",
     ]
+
+
+def test_a_web_process_keeps_listening_after_its_last_socket_leaves():
+    """The Pub/Sub layer's reader sleeps 0.1 s at a time while its process listens to nothing; the
+    first socket to join keeps one channel of the process open, so the next socket's first update
+    (a customer's first token) is read at once."""
+
+    async def join_and_leave() -> list[str]:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await realtime.group_join(layer, realtime.group_name(987_661), channel)
+        await layer.group_discard(realtime.group_name(987_661), channel)
+        return [name for name in layer._get_layer().channels if name != channel]
+
+    kept = asyncio.run(join_and_leave())
+    assert len(kept) == 1 and "listening." in kept[0], kept
