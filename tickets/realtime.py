@@ -28,6 +28,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 import redis
@@ -38,6 +39,8 @@ from django.conf import settings
 
 logger = logging.getLogger(__name__)
 STREAM_TTL_SECONDS = 3600
+# A connection for live updates idle this long is checked before it is written to (see _Writer).
+IDLE_CHECK_SECONDS = 0.5
 
 _redis: redis.Redis | None = None
 
@@ -75,6 +78,7 @@ class _Writer:
         self.pid = os.getpid()
         self.connection: Any = None
         self.replies_off: bool | None = None  # None until the server was asked
+        self.last_write = 0.0
 
     def write(self, commands: list[Command]) -> None:
         with self.lock:
@@ -88,11 +92,16 @@ class _Writer:
                         raise
 
     def _connected(self) -> Any:
+        now = time.monotonic()
         if self.connection is not None:
             # Nothing is ever sent back on this connection: something to read means it is closed.
-            if not self.connection.can_read(timeout=0):
+            # Redis drops a connection when it restarts or times an idle one out, so one that has
+            # been idle is looked at before a write; one in use (a step a millisecond) is not.
+            idle, self.last_write = now - self.last_write, now
+            if idle < IDLE_CHECK_SECONDS or not self.connection.can_read(timeout=0):
                 return self.connection
             self._drop()
+        self.last_write = now
         client = _client()
         connection = client.connection_pool.make_connection()
         try:

@@ -5,6 +5,7 @@ and the doorbells after them."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from channels.layers import channel_layers, get_channel_layer
@@ -89,6 +90,7 @@ def test_a_connection_redis_dropped_is_opened_again_before_the_next_update():
     host, port = realtime._writer.connection._sock.getsockname()[:2]
     address = f"{host}:{port}"
     assert realtime._client().client_kill(address)  # as a Redis restart or an idle timeout would
+    time.sleep(realtime.IDLE_CHECK_SECONDS)  # (a connection in use is not looked at before each write)
     frames = _watch(987_659, lambda: realtime.publish_event(987_659))
     assert frames == [{"type": "ticket.event"}]
 
