@@ -68,30 +68,38 @@ def call_start(
     public_label: str,
     status: str | None = None,
     approval_reason: str = "",
+    draft: ToolCall | None = None,
 ) -> ToolCall:
     """Commit the intent (status ``started``) before any effect runs.
 
     With an ``approval_reason`` the call needs a staff approval: it is recorded as
     such in this same transaction, and the caller pauses it before committing.
+    ``draft``: the unsaved call the caller checked, written as this intent.
     """
     with lease.guard():
-        call = ToolCall(
-            ticket_id=run.ticket_id,
-            run=run,
-            step=step,
-            index=index,
-            model_call_id=model_call_id,
-            name=name,
-            arguments=arguments,
-            idempotency_key=idempotency_key(
+        fields = {
+            "ticket_id": run.ticket_id,
+            "run": run,
+            "step": step,
+            "index": index,
+            "model_call_id": model_call_id,
+            "name": name,
+            "arguments": arguments,
+            "idempotency_key": idempotency_key(
                 ticket_id=run.ticket_id, run_id=run.pk, step_index=step.index, call_index=index
             ),
-            replay_policy=replay_policy,
-            status=status or CallStatus.STARTED,
-            approval_required=bool(approval_reason),
-            approval_reason=approval_reason,
-            epoch=lease.epoch,
-        )
+            "replay_policy": replay_policy,
+            "status": status or CallStatus.STARTED,
+            "approval_required": bool(approval_reason),
+            "approval_reason": approval_reason,
+            "epoch": lease.epoch,
+        }
+        if draft is None:
+            call = ToolCall(**fields)
+        else:
+            call = draft
+            for name_, value in fields.items():
+                setattr(call, name_, value)
         rows.insert([call], keys_from_block=True)
         ticket_services.event_append(
             ticket=run.ticket_id,

@@ -108,6 +108,7 @@ def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, An
         public_label=tool.public_label,
         status=CallStatus.AWAITING_APPROVAL if reason else CallStatus.AWAITING_CONFIRMATION if confirm else None,
         approval_reason=reason,
+        draft=draft,
     )
     if reason:
         pause_for_approval(lease=lease, run=run, call=call, reason=reason)
