@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from support import rows
+from support import reads, rows
 from tickets.services import Fence, FenceRefused, events_batched
 
 logger = logging.getLogger(__name__)
@@ -250,32 +250,51 @@ def _unlock(cursor: object, lease: Lease) -> None:
 
 def lease_acquire(*, ticket_id: int, owner: str) -> Lease | None:
     """Take the ticket's lease if it is free, expired, or its owner's session is gone; None if
-    someone else holds it."""
+    someone else holds it (or the ticket does not exist)."""
+    return lease_acquire_and_read(ticket_id=ticket_id, owner=owner, then=[])[0]
+
+
+def lease_acquire_and_read(
+    *, ticket_id: int, owner: str, then: Sequence[tuple[str, Sequence[Any]]]
+) -> tuple[Lease | None, list[list[tuple[Any, ...]]]]:
+    """``lease_acquire``, with the reads ``then`` sent in the same round trip right after it: they see the
+    ledger as it is once the lease is taken. Their rows are returned in order (read whether or
+    not the lease was taken; the caller uses them only with a lease)."""
     now = timezone.now()
-    with connection.cursor() as cursor:
-        # The advisory lock first (the INSERT reads it), then the row, in one statement. Free only
-        # if no live session holds the lock: then a lease still marked as held by a locking owner
-        # belongs to a dead one, and may be taken over before it expires.
-        cursor.execute(
-            """
-            WITH advisory AS (SELECT pg_try_advisory_lock(%s) AS locked),
-            taken AS (
-                INSERT INTO agents_ticketlease
-                       (ticket_id, owner, epoch, expires_at, acquired_at, previous_owner, session_locked)
-                SELECT %s, %s, 1, %s, %s, '', advisory.locked FROM advisory
-                ON CONFLICT (ticket_id) DO UPDATE
-                   SET owner = EXCLUDED.owner, epoch = agents_ticketlease.epoch + 1,
-                       expires_at = EXCLUDED.expires_at, acquired_at = EXCLUDED.acquired_at,
-                       previous_owner = agents_ticketlease.owner, session_locked = EXCLUDED.session_locked
-                 WHERE agents_ticketlease.owner = '' OR agents_ticketlease.expires_at < %s
-                    OR (EXCLUDED.session_locked AND agents_ticketlease.session_locked)
-                RETURNING epoch, previous_owner
-            )
-            SELECT advisory.locked, taken.epoch, taken.previous_owner FROM advisory LEFT JOIN taken ON TRUE
-            """,
-            [lock_key(ticket_id), ticket_id, owner, now + timedelta(seconds=lease_seconds()), now, now],
+    # The advisory lock first (the INSERT reads it), then the row, in one statement. Free only
+    # if no live session holds the lock: then a lease still marked as held by a locking owner
+    # belongs to a dead one, and may be taken over before it expires. No row for a ticket that
+    # does not exist (the foreign key would fail the statement, and the reads with it).
+    acquire = (
+        """
+        WITH advisory AS (SELECT pg_try_advisory_lock(%s) AS locked),
+        taken AS (
+            INSERT INTO agents_ticketlease
+                   (ticket_id, owner, epoch, expires_at, acquired_at, previous_owner, session_locked)
+            SELECT %s, %s, 1, %s, %s, '', advisory.locked FROM advisory
+             WHERE EXISTS (SELECT 1 FROM tickets_ticket WHERE id = %s)
+            ON CONFLICT (ticket_id) DO UPDATE
+               SET owner = EXCLUDED.owner, epoch = agents_ticketlease.epoch + 1,
+                   expires_at = EXCLUDED.expires_at, acquired_at = EXCLUDED.acquired_at,
+                   previous_owner = agents_ticketlease.owner, session_locked = EXCLUDED.session_locked
+             WHERE agents_ticketlease.owner = '' OR agents_ticketlease.expires_at < %s
+                OR (EXCLUDED.session_locked AND agents_ticketlease.session_locked)
+            RETURNING epoch, previous_owner
         )
-        locked, *row = cursor.fetchone()
+        SELECT advisory.locked, taken.epoch, taken.previous_owner FROM advisory LEFT JOIN taken ON TRUE
+        """,
+        [lock_key(ticket_id), ticket_id, owner, now + timedelta(seconds=lease_seconds()), now, ticket_id, now],
+    )
+    if then:
+        found, *read = reads.fetch_together([acquire, *then])
+    else:
+        found, read = reads.fetch(*acquire), []
+    return _lease_from(found[0], ticket_id=ticket_id, owner=owner), read
+
+
+def _lease_from(found: tuple[Any, ...], *, ticket_id: int, owner: str) -> Lease | None:
+    with connection.cursor() as cursor:
+        locked, *row = found
         if row[0] is None:
             if locked:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_key(ticket_id)])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -25,18 +26,30 @@ from agents import faults
 from agents import services as agent_services
 from agents.confirmation import acknowledge_while_confirming
 from agents.execution import Stop, ToolCrashed, record_intents, run_calls
-from agents.lease import Lease, LeaseLost, lease_acquire, worker_identity
+from agents.lease import Lease, LeaseLost, lease_acquire_and_read, worker_identity
 from agents.llm import ChatModel, ModelError, validate_response, wasted_tokens
 from agents.model_factory import get_model
 from agents.models import PAUSED_RUN_STATUSES, AgentProfile, AgentRun, RunStatus, StepStatus
 from agents.pass_state import Pass, stream_id
 from agents.profiles import active_profile, profile_of
 from agents.recovery import recover
-from agents.selectors import active_run_and_profile, decided_calls, ticket_has_agent_work
+from agents.selectors import (
+    active_run_and_profile,
+    active_run_and_profile_from,
+    active_run_and_profile_sql,
+    decided_calls,
+    ticket_has_agent_work,
+)
 from agents.tools import tool_specs
 from tickets import realtime
 from tickets.models import AGENT_STAYS_OUT, Ticket
-from tickets.selectors import has_unanswered_messages, ticket_with_customer, unanswered_question
+from tickets.selectors import (
+    has_unanswered_messages,
+    ticket_with_customer,
+    ticket_with_customer_from,
+    ticket_with_customer_sql,
+    unanswered_question,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +93,19 @@ class RetryLater(Exception):
 
 
 def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
-    ticket = ticket_with_customer(ticket_id=ticket_id)
-    if ticket is None:
-        return Outcome("missing")
-    lease = lease_acquire(ticket_id=ticket_id, owner=worker_identity())
+    # The lease, then (in the same round trip) the ticket, its active run and the active profile.
+    lease, (found, *run_and_profile) = lease_acquire_and_read(
+        ticket_id=ticket_id,
+        owner=worker_identity(),
+        then=[ticket_with_customer_sql(ticket_id), *active_run_and_profile_sql(ticket_id)],
+    )
+    ticket = ticket_with_customer_from(found)
     if lease is None:
-        return Outcome("busy")
+        return Outcome("busy" if ticket is not None else "missing")
+    if ticket is None:  # deleted meanwhile
+        lease.release()
+        return Outcome("missing")
+    first_read: tuple[Any, ...] | None = active_run_and_profile_from(*run_and_profile)
     lease.start_heartbeat()
     outcome = Outcome("idle")
     unanswered = None
@@ -94,7 +114,8 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
         for _ in range(20):  # bounded: each pass finishes or pauses a run
             if outcome.runs:
                 ticket = ticket_with_customer(ticket_id=ticket_id)
-            run = _current_run(lease, ticket, chosen)
+            run = _current_run(lease, ticket, chosen, first_read)
+            first_read = None
             if run is None:
                 break
             outcome.runs += 1
@@ -153,8 +174,11 @@ def model_of(profile: AgentProfile) -> ChatModel:
 _models: dict[str, ChatModel] = {}
 
 
-def _current_run(lease: Lease, ticket: Ticket, chosen: ChatModel | None) -> AgentRun | None:
-    run, profile = active_run_and_profile(ticket_id=lease.ticket_id)
+def _current_run(
+    lease: Lease, ticket: Ticket, chosen: ChatModel | None, read: tuple[Any, ...] | None = None
+) -> AgentRun | None:
+    """The run to carry on, or a new one; ``read``: the active run and profile, when just read."""
+    run, profile = read or active_run_and_profile(ticket_id=lease.ticket_id)
     if run is not None:
         if run.status in PAUSED_RUN_STATUSES:
             if not decided_calls(run=run).exists():

@@ -35,7 +35,15 @@ def active_run_and_profile(*, ticket_id: int) -> tuple[AgentRun | None, AgentPro
     """The ticket's run that is not over (running or paused; there is at most one), and the active
     agent profile version (what a new run would keep), in one round trip; the profile is None when
     no version is active yet (agents.profiles makes one)."""
-    runs, profiles = reads.fetch_together([_active_run_sql(ticket_id), reads.select_sql(AgentProfile, "is_active", [])])
+    return active_run_and_profile_from(*reads.fetch_together(active_run_and_profile_sql(ticket_id)))
+
+
+def active_run_and_profile_sql(ticket_id: int) -> list[tuple[str, Any]]:
+    """The two queries of ``active_run_and_profile``, to send along with others."""
+    return [_active_run_sql(ticket_id), reads.select_sql(AgentProfile, "is_active", [])]
+
+
+def active_run_and_profile_from(runs: Any, profiles: Any) -> tuple[AgentRun | None, AgentProfile | None]:
     run = reads.instances(AgentRun, runs)
     profile = reads.instances(AgentProfile, profiles)
     return (run[0] if run else None), (profile[0] if profile else None)

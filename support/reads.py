@@ -71,22 +71,34 @@ def select(model: type[Model], where: str, params: Sequence[Any], *, tail: str =
     return instances(model, fetch(*select_sql(model, where, params, tail=tail)))
 
 
-def select_with(model: type[Model], related: str, where: str, params: Sequence[Any], *, tail: str = "") -> list[Any]:
-    """As ``select``, with the row that the foreign key ``related`` points at joined and cached
-    on each instance (what ``select_related(related)`` does for one non-null foreign key)."""
+def select_with_sql(
+    model: type[Model], related: str, where: str, params: Sequence[Any], *, tail: str = ""
+) -> tuple[str, Sequence[Any]]:
+    """``select_sql`` with the row the foreign key ``related`` points at joined (see ``with_related``)."""
     field = model._meta.get_field(related)
     other = field.related_model
     quote = connection.ops.quote_name
     table, other_table = quote(model._meta.db_table), quote(other._meta.db_table)
-    rows = fetch(
+    sql = (
         f"SELECT {columns_of(model)}, {columns_of(other)} FROM {table} JOIN {other_table} "
-        f"ON {other_table}.{quote(field.target_field.column)} = {table}.{quote(field.column)} WHERE {where} {tail}",
-        params,
+        f"ON {other_table}.{quote(field.target_field.column)} = {table}.{quote(field.column)} WHERE {where} {tail}"
     )
+    return sql, params
+
+
+def with_related(model: type[Model], related: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """The instances of ``select_with_sql``'s rows, the related row cached on each (what
+    ``select_related(related)`` does for one non-null foreign key)."""
+    field = model._meta.get_field(related)
     out = instances(model, rows)
-    for instance, target in zip(out, instances(other, rows, start=len(_shape(model)[1])), strict=True):
+    for instance, target in zip(out, instances(field.related_model, rows, start=len(_shape(model)[1])), strict=True):
         field.set_cached_value(instance, target)
     return out
+
+
+def select_with(model: type[Model], related: str, where: str, params: Sequence[Any], *, tail: str = "") -> list[Any]:
+    """As ``select``, with the row that the foreign key ``related`` points at joined and cached."""
+    return with_related(model, related, fetch(*select_with_sql(model, related, where, params, tail=tail)))
 
 
 class Kept:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Exists, JSONField, OuterRef, QuerySet, Subquery
 from django.http import Http404
@@ -58,10 +60,19 @@ def ticket_locked_for_reply(*, ticket_id: int) -> tuple[str, bool, int]:
     return status, bool(waiting), key
 
 
+def ticket_with_customer_sql(ticket_id: int) -> tuple[str, Any]:
+    """The query of ``ticket_with_customer``, to send along with others (``ticket_with_customer_from``)."""
+    return reads.select_with_sql(Ticket, "customer", f"{Ticket._meta.db_table}.id = %s", [ticket_id])
+
+
+def ticket_with_customer_from(found: Any) -> Ticket | None:
+    tickets = reads.with_related(Ticket, "customer", found)
+    return tickets[0] if tickets else None
+
+
 def ticket_with_customer(*, ticket_id: int) -> Ticket | None:
     """The ticket with its customer, in one round trip (the agent's loop reads it every pass)."""
-    found = reads.select_with(Ticket, "customer", f"{Ticket._meta.db_table}.id = %s", [ticket_id])
-    return found[0] if found else None
+    return ticket_with_customer_from(reads.fetch(*ticket_with_customer_sql(ticket_id)))
 
 
 def customer_for_user(*, user: AbstractBaseUser | AnonymousUser) -> Customer | None:
