@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import socket
 import threading
@@ -179,6 +180,7 @@ class _Heartbeat:
     def __init__(self) -> None:
         self.due: dict[int, tuple[Lease, float]] = {}  # id(lease) -> (lease, when to renew it)
         self.changed = threading.Condition()
+        self.wakes_at = 0.0  # when the thread wakes up next (0 while it is awake)
         self.pid = os.getpid()
         threading.Thread(target=self._run, name="lease-heartbeat", daemon=True).start()
 
@@ -187,9 +189,11 @@ class _Heartbeat:
         return max(0.2, lease_seconds() / 3)
 
     def add(self, lease: Lease) -> None:
+        due = time.monotonic() + self.interval()
         with self.changed:
-            self.due[id(lease)] = (lease, time.monotonic() + self.interval())
-            self.changed.notify()
+            self.due[id(lease)] = (lease, due)
+            if due < self.wakes_at:  # else the thread is up before this lease is due: let it sleep
+                self.changed.notify()
 
     def discard(self, lease: Lease) -> None:
         with self.changed:
@@ -201,7 +205,9 @@ class _Heartbeat:
                 now = time.monotonic()
                 next_at = min((at for _, at in self.due.values()), default=None)
                 if next_at is None or next_at > now:
+                    self.wakes_at = math.inf if next_at is None else next_at
                     self.changed.wait(None if next_at is None else next_at - now)
+                    self.wakes_at = 0.0  # awake: a lease added now is seen by this round
                     continue
                 renewing = [lease for lease, at in self.due.values() if at <= now]
                 for lease in renewing:
