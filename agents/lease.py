@@ -174,7 +174,7 @@ class _Heartbeat:
 
     A thread started and joined for each lease cost a turn more than half a millisecond. The
     renewals use the thread's own connection, closed after each round (a worker holds a lease
-    for seconds; a renewal comes every ten by default).
+    for seconds; a renewal comes every 20 s by default).
     """
 
     def __init__(self) -> None:

@@ -267,8 +267,8 @@ def test_the_page_keeps_one_copy_of_each_piece_in_whatever_order_frames_come(liv
 
 
 def in_another_thread(work) -> None:  # noqa: ANN001
-    """Run ledger writes off the test thread: Playwright's loop lives here, and the live
-    publisher (tickets.realtime) must not see a running loop to publish after commit."""
+    """Run ledger writes off the test thread: Playwright's loop lives here, and Django refuses
+    database work from a thread with a running event loop."""
     errors: list[BaseException] = []
 
     def run() -> None:
