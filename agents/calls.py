@@ -98,8 +98,8 @@ def call_start(
             call = ToolCall(**fields)
         else:
             call = draft
-            for name_, value in fields.items():
-                setattr(call, name_, value)
+            for field, value in fields.items():
+                setattr(call, field, value)
         rows.insert([call], keys_from_block=True)
         ticket_services.event_append(
             ticket=run.ticket_id,
