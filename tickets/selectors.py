@@ -113,10 +113,8 @@ def ticket_get_for_customer(*, user: AbstractBaseUser | AnonymousUser, ticket_id
     """
     if not user.is_authenticated:
         raise Http404("No such ticket")
-    customer = customer_for_user(user=user)
-    if customer is None:
-        raise Http404("No such ticket")
-    ticket = Ticket.objects.filter(pk=ticket_id, customer=customer).select_related("customer").first()
+    # One query: the ticket, through its customer's user (a user who is no customer finds none).
+    ticket = Ticket.objects.filter(pk=ticket_id, customer__user=user).select_related("customer").first()
     if ticket is None:
         raise Http404("No such ticket")
     return ticket

@@ -313,6 +313,7 @@ def message_post(
     first_time: bool = False,
     key: int | None = None,
     files: list[IncomingFile] | None = None,
+    unseen_client_msg_id: bool = False,
 ) -> tuple[Message, bool]:
     """Post a message on a ticket; returns (message, created).
 
@@ -329,6 +330,9 @@ def message_post(
     With a ``client_msg_id`` the call is idempotent: a repeat returns the
     original message and ``created=False``, and starts nothing new (no second set of files).
     Reusing the ID for a different body or different files is refused with MessageConflict.
+    ``unseen_client_msg_id``: the caller has just looked for a message with this ID on the ticket
+    and found none, so it is not looked for again; a concurrent request that wins the insert is
+    still caught by the unique constraint, and its message returned.
     """
     checked = inspect_all(files or [])
     if checked and not (body or "").strip():
@@ -347,7 +351,9 @@ def message_post(
         client_msg_id = client_msg_id.strip()
         if not client_msg_id or len(client_msg_id) > 100:
             raise ValidationError("A client message ID must be 1 to 100 characters.", code="bad_client_msg_id")
-        existing = Message.objects.filter(ticket_id=ticket_id, client_msg_id=client_msg_id).first()
+        existing = None
+        if not unseen_client_msg_id:
+            existing = Message.objects.filter(ticket_id=ticket_id, client_msg_id=client_msg_id).first()
         if existing is not None:
             return _same_message(existing, text, checked if files is not None else None), False
     stored: list[str] = []

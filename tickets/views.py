@@ -24,6 +24,7 @@ from tickets import attachments, presenters, selectors, services
 from tickets.models import (
     HANDLE_PERMISSION,
     RATING_COMMENT_MAX_CHARS,
+    Attachment,
     AuthorKind,
     Customer,
     Message,
@@ -189,14 +190,18 @@ def ticket_rate(request: HttpRequest, ticket_id: int) -> HttpResponse:
     return redirect(reverse("tickets:chat", args=[ticket.pk]) + "#chat-rating")
 
 
-def _message_json(message: Message) -> dict[str, Any]:
+def _message_json(message: Message, *, stored: list[Attachment] | None = None) -> dict[str, Any]:
+    """The message as the chat's script reads it; ``stored``: its attachments, when the caller
+    knows them (else they are read)."""
+    if stored is None:
+        stored = list(message.attachments.all())
     return {
         "id": message.pk,
         "client_msg_id": message.client_msg_id,
         "author": message.author_kind,
         "text": message.body,
         "created_at": message.created_at.isoformat(),
-        "attachments": [presenters.attachment_item(a) for a in message.attachments.all()],
+        "attachments": [presenters.attachment_item(a) for a in stored],
     }
 
 
@@ -272,6 +277,7 @@ def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
             body=body,
             client_msg_id=client_msg_id,
             files=files if files is not None else [],
+            unseen_client_msg_id=not retried,
         )
     except services.MessageConflict as exc:
         return JsonResponse({"error": exc.messages[0]}, status=409)
@@ -279,7 +285,9 @@ def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
         return JsonResponse({"error": exc.messages[0]}, status=413 if exc.code == "too_large" else 400)
     except ValidationError as exc:
         return JsonResponse({"error": exc.messages[0]}, status=400)
-    return JsonResponse({"message": _message_json(message)}, status=201 if created else 200)
+    # A message just written without files has none: no query to learn it.
+    known = [] if created and not files else None
+    return JsonResponse({"message": _message_json(message, stored=known)}, status=201 if created else 200)
 
 
 @login_required

@@ -69,6 +69,29 @@ def test_repeated_client_message_id_returns_the_original_message(customer):
     assert ticket.events.filter(kind="message").count() == 2  # the opening message and this one, once
 
 
+def test_a_message_whose_id_another_request_stored_meanwhile_returns_that_message(customer):
+    # The caller looked and found no message with this ID; another request stored one since
+    # (the web's send endpoint passes unseen_client_msg_id after its own look).
+    ticket = open_ticket(customer)
+    first, _ = services.message_post(
+        ticket=ticket, author_kind=AuthorKind.CUSTOMER, author_user=customer.user, body="Any news?", client_msg_id="c-3"
+    )
+    events = ticket.events.count()
+
+    again, created = services.message_post(
+        ticket=ticket,
+        author_kind=AuthorKind.CUSTOMER,
+        author_user=customer.user,
+        body="Any news?",
+        client_msg_id="c-3",
+        unseen_client_msg_id=True,
+    )
+
+    assert created is False and again.pk == first.pk
+    assert Message.objects.filter(ticket=ticket, client_msg_id="c-3").count() == 1
+    assert ticket.events.count() == events  # the losing insert's event went with its rollback
+
+
 def test_client_message_id_reused_for_other_text_is_refused(customer):
     ticket = open_ticket(customer)
     services.message_post(ticket=ticket, author_kind=AuthorKind.CUSTOMER, body="One", client_msg_id="c-2")

@@ -277,6 +277,22 @@ def test_a_retried_send_returns_the_original_message_and_starts_no_second_turn(
     assert doorbells == [ticket.pk]
 
 
+def test_a_send_reads_the_ticket_once_and_its_message_id_once(signed_in, ticket):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        response = send(signed_in, ticket, "Any news?", client_msg_id="c-count")
+
+    assert response.status_code == 201 and response.json()["message"]["attachments"] == []
+    statements = [q["sql"] for q in queries.captured_queries]
+    # The access check is one query (the ticket through its customer's user), the client message
+    # ID is looked for once, and a message sent without files does not read its attachments.
+    assert [s for s in statements if s.startswith('SELECT "tickets_customer"')] == []
+    assert len([s for s in statements if s.startswith("SELECT") and "client_msg_id" in s.split("WHERE")[-1]]) == 1
+    assert [s for s in statements if "tickets_attachment" in s] == []
+
+
 def test_a_client_message_id_reused_for_other_text_is_a_conflict(signed_in, ticket):
     send(signed_in, ticket, "First text", client_msg_id="c-same")
 
