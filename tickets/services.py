@@ -484,10 +484,14 @@ def ticket_open(
     subject: str,
     body: str,
     client_ref: str | None = None,
+    unseen_client_ref: bool = False,
 ) -> tuple[Ticket, bool]:
     """Open a ticket with the customer's first message; returns (ticket, created).
 
     A repeat with the same ``client_ref`` returns the ticket the first call opened.
+    ``unseen_client_ref``: the caller has just looked for the customer's ticket with this reference
+    and found none, so it is not looked for again; a concurrent request that wins the insert is
+    still caught by the unique constraint, and its ticket returned.
     """
     subject = (subject or "").strip()
     if not subject:
@@ -497,7 +501,7 @@ def ticket_open(
     _storable_or_refuse(subject, "The subject")
     if client_ref is not None:
         _storable_or_refuse(client_ref, "The form")
-    if client_ref is not None:
+    if client_ref is not None and not unseen_client_ref:
         existing = Ticket.objects.filter(customer=customer, client_ref=client_ref).first()
         if existing is not None:
             return existing, False
@@ -518,6 +522,7 @@ def ticket_open(
                 author_user=customer.user,
                 body=body,
                 client_msg_id=f"open:{client_ref}" if client_ref else None,
+                unseen_client_msg_id=True,  # the ticket is this transaction's: no message is on it yet
             )
     except IntegrityError:
         if client_ref is None:

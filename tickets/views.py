@@ -88,7 +88,9 @@ def ticket_new(request: HttpRequest) -> HttpResponse:
     if wait is not None:
         return too_many(wait, f"You have opened many tickets just now; please try again in {wait} s.", json=False)
     try:
-        ticket, _ = services.ticket_open(customer=customer, subject=subject, body=body, client_ref=client_ref)
+        ticket, _ = services.ticket_open(
+            customer=customer, subject=subject, body=body, client_ref=client_ref, unseen_client_ref=True
+        )
     except ValidationError as exc:
         return _new_form(
             request,

@@ -122,6 +122,20 @@ def test_retried_ticket_open_with_the_same_reference_returns_the_same_ticket(cus
     assert Ticket.objects.filter(customer=customer).count() == 1
 
 
+def test_a_ticket_whose_reference_another_request_used_meanwhile_returns_that_ticket(customer):
+    # The caller looked and found no ticket with this reference; another request opened one since
+    # (the web's new-ticket form passes unseen_client_ref after its own look).
+    first, _ = services.ticket_open(customer=customer, subject="Hi", body="Hello", client_ref="tab-2")
+
+    again, created = services.ticket_open(
+        customer=customer, subject="Hi", body="Hello", client_ref="tab-2", unseen_client_ref=True
+    )
+
+    assert created is False and again.pk == first.pk
+    assert Ticket.objects.filter(customer=customer).count() == 1
+    assert Message.objects.filter(ticket__customer=customer).count() == 1
+
+
 def test_customer_message_reopens_a_ticket_waiting_on_them(customer):
     ticket = open_ticket(customer)
     services.ticket_transition(ticket=ticket, to_status=TicketStatus.WAITING_ON_CUSTOMER, actor_kind=ActorKind.AGENT)

@@ -149,6 +149,22 @@ def test_submitting_the_same_new_ticket_form_twice_opens_one_ticket(signed_in, c
     assert first.url == second.url
 
 
+def test_opening_a_ticket_looks_its_reference_up_once_and_its_first_message_not_at_all(signed_in, customer):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    form = {"subject": "Lid", "body": "The lid is missing", "client_ref": "form-count"}
+    with CaptureQueriesContext(connection) as queries:
+        response = signed_in.post(reverse("tickets:new"), form)
+
+    assert response.status_code == 302 and Ticket.objects.filter(client_ref="form-count").count() == 1
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
+    # The form's reference is looked for once; the first message of a ticket this request opens
+    # cannot exist yet, so its client message ID is not looked for.
+    assert len([s for s in reads if "client_ref" in s.split("WHERE")[-1]]) == 1
+    assert [s for s in reads if "client_msg_id" in s.split("WHERE")[-1]] == []
+
+
 def test_a_new_ticket_without_a_message_is_refused_with_the_reason(signed_in, customer):
     response = signed_in.post(reverse("tickets:new"), {"subject": "Hi", "body": "   ", "client_ref": "form-empty"})
 
