@@ -584,6 +584,11 @@ def main(argv: list[str] | None = None) -> int:
                     for name, _ in HOPS
                     if (values := [one.hops[name] for one in s.sent if one.hops])
                 },
+                # Each message's own hops, in the order sent: what a slow one spent its time on.
+                "messages": [
+                    {"ticket_id": one.ticket_id, "first_token_ms": one.first_token_ms, "hops_ms": one.hops}
+                    for one in s.sent
+                ],
             }
             for kind, s in series.items()
         ],
