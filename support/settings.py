@@ -101,8 +101,8 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
     # NUL characters, lone surrogates, JSON nested beyond reason: a clear 400 before any view.
     # Innermost, and synchronous only: under ASGI, Django then runs every middleware above it in
-    # sync mode, in one thread, instead of switching between the event loop and a thread for each
-    # one's request and response steps (about fourteen switches per request).
+    # sync mode, in the request's thread, instead of switching between the event loop and that
+    # thread for each one's request and response steps (six switches per request, not sixteen).
     "support.middleware.RejectUnstorableInput",
 ]
 
