@@ -88,7 +88,7 @@ def tickets_with_agent_work(*, limit: int = 500) -> list[int]:
     held_unlocked = held.filter(session_locked=False)
     held_locked = held.filter(session_locked=True)
     candidates = (
-        _with_agent_work(Ticket.objects.all())
+        _with_agent_work(Ticket.objects.filter(pk__in=_tickets_that_may_have_agent_work()))
         .annotate(
             held_unlocked=Exists(held_unlocked),
             held_locked=Exists(held_locked),
@@ -100,6 +100,20 @@ def tickets_with_agent_work(*, limit: int = 500) -> list[int]:
         .values_list("pk", flat=True)[:limit]
     )
     return list(candidates)
+
+
+def _tickets_that_may_have_agent_work() -> QuerySet[Any]:
+    """The tickets ``_with_agent_work`` can find, as the union of its three sources, each read
+    through its own index: the sweep then looks at those tickets only, not at every ticket. (Ten
+    thousand paused tickets made the planner expect a query costly enough to compile: 34 ms of
+    JIT in a 47 ms sweep, every few seconds.)"""
+    return (
+        unanswered_messages().order_by().values("ticket_id")
+        .union(
+            AgentRun.objects.filter(status=RunStatus.RUNNING).order_by().values("ticket_id"),
+            decided_calls().order_by().values("ticket_id"),
+        )
+    )  # fmt: skip
 
 
 def ticket_has_agent_work(ticket_id: int) -> bool:
