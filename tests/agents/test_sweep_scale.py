@@ -1,6 +1,6 @@
 """The sweep looks at the tickets that may have work for the agent, not at every ticket: paused and
-answered tickets cost it nothing (DESIGN.md: a pause costs disk, not processes, nor a sweeper's
-time)."""
+answered tickets cost it nothing (DESIGN.md, invariant 7, says a pause costs disk, not processes;
+nor should it cost the sweeper time)."""
 
 from __future__ import annotations
 
