@@ -227,6 +227,7 @@ def approval_cards(approvals: Iterable[ApprovalRequest]) -> list[ApprovalCard]:
             )
         )
     cards = []
+    warnings: dict[str, str] = {}
     for approval in approvals:
         conversation = approval_conversation(approval=approval)
         card = ApprovalCard(
@@ -243,12 +244,14 @@ def approval_cards(approvals: Iterable[ApprovalRequest]) -> list[ApprovalCard]:
         )
         order = orders.get(_order_number(approval))
         if order is not None:
-            _add_order(card, order, pending_on_order[order.number], refunds_by_order[order.pk])
+            if order.number not in warnings:
+                warnings[order.number] = _over_refund_warning(order, pending_on_order[order.number])
+            _add_order(card, order, warnings[order.number], refunds_by_order[order.pk])
         cards.append(card)
     return cards
 
 
-def _add_order(card: ApprovalCard, order: Order, pending: list[ApprovalRequest], refunds: list[RefundEntry]) -> None:
+def _add_order(card: ApprovalCard, order: Order, warning: str, refunds: list[RefundEntry]) -> None:
     evidence = card.approval.evidence
     currency = order.currency
     facts = [
@@ -259,16 +262,30 @@ def _add_order(card: ApprovalCard, order: Order, pending: list[ApprovalRequest],
     if evidence.get("delivered_at"):
         facts.append(f"delivered {evidence['delivered_at']}")
     card.order, card.order_facts, card.refunds = order, ", ".join(facts), refunds
+    card.over_refund_warning = warning
+
+
+# Requests a warning names one by one; the rest are counted.
+WARNING_LISTS = 10
+
+
+def _over_refund_warning(order: Order, pending: list[ApprovalRequest]) -> str:
+    """The warning when the order's pending requests ask for more than it can still refund ("" if
+    they do not): the same on every card of the order, so made once per order."""
+    currency = order.currency
     refundable = max(0, order.total_cents - refunded_total_cents(order))
     asked = sum(int(p.amount_cents or 0) for p in pending)
-    if asked > refundable:
-        card.over_refund_warning = (
-            f"{len(pending)} pending request{'s' if len(pending) != 1 else ''} on order {order.number} "
-            f"add up to {format_money(asked, currency)}, more than the {format_money(refundable, currency)} "
-            f"it can still refund (total {format_money(order.total_cents, currency)}, "
-            f"refunded {format_money(order.total_cents - refundable, currency)}). "
-            f"Requests: {', '.join(f'#{p.pk} ({p.amount_display})' for p in pending)}."
-        )
+    if asked <= refundable:
+        return ""
+    named = ", ".join(f"#{p.pk} ({p.amount_display})" for p in pending[:WARNING_LISTS])
+    rest = f" and {len(pending) - WARNING_LISTS} more" if len(pending) > WARNING_LISTS else ""
+    return (
+        f"{len(pending)} pending request{'s' if len(pending) != 1 else ''} on order {order.number} "
+        f"add up to {format_money(asked, currency)}, more than the {format_money(refundable, currency)} "
+        f"it can still refund (total {format_money(order.total_cents, currency)}, "
+        f"refunded {format_money(order.total_cents - refundable, currency)}). "
+        f"Requests: {named}{rest}."
+    )
 
 
 # --- History -------------------------------------------------------------------------------

@@ -97,6 +97,11 @@
       if (busy(card)) markGone(card); else card.remove();
     });
     empty.hidden = cardsIn(list).length > 0;
+    var more = container.querySelector(".more"), freshMore = fresh.querySelector(".more");
+    if (more && freshMore) {
+      more.textContent = freshMore.textContent;
+      more.hidden = freshMore.hidden;
+    }
     announce();
   }
 

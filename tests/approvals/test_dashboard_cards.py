@@ -409,3 +409,28 @@ def test_staff_without_the_approval_permission_get_403_and_decide_nothing(sandbo
     )
     assert response.status_code == 403
     assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalStatus.PENDING
+
+
+def test_many_pending_requests_show_the_oldest_cards_and_count_the_rest(sandbox, client, approver):
+    from approvals.selectors import WARNING_LISTS
+    from approvals.views import PENDING_SHOWN
+
+    customer = make_customer()
+    order = make_order(customer, total_cents=64900, number="E-5011")
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    asked = PENDING_SHOWN + 5
+    for n in range(asked):
+        advance(ask(customer, f"Please refund order E-5011 ({n})").pk)
+    pending = list(ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING).order_by("requested_at", "id"))
+    assert len(pending) == asked
+    client.force_login(approver)
+
+    page = dashboard(client)
+
+    shown = re.findall(r'<li class="card approval"[^>]*data-approval-id="(\d+)"', page)
+    assert [int(pk) for pk in shown] == [a.pk for a in pending[:PENDING_SHOWN]]  # the oldest first
+    assert "5 more waiting after these" in text_of(page)
+    warning = text_of(part(page, pending[0], r'<div data-live="warnings">(.*?)</div>'))
+    assert f"{asked} pending requests on order E-5011 add up to" in warning
+    named = ", ".join(f"#{a.pk} ($649.00)" for a in pending[:WARNING_LISTS])
+    assert f"Requests: {named} and {asked - WARNING_LISTS} more." in warning
