@@ -163,6 +163,20 @@ def approvals_pending() -> QuerySet[ApprovalRequest]:
     )
 
 
+# Cards on the dashboard at once, oldest first; the rest are counted, and come in as these are decided
+# (a card reads its ticket's conversation: ten thousand of them would be a page nobody could load).
+PENDING_SHOWN = 50
+
+
+def pending_cards() -> tuple[list[ApprovalCard], int]:
+    """The oldest PENDING_SHOWN pending requests as cards, and how many more are waiting."""
+    pending = approvals_pending()
+    cards = approval_cards(pending[:PENDING_SHOWN])
+    # Counted after the cards were read: a decision in between must not make it negative.
+    more = max(0, pending.count() - len(cards)) if len(cards) == PENDING_SHOWN else 0
+    return cards, more
+
+
 def approval_conversation(*, approval: ApprovalRequest, limit: int = 40) -> list[ConversationEntry]:
     """The ticket's messages (internal notes marked) and the agent's tool calls, the latest ``limit``, oldest first."""
     messages = (

@@ -29,15 +29,8 @@ def approver_required(view: Any) -> Any:
     return wrapped
 
 
-# Cards on the dashboard at once, oldest first; the rest are counted, and come in as these are decided
-# (a card reads its ticket's conversation: ten thousand of them would be a page nobody could load).
-PENDING_SHOWN = 50
-
-
 def _pending_context() -> dict[str, Any]:
-    pending = selectors.approvals_pending()
-    cards = selectors.approval_cards(pending[:PENDING_SHOWN])
-    more = pending.count() - len(cards) if len(cards) == PENDING_SHOWN else 0
+    cards, more = selectors.pending_cards()
     return {"cards": cards, "more": more, "now": timezone.now()}
 
 

@@ -412,8 +412,7 @@ def test_staff_without_the_approval_permission_get_403_and_decide_nothing(sandbo
 
 
 def test_many_pending_requests_show_the_oldest_cards_and_count_the_rest(sandbox, client, approver):
-    from approvals.selectors import WARNING_LISTS
-    from approvals.views import PENDING_SHOWN
+    from approvals.selectors import PENDING_SHOWN, WARNING_LISTS
 
     customer = make_customer()
     order = make_order(customer, total_cents=64900, number="E-5011")
