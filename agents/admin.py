@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.html import format_html
@@ -86,16 +87,35 @@ class FailingTicketsFilter(admin.SimpleListFilter):
         return queryset.filter(Exists(failing))
 
 
-@admin.display(description="last agent error")
-def last_agent_error(ticket: Ticket) -> str:
-    error = (
+def _last_errors(ticket: Any) -> QuerySet[AgentRun]:
+    """The last errors of the ticket's runs that failed, newest first (``ticket``: a ticket or an OuterRef)."""
+    return (
         AgentRun.objects.filter(ticket=ticket, failures__gt=0)
         .exclude(last_error="")
         .order_by("-id")
         .values_list("last_error", flat=True)
-        .first()
     )
+
+
+@admin.display(description="last agent error")
+def last_agent_error(ticket: Ticket) -> str:
+    if hasattr(ticket, "last_agent_error_text"):  # read with the list's page, in its one query
+        error = ticket.last_agent_error_text
+    else:
+        error = _last_errors(ticket).first()
     return (error or "")[:200]
+
+
+_tickets = TicketAdmin.get_queryset
+
+
+def _tickets_with_last_agent_error(self: TicketAdmin, request: HttpRequest) -> QuerySet[Ticket]:
+    """The admin's tickets, each with its last agent error: the list reads it with its page, not
+    with a query per row."""
+    return _tickets(self, request).annotate(last_agent_error_text=Subquery(_last_errors(OuterRef("pk"))[:1]))
+
+
+TicketAdmin.get_queryset = _tickets_with_last_agent_error  # type: ignore[method-assign]
 
 
 TicketAdmin.list_filter = [*TicketAdmin.list_filter, FailingTicketsFilter]

@@ -84,3 +84,34 @@ def test_the_failing_tickets_filter_lists_a_parked_ticket_with_its_last_error(ad
     assert f"/admin/tickets/ticket/{parked.pk}/change/" in page
     assert f"/admin/tickets/ticket/{healthy.pk}/change/" not in page
     assert "150 characters" in page  # the last error, in its column
+
+
+def test_the_ticket_list_reads_the_agents_last_errors_with_its_page_not_one_query_per_row(admin_client):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from agents.models import RunStatus
+
+    def failed_ticket(n: int) -> int:
+        ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject=f"Broken {n}", body="Hello?")
+        for attempt in (1, 2):  # the newer run's error is the one shown
+            AgentRun.objects.create(
+                ticket=ticket, status=RunStatus.FAILED, failures=attempt, last_error=f"error {attempt} of ticket {n}"
+            )
+        return ticket.pk
+
+    def the_list() -> tuple[int, str]:
+        with CaptureQueriesContext(connection) as queries:
+            page = admin_client.get("/admin/tickets/ticket/")
+        assert page.status_code == 200
+        return len(queries.captured_queries), page.content.decode()
+
+    failed_ticket(1)
+    few, _ = the_list()
+    for n in range(2, 8):
+        failed_ticket(n)
+    many, page = the_list()
+
+    assert many == few
+    for n in range(1, 8):
+        assert f"error 2 of ticket {n}" in page and f"error 1 of ticket {n}" not in page
