@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db.models import Exists, OuterRef, QuerySet, Subquery
+from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.html import format_html
@@ -314,14 +314,19 @@ class AgentProfileAdmin(admin.ModelAdmin):
     list_display = ["version", "is_active", "model", "note", "created_at", "created_by", "runs_count"]
     readonly_fields = ["version", "is_active", "created_at", "created_by", "changes"]
     actions = [activate_profile]
+    list_select_related = ["created_by"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[AgentProfile]:
+        # Each version's runs counted in the list's query, not one query per row.
+        return super().get_queryset(request).annotate(runs_total=Count("runs"))
 
     def get_fields(self, request: HttpRequest, obj: AgentProfile | None = None) -> list[str]:
         editable = ["system_prompt", "model", "model_parameters", "tools", "approval_policy", "note", "make_active"]
         return ["version", "is_active", "created_at", "created_by", "changes", *editable] if obj else editable
 
-    @admin.display(description="runs")
+    @admin.display(description="runs", ordering="runs_total")
     def runs_count(self, profile: AgentProfile) -> int:
-        return profile.runs.count()
+        return profile.runs_total if hasattr(profile, "runs_total") else profile.runs.count()
 
     @admin.display(description="changes from the version before")
     def changes(self, profile: AgentProfile) -> str:

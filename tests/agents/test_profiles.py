@@ -190,3 +190,40 @@ def test_the_admin_shows_which_version_each_run_used(admin_client):  # noqa: ANN
     page = admin_client.get("/admin/agents/agentrun/").content.decode()
     assert ">v1<" in page
     assert Client().get("/admin/agents/agentprofile/").status_code == 302
+
+
+def test_the_versions_list_counts_each_versions_runs_in_its_own_query_not_one_per_row(admin_client):  # noqa: ANN001
+    import re
+
+    from django.contrib.auth.models import User
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def the_list() -> tuple[int, str]:
+        with CaptureQueriesContext(connection) as queries:
+            page = admin_client.get("/admin/agents/agentprofile/")
+        assert page.status_code == 200
+        return len(queries.captured_queries), page.content.decode()
+
+    author = User.objects.create_user("prompt-writer", email="writer@example.com")
+    for _ in range(3):  # three runs on the first version
+        ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Hi", body="Hello")
+        AgentRun.objects.create(ticket=ticket, profile=active_profile(), status=RunStatus.COMPLETED)
+    profile_new_version(changes={"system_prompt": "v2"}, user=author, note="second")
+    few, _ = the_list()
+    for n in range(3, 8):
+        profile_new_version(changes={"system_prompt": f"v{n}"}, user=author, note=f"version {n}")
+    many, page = the_list()
+
+    assert many == few
+    rows = re.findall(r"<tr>.*?</tr>", page, re.S)
+    counts = {
+        int(v): int(c)
+        for v, c in (
+            re.search(r'field-version.*?>(\d+)<.*field-runs_count">(\d+)<', row, re.S).groups()
+            for row in rows
+            if "field-version" in row
+        )
+    }
+    assert counts == {1: 3, **{n: 0 for n in range(2, 8)}}
+    assert page.count("prompt-writer") == 6
