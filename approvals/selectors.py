@@ -139,9 +139,12 @@ class ApprovalCard:
     attachments: list[dict[str, Any]] = field(default_factory=list)
 
 
-def approval_attachments(*, approval: ApprovalRequest) -> list[dict[str, Any]]:
-    """The files the customer sent on the ticket, for the card."""
-    return [attachment_item(a) for a in ticket_selectors.ticket_attachments(ticket_id=approval.ticket_id)]
+def approval_attachments(*, tickets: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
+    """The files the customers sent on these tickets, for the cards: ticket id -> files, oldest first."""
+    files: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for attachment in ticket_selectors.tickets_attachments(ticket_ids=tickets):
+        files[attachment.message.ticket_id].append(attachment_item(attachment))
+    return files
 
 
 def approval_needs_confirmation(approval: ApprovalRequest) -> bool:
@@ -177,24 +180,34 @@ def pending_cards() -> tuple[list[ApprovalCard], int]:
     return cards, more
 
 
-def approval_conversation(*, approval: ApprovalRequest, limit: int = 40) -> list[ConversationEntry]:
-    """The ticket's messages (internal notes marked) and the agent's tool calls, the latest ``limit``, oldest first."""
-    messages = (
-        Message.objects.filter(ticket_id=approval.ticket_id)
-        .select_related("author_user")
-        .order_by("-created_at", "-id")[:limit]
-    )
-    calls = (
-        ToolCall.objects.filter(ticket_id=approval.ticket_id)
-        .exclude(name__in=_SHOWN_AS_MESSAGES)
-        .order_by("-started_at", "-id")[:limit]
-    )
-    entries = []
-    for message in messages:
+def _latest(rows: QuerySet[Any], tickets: list[int], limit: int, *newest_by: str) -> list[Any]:
+    """The latest ``limit`` rows of each ticket (the largest ``newest_by``), in one statement: each
+    ticket's read through its index and stopped at ``limit``, however long its history."""
+    newest_first = [f"-{name}" for name in newest_by]
+    parts = [rows.filter(ticket_id=ticket_id).order_by(*newest_first)[:limit] for ticket_id in tickets]
+    if len(parts) < 2:
+        return list(parts[0]) if parts else []
+    return list(parts[0].union(*parts[1:], all=True))
+
+
+def approval_conversations(
+    *, tickets: Iterable[int], currency_of: dict[int, str], limit: int = 40
+) -> dict[int, list[ConversationEntry]]:
+    """Each ticket's messages (internal notes marked) and the agent's tool calls, the latest ``limit``,
+    oldest first: ticket id -> entries. Three queries for all the tickets. ``currency_of``: the
+    currency each ticket's amounts are shown in."""
+    tickets = sorted(tickets)
+    messages = _latest(Message.objects.all(), tickets, limit, "created_at", "id")
+    calls = _latest(ToolCall.objects.exclude(name__in=_SHOWN_AS_MESSAGES), tickets, limit, "started_at", "id")
+    staff_ids = {m.author_user_id for m in messages if m.author_kind == AuthorKind.STAFF and m.author_user_id}
+    staff = get_user_model().objects.in_bulk(staff_ids) if staff_ids else {}
+    entries: dict[int, list[ConversationEntry]] = {ticket_id: [] for ticket_id in tickets}
+    for message in sorted(messages, key=lambda m: (m.created_at, m.pk)):
         who = message.get_author_kind_display()
-        if message.author_kind == AuthorKind.STAFF and message.author_user is not None:
-            who = f"Staff ({message.author_user.get_username()})"
-        entries.append(
+        author = staff.get(message.author_user_id)
+        if message.author_kind == AuthorKind.STAFF and author is not None:
+            who = f"Staff ({author.get_username()})"
+        entries[message.ticket_id].append(
             ConversationEntry(
                 kind=message.author_kind,
                 who=who,
@@ -203,13 +216,13 @@ def approval_conversation(*, approval: ApprovalRequest, limit: int = 40) -> list
                 internal=not message.is_public,
             )
         )
-    currency = approval.currency or "usd"
-    entries.extend(
-        ConversationEntry(kind="tool", who="Agent", text=_call_words(call, currency), at=call.started_at)
-        for call in calls
-    )
-    entries.sort(key=lambda entry: entry.at)
-    return entries[-limit:]
+    for call in sorted(calls, key=lambda c: (c.started_at, c.pk)):
+        words = _call_words(call, currency_of.get(call.ticket_id) or "usd")
+        entries[call.ticket_id].append(ConversationEntry(kind="tool", who="Agent", text=words, at=call.started_at))
+    for conversation in entries.values():
+        conversation.sort(key=lambda entry: entry.at)
+        del conversation[:-limit]
+    return entries
 
 
 def _customer_texts(conversation: list[ConversationEntry]) -> list[str]:
@@ -240,10 +253,14 @@ def approval_cards(approvals: Iterable[ApprovalRequest]) -> list[ApprovalCard]:
                 ticket_id=refund.ticket_id,
             )
         )
+    tickets = {approval.ticket_id for approval in approvals}
+    currency_of = {approval.ticket_id: approval.currency for approval in approvals}
+    conversations = approval_conversations(tickets=tickets, currency_of=currency_of)
+    files = approval_attachments(tickets=tickets)
     cards = []
     warnings: dict[str, str] = {}
     for approval in approvals:
-        conversation = approval_conversation(approval=approval)
+        conversation = conversations[approval.ticket_id]
         card = ApprovalCard(
             approval=approval,
             sentence=action_sentence(
@@ -254,7 +271,7 @@ def approval_cards(approvals: Iterable[ApprovalRequest]) -> list[ApprovalCard]:
             conversation=conversation,
             needs_confirmation=approval_needs_confirmation(approval),
             confirmation_text=approval_confirmation_text(approval),
-            attachments=approval_attachments(approval=approval),
+            attachments=files.get(approval.ticket_id, []),
         )
         order = orders.get(_order_number(approval))
         if order is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -164,7 +165,8 @@ def attachment_get_for_user(*, user: AbstractBaseUser | AnonymousUser, attachmen
     return attachment
 
 
-def ticket_attachments(*, ticket_id: int) -> QuerySet[Attachment]:
-    """Every file sent on a ticket, oldest first (for staff pages: no access check here)."""
-    files = Attachment.objects.filter(message__ticket_id=ticket_id)
-    return files.order_by("message__created_at", "message_id", "position")
+def tickets_attachments(*, ticket_ids: Iterable[int]) -> QuerySet[Attachment]:
+    """Every file sent on these tickets, each ticket's oldest first, with its message (for staff
+    pages: no access check here)."""
+    files = Attachment.objects.filter(message__ticket_id__in=list(ticket_ids)).select_related("message")
+    return files.order_by("message__ticket_id", "message__created_at", "message_id", "position")

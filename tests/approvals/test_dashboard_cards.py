@@ -433,3 +433,46 @@ def test_many_pending_requests_show_the_oldest_cards_and_count_the_rest(sandbox,
     assert f"{asked} pending requests on order E-5011 add up to" in warning
     named = ", ".join(f"#{a.pk} ($649.00)" for a in pending[:WARNING_LISTS])
     assert f"Requests: {named} and {asked - WARNING_LISTS} more." in warning
+
+
+def test_the_dashboard_reads_the_cards_conversations_and_files_in_a_few_queries_whatever_their_number(
+    sandbox, client, approver, media
+):
+    """Each card's conversation and files are its own ticket's, and a page of many cards costs
+    the queries of a page of one (they were three queries a card)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.tickets.files import png_bytes, post_with_files
+    from tickets.models import Attachment
+
+    def pause_with_a_photo(n: int) -> ApprovalRequest:
+        ticket, _ = refund_ticket(sandbox, number=f"Q-510{n}")
+        post_with_files(ticket, [(f"photo-{n}.png", png_bytes())], body=f"Here is the damage on Q-510{n}")
+        advance(ticket.pk)
+        ticket_services.message_post(
+            ticket=ticket, author_kind=AuthorKind.STAFF, author_user=approver, body=f"Note {n}", is_public=False
+        )
+        return ApprovalRequest.objects.get(ticket=ticket, status=ApprovalStatus.PENDING)
+
+    def page_and_queries() -> tuple[str, int]:
+        with CaptureQueriesContext(connection) as queries:
+            page = dashboard(client)
+        return page, len(queries.captured_queries)
+
+    client.force_login(approver)
+    approvals = [pause_with_a_photo(1)]
+    _, one = page_and_queries()
+    approvals += [pause_with_a_photo(n) for n in range(2, 6)]
+    page, five = page_and_queries()
+
+    assert five == one
+    for n, approval in enumerate(approvals, start=1):
+        card = card_html(page, approval)
+        conversation = part(page, approval, r'<details class="conversation">(.*?)</details>')
+        photo = Attachment.objects.get(original_name=f"photo-{n}.png")
+        assert f"Please refund my order Q-510{n}" in conversation
+        assert f"Staff (approver) (internal note): Note {n}" in conversation
+        assert conversation.count("Customer: ") == 2 and conversation.count("Staff (approver)") == 1
+        assert f'alt="photo-{n}.png"' in card and card.count("<img ") == 1
+        assert f"/attachments/{photo.pk}/" in card
