@@ -59,15 +59,21 @@ def pause_for_approval(*, lease: Lease, run: AgentRun, call: ToolCall, reason: s
     Works from every ticket status the agent can be in: the ticket shows
     "pending approval" where its status rules allow it; a ticket a person holds
     keeps its status, and the request still waits for a decision.
+
+    Behind an earlier call of the same step that waits for the customer's
+    confirmation, the run and the ticket stay as that pause set them (the run
+    gets to this call after the customer's answer); the request is recorded now,
+    so staff can decide it meanwhile.
     """
     if not pause_hooks:
         raise ImproperlyConfigured("no approval request hook is installed (is the approvals app installed?)")
     with lease.guard():
         calls.call_pause(lease=lease, call=call, reason=reason)
-        if run.status != RunStatus.WAITING_APPROVAL:
+        behind_the_customer = run.status == RunStatus.WAITING_CONFIRMATION
+        if run.status == RunStatus.RUNNING:
             agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.WAITING_APPROVAL, outcome=reason)
         ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
-        if TicketStatus.PENDING_APPROVAL in TICKET_TRANSITIONS[ticket.status]:
+        if not behind_the_customer and TicketStatus.PENDING_APPROVAL in TICKET_TRANSITIONS[ticket.status]:
             ticket_services.ticket_transition(
                 ticket=ticket,
                 to_status=TicketStatus.PENDING_APPROVAL,
@@ -93,6 +99,10 @@ def apply_decision(
     """Apply a recorded decision. Returns a run state to stop at, or None to carry on."""
     decision = call.approval_decision
     if decision is None:
+        # The run got here running (the customer confirmed the call before this one): it pauses on this
+        # one, holding no worker until its decision rings. The request was recorded with the intent.
+        if run.status == RunStatus.RUNNING:
+            pause_for_approval(lease=lease, run=run, call=call, reason=call.approval_reason or "needs a staff approval")
         return RunStatus.WAITING_APPROVAL
     tool = REGISTRY[call.name]
     if decision == ApprovalDecision.APPROVED and not may_execute(call):

@@ -67,6 +67,18 @@ LOCK_HELD_SQL = (
 )
 
 
+def ticket_lease_held(ticket_id: int) -> bool:
+    """Is a worker on this ticket now, or may it be: its lease taken and not expired, or its advisory
+    lock held by a live session (an owner paused past its lease's expiry may wake and go on)?"""
+    sql = (
+        "SELECT EXISTS (SELECT 1 FROM agents_ticketlease WHERE ticket_id = %s AND owner <> '' AND expires_at > %s) "
+        f'OR EXISTS (SELECT 1 FROM tickets_ticket WHERE "tickets_ticket"."id" = %s AND {LOCK_HELD_SQL})'
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [ticket_id, timezone.now(), ticket_id])
+        return bool(cursor.fetchone()[0])
+
+
 def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 

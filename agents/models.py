@@ -325,7 +325,9 @@ REFUND_TRANSITIONS: dict[str, frozenset[str]] = {
     RefundStatus.UNCERTAIN: frozenset(
         {RefundStatus.SUBMITTED, RefundStatus.PENDING, RefundStatus.SUCCEEDED, RefundStatus.FAILED}
     ),
-    RefundStatus.FAILED: frozenset({RefundStatus.SUBMITTED}),
+    # Tried again under its key; or the provider shows it after all (a request still in flight when
+    # the refund was given up on): the provider's record wins.
+    RefundStatus.FAILED: frozenset({RefundStatus.SUBMITTED, RefundStatus.PENDING, RefundStatus.SUCCEEDED}),
     RefundStatus.SUCCEEDED: frozenset(),
 }
 

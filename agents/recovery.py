@@ -12,6 +12,15 @@ from an owner that never released it is.
   hook what happened under its idempotency key, then finishes or retries under
   the same key; ``never`` becomes ``uncertain`` and the model is told.
 - A call that needs an approval it does not have is paused again, never run.
+- A call left ``started`` behind an earlier call of its step that has not
+  finished (one waiting for staff or the customer) was never attempted: the
+  calls of a step run in order. It is left for the loop to run when it gets
+  there, after the decision.
+
+With a person in charge of the ticket (``rerun=False``), recovery only writes
+down what happened: a keyed call proven done by its key is recorded done; no
+call runs again (the agent moves no money on a ticket a person holds), and a
+call that may have taken effect is recorded uncertain.
 """
 
 from __future__ import annotations
@@ -23,13 +32,13 @@ from agents import services as agent_services
 from agents.approval import may_execute, pause_for_approval
 from agents.execution import execute
 from agents.llm import wasted_tokens
-from agents.models import AgentRun, CallStatus, ReplayPolicy, StepStatus, ToolCall
+from agents.models import FINAL_CALL_STATUSES, AgentRun, CallStatus, ReplayPolicy, StepStatus, ToolCall
 from agents.pass_state import Pass, stream_position
 from agents.tools import REGISTRY, ToolContext
 from tickets import realtime
 
 
-def recover(p: Pass) -> None:
+def recover(p: Pass, *, rerun: bool = True) -> None:
     lease, run = p.lease, p.run
     resumed = bool(lease.took_over_from) and bool(run.epochs) and lease.epoch not in run.epochs
     found: dict[str, list[dict[str, Any]]] = {"interrupted_steps": [], "rerun": [], "reconciled": [], "uncertain": []}
@@ -40,10 +49,13 @@ def recover(p: Pass) -> None:
         agent_services.step_mark_interrupted(lease=lease, step=step, wasted=0)
         found["interrupted_steps"].append({"step": step.index, "wasted_tokens": 0})
 
-    started = [c for c in p.calls.values() if c.run_id == run.pk and c.status == CallStatus.STARTED]
+    started = [c for c in p.calls.values() if c.run_id == run.pk and c.status == CallStatus.STARTED and _reached(p, c)]
     for call in sorted(started, key=lambda c: (_step_index(p, c), c.index)):
         tool = REGISTRY.get(call.name)
         entry = {"tool": call.name, "arguments": call.arguments, "idempotency_key": call.idempotency_key}
+        if not rerun:
+            _record_only(p, call, tool, entry, found)
+            continue
         if tool is not None and not may_execute(call):
             # Never runs without its approval, whatever left it started: ask for it (again).
             pause_for_approval(lease=lease, run=run, call=call, reason=call.approval_reason or "needs a staff approval")
@@ -76,6 +88,40 @@ def recover(p: Pass) -> None:
         agent_services.run_note_resume(lease=lease, run=run, note=note)
     if touched or note is not None:
         p.reload()
+
+
+def _reached(p: Pass, call: ToolCall) -> bool:
+    """Did the loop get to this call? The calls of a step run in order: one behind an earlier call
+    of its step that has not finished (waiting for staff or the customer) never started."""
+    return all(
+        other.status in FINAL_CALL_STATUSES
+        for other in p.calls.values()
+        if other.step_id == call.step_id and other.index < call.index
+    )
+
+
+def _record_only(p: Pass, call: ToolCall, tool: Any, entry: dict[str, Any], found: dict[str, list[Any]]) -> None:
+    """A person has the ticket: write down what this interrupted call did, run nothing."""
+    if tool is not None and call.replay_policy == ReplayPolicy.KEYED and tool.reconcile is not None:
+        proven = tool.reconcile(ToolContext(ticket=p.ticket, call=call), call.arguments)
+        if proven is not None:
+            calls.call_finish(lease=p.lease, call=call, status=CallStatus.SUCCEEDED, result=proven)
+            found["reconciled"].append(entry)
+            return
+    if tool is not None and call.replay_policy == ReplayPolicy.SAFE:
+        calls.call_finish(
+            lease=p.lease, call=call, status=CallStatus.FAILED, result=None,
+            error="interrupted; not run again: a person has the ticket",
+        )  # fmt: skip
+        return
+    calls.call_finish(
+        lease=p.lease,
+        call=call,
+        status=CallStatus.UNCERTAIN,
+        result={"status": "uncertain", "note": "The worker stopped during this call; it may have happened."},
+        error="interrupted; not repeated: a person has the ticket",
+    )
+    found["uncertain"].append(entry)
 
 
 def _step_index(p: Pass, call: ToolCall) -> int:

@@ -46,11 +46,13 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 
 from agents import faults
 from agents.approval import may_execute
+from agents.lease import ticket_lease_held
 from agents.models import (
+    ACTIVE_RUN_STATUSES,
+    FINAL_CALL_STATUSES,
     OPEN_REFUND_STATUSES,
     REFUND_TRANSITIONS,
     RESERVING_REFUND_STATUSES,
-    CallStatus,
     Refund,
     RefundStatus,
     ReplayPolicy,
@@ -82,7 +84,6 @@ PROVIDER_FAILED = frozenset({"failed", "canceled"})
 # Anything else (pending, requires_action, a status newer than this code) stays open.
 
 # Calls whose refund may still happen: counted with the refunds when deciding on approvals.
-_OPEN_CALL_STATUSES = (CallStatus.STARTED, CallStatus.AWAITING_APPROVAL)
 
 _provider: PaymentProvider | None = None
 
@@ -104,14 +105,16 @@ def refund_commitments(
 ) -> tuple[int, int]:
     """(how many, how many cents) of refunds done or possibly coming for a customer.
 
-    Counts refunds that happened or may have happened, and refund calls whose
-    refund may still happen (started, or waiting for an approval) that have no
-    refund row yet; narrowed to one order, one ticket, or a window.
+    Counts refunds that happened or may have happened, and refund calls with no
+    refund row yet whose refund may still happen: any call not final (recorded
+    to run, waiting for a staff approval, or waiting for the customer's
+    confirmation, approved or not) of a run that has not ended; narrowed to one
+    order, one ticket, or a window.
     """
     refunds = Refund.objects.filter(order__customer_id=customer_id, status__in=RESERVING_REFUND_STATUSES)
     calls = ToolCall.objects.filter(
-        name="issue_refund", ticket__customer_id=customer_id, status__in=_OPEN_CALL_STATUSES, refund__isnull=True
-    )
+        name="issue_refund", ticket__customer_id=customer_id, refund__isnull=True, run__status__in=ACTIVE_RUN_STATUSES
+    ).exclude(status__in=FINAL_CALL_STATUSES)
     if order is not None:
         refunds = refunds.filter(order=order)
     if ticket_id is not None:
@@ -431,8 +434,10 @@ def refund_reconcile(*, refund: Refund, older_than_seconds: int | None = None) -
         elif status == RefundStatus.PENDING and age >= bound:
             refund_escalate(refund=refund, reason=f"the payment provider still reports it {found.status}")
         return status
-    if age < bound:
-        return refund.status  # a request may still be in flight
+    if age < bound or ticket_lease_held(refund.ticket_id):
+        # A request may still be in flight: a worker holds the ticket (one paused past the bound still
+        # holds its session's lock, and its request may land yet). It is asked again next time.
+        return refund.status
     with transaction.atomic():
         locked = Refund.objects.select_for_update().get(pk=refund.pk)
         if locked.status in OPEN_REFUND_STATUSES:
@@ -483,12 +488,37 @@ def refund_escalate(*, refund: Refund, reason: str) -> None:
     refund.refresh_from_db()
 
 
+def refund_recheck_failed(*, refund: Refund) -> str:
+    """A refund failed without the provider ever showing it (no record under its key, or refused):
+    asked again, for as long as the provider keeps idempotency keys. If the provider shows it after
+    all (a request that was still on its way), the ledger takes it in: the money counts against the
+    order again, and the ticket's timeline says it was paid."""
+    try:
+        found = provider().find_refund(
+            idempotency_key=refund.idempotency_key, payment_reference=refund.order.payment_reference
+        )
+    except ProviderError:
+        return refund.status
+    if found is None or found.status in PROVIDER_FAILED:
+        return refund.status
+    return _record_provider_state(refund, found)
+
+
 def reconcile_open_refunds(*, older_than_seconds: int | None = None) -> dict[str, int]:
-    """Reconcile every refund left submitted, pending or uncertain. Used by beat and a management command."""
+    """Reconcile every refund left submitted, pending or uncertain, and ask again about those that
+    failed unseen in the last REFUND_RECHECK_FAILED_HOURS. Used by beat and a management command."""
     counts: dict[str, int] = {}
     for refund in Refund.objects.select_related("order").filter(status__in=OPEN_REFUND_STATUSES):
         status = refund_reconcile(refund=refund, older_than_seconds=older_than_seconds)
         counts[status] = counts.get(status, 0) + 1
+    since = timezone.now() - timedelta(hours=settings.REFUND_RECHECK_FAILED_HOURS)
+    unseen = Refund.objects.select_related("order").filter(
+        status=RefundStatus.FAILED, provider_refund_id__isnull=True, updated_at__gte=since
+    )
+    for refund in unseen:
+        status = refund_recheck_failed(refund=refund)
+        if status != RefundStatus.FAILED:
+            counts[status] = counts.get(status, 0) + 1
     return counts
 
 

@@ -212,13 +212,15 @@ def _carry_on(p: Pass, model: ChatModel) -> str:
     """Reads top to bottom: recover, then step by step: run the calls the last step asked for,
     check the limits, ask the model, store its answer (with the reply, when it is one)."""
     lease, ticket, run = p.lease, p.ticket, p.run
-    recover(p)
     if ticket.status in AGENT_STAYS_OUT:
-        # A person took the ticket over (or closed it) while this run was unfinished.
+        # A person took the ticket over (or resolved or closed it) while this run was unfinished: what
+        # a dead worker left is written down, nothing runs again, and the run ends.
+        recover(p, rerun=False)
         agent_services.run_transition(
             lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome="a person took the ticket over"
         )
         return RunStatus.HANDED_OFF
+    recover(p)
     try:
         while True:
             last = p.last_completed()

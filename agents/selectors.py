@@ -12,6 +12,7 @@ from django.utils import timezone
 from agents.lease import LOCK_HELD_SQL
 from agents.models import (
     ACTIVE_RUN_STATUSES,
+    FINAL_CALL_STATUSES,
     PAUSED_RUN_STATUSES,
     RESERVING_REFUND_STATUSES,
     AgentProfile,
@@ -51,12 +52,20 @@ def active_run_and_profile_from(runs: Any, profiles: Any) -> tuple[AgentRun | No
 
 def decided_calls(*, run: AgentRun | None = None) -> QuerySet[ToolCall]:
     """Paused calls with a decision to apply: staff approved or rejected (or it expired), or the
-    customer confirmed or cancelled (or did not answer in time)."""
+    customer confirmed or cancelled (or did not answer in time). Only a call the run can reach: the
+    calls of a step run in order, so a decision on one behind an earlier call still waiting (staff
+    decided the second card first) waits with it."""
+    waiting_before = ToolCall.objects.filter(step_id=OuterRef("step_id"), index__lt=OuterRef("index")).exclude(
+        status__in=FINAL_CALL_STATUSES
+    )
     calls = ToolCall.objects.filter(
         Q(status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False)
         | Q(status=CallStatus.AWAITING_CONFIRMATION, confirmation_decision__isnull=False)
-    )
-    return calls if run is None else calls.filter(run=run)
+    ).exclude(Exists(waiting_before))
+    if run is not None:
+        return calls.filter(run=run)
+    # A decision on a call whose run has ended (handed off to a person) has nothing left to apply.
+    return calls.filter(run__status__in=ACTIVE_RUN_STATUSES)
 
 
 def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:

@@ -207,9 +207,15 @@ def order_summary(order: Order) -> dict[str, Any]:
     }
 
 
+def order_of_customer(customer_id: int, order_number: Any) -> Order | None:
+    """The customer's order of this number, or None: the one rule for reading an order number a
+    model wrote (any case; spaces around it ignored)."""
+    return Order.objects.filter(number__iexact=str(order_number).strip(), customer_id=customer_id).first()
+
+
 def customer_order(ticket: Ticket, order_number: str) -> Order:
     """The order, if it belongs to the ticket's customer. Enforced here, not in the prompt."""
-    order = Order.objects.filter(number__iexact=order_number.strip(), customer_id=ticket.customer_id).first()
+    order = order_of_customer(ticket.customer_id, order_number)
     if order is None:
         raise ToolError(f"No order {order_number} was found for this customer.")
     return order

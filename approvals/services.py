@@ -16,11 +16,12 @@ from agents.models import ApprovalDecision, ModelStep, ToolCall
 from agents.profiles import policy_values, profile_of
 from agents.selectors import refunded_total_cents
 from agents.tasks import ring
+from agents.tools import order_of_customer
 from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
 from approvals.selectors import agent_words
 from tickets import realtime, timeline
 from tickets import services as ticket_services
-from tickets.models import ActorKind, AuthorKind, Message, Order
+from tickets.models import ActorKind, AuthorKind, Message, Ticket
 
 STAFF_GROUP = "approvals.staff"
 DECIDE_PERMISSION = "approvals.decide_approval"
@@ -40,9 +41,8 @@ def notify_staff(approval_id: int, change: str) -> None:
 def _evidence(call: ToolCall) -> tuple[dict[str, Any], int | None, str]:
     if call.name != "issue_refund":
         return {}, None, ""
-    order = Order.objects.filter(
-        number__iexact=call.arguments.get("order_number", ""), customer__tickets=call.ticket_id
-    ).first()
+    customer_id = Ticket.objects.filter(pk=call.ticket_id).values_list("customer_id", flat=True).first()
+    order = order_of_customer(customer_id, call.arguments.get("order_number", "")) if customer_id else None
     if order is None:
         return {}, call.arguments.get("amount_cents"), ""
     refunded = refunded_total_cents(order)

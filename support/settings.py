@@ -399,8 +399,11 @@ REFUND_PROVIDER_ATTEMPTS = env_int("REFUND_PROVIDER_ATTEMPTS", 4)
 REFUND_RETRY_FIRST_WAIT_MS = env_int("REFUND_RETRY_FIRST_WAIT_MS", 500)
 REFUND_RETRY_MAX_WAIT_MS = env_int("REFUND_RETRY_MAX_WAIT_MS", 8000)
 # A refund the provider has no record of, this long after it was submitted, is failed
-# (the customer is told and a person takes the ticket).
+# (the customer is told and a person takes the ticket), unless a worker still holds its ticket.
 REFUND_UNCERTAIN_AFTER_SECONDS = env_int("REFUND_UNCERTAIN_AFTER_SECONDS", 120)
+# A refund failed without the provider ever showing it is asked about again this long (Stripe keeps
+# idempotency keys for 24 hours): if it shows up paid after all, the ledger records it.
+REFUND_RECHECK_FAILED_HOURS = env_int("REFUND_RECHECK_FAILED_HOURS", 24)
 
 # --- The agent loop ---------------------------------------------------------------------
 AGENT_LEASE_SECONDS = env_int("AGENT_LEASE_SECONDS", 60)

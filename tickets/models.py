@@ -114,8 +114,10 @@ TICKET_TRANSITIONS: dict[str, frozenset[str]] = {
 # The permission the staff inbox asks for (the "Support staff" group has it: staff.permissions).
 HANDLE_PERMISSION = "tickets.handle_ticket"
 
-# A person has the ticket, or it is closed: the agent neither starts nor finishes a turn on it.
-AGENT_STAYS_OUT: frozenset[str] = frozenset({TicketStatus.WITH_HUMAN, TicketStatus.CLOSED})
+# A person has the ticket, resolved it or closed it: the agent neither starts nor finishes a turn on it,
+# and nothing it left waiting (a refund approved or confirmed later) runs. A customer who writes on a
+# resolved ticket reopens it first.
+AGENT_STAYS_OUT: frozenset[str] = frozenset({TicketStatus.WITH_HUMAN, TicketStatus.RESOLVED, TicketStatus.CLOSED})
 
 
 class TicketPriority(models.TextChoices):

@@ -23,7 +23,6 @@ from django.utils import timezone
 from support import rows
 from tickets.attachments import CheckedFile, IncomingFile, inspect_all
 from tickets.models import (
-    AGENT_STAYS_OUT,
     RATING_COMMENT_MAX_CHARS,
     RATING_SCORES,
     TICKET_TRANSITIONS,
@@ -604,7 +603,7 @@ def ticket_hand_to_person(*, ticket: Ticket | int, reason: str, actor_ref: str =
     a person has it already. A resolved ticket is reopened on the way."""
     with transaction.atomic():
         locked = Ticket.objects.select_for_update().get(pk=_ticket_id(ticket))
-        if locked.status in AGENT_STAYS_OUT:
+        if locked.status in {TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}:
             return False
         if TicketStatus.WITH_HUMAN not in TICKET_TRANSITIONS[locked.status]:
             locked = ticket_transition(

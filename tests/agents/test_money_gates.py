@@ -1,0 +1,413 @@
+"""The money path's gates, as a second outside review found them open (2026-12-01).
+
+- Every refund that may still happen counts toward the approval rules, whatever it waits on:
+  a refund waiting for the customer's Confirm (approved or not) was counted nowhere, so two of
+  them on one order, in one step or in two tickets, were paid over the threshold unreviewed.
+- A person's decision on the ticket ends the agent's money: after a person took the ticket
+  over, resolved or closed it, no approval, confirmation or recovery pays anything.
+- The provider's record wins: a refund given up on while its request was still on its way is
+  not failed while a worker holds the ticket, and if the provider shows it paid later, the
+  ledger records it and counts it against the order.
+- What staff approve is what is paid: the card shows the order's currency and facts however
+  the model wrote the order number.
+- A decision on a call the run cannot reach yet (the second card decided first) wakes nothing.
+
+Each test reads the payment sandbox's own records (a separate process, over HTTP).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from agents import refunds as refund_module
+from agents.llm import ModelResponse, ToolCallRequest
+from agents.models import AgentRun, ApprovalPolicy, CallStatus, Refund, RefundStatus, RunStatus, ToolCall
+from agents.runner import advance
+from agents.selectors import tickets_with_agent_work
+from approvals import selectors as approval_selectors
+from approvals import services as approval_services
+from approvals.models import ApprovalRequest, ApprovalStatus
+from tests.agents.test_money_path import assert_money_invariants, order_for, paid
+from tests.agents.test_refunds import ScriptedRefund
+from tests.approvals.conftest import make_staff
+from tests.conftest import make_customer
+from tickets import services as ticket_services
+from tickets.models import Order, OrderStatus, Ticket, TicketEvent
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+
+THRESHOLD = 20000  # the default policy: refunds above $200.00 on one order need a staff approval
+
+
+@pytest.fixture(autouse=True)
+def _quick_provider_retries(settings):  # noqa: ANN001
+    settings.REFUND_RETRY_FIRST_WAIT_MS = 5
+    settings.REFUND_RETRY_MAX_WAIT_MS = 20
+
+
+@pytest.fixture
+def approver(db):  # noqa: ANN001
+    return make_staff("gate-approver", can_decide=True)
+
+
+@pytest.fixture
+def person(db):  # noqa: ANN001
+    return make_staff("gate-person", can_decide=False)
+
+
+class Refunds:
+    """A model that asks, in its first step, for the refunds given ((order number, cents), ...)."""
+
+    name = "scripted-refunds"
+
+    def __init__(self, *wanted: tuple[str, int]) -> None:
+        self.wanted = wanted
+
+    def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+        if any(m["role"] == "tool" for m in messages):
+            return ModelResponse(text="Done.")
+        return ModelResponse(
+            text="",
+            tool_calls=[
+                ToolCallRequest(f"r{n}", "issue_refund", json.dumps({"order_number": number, "amount_cents": cents}))
+                for n, (number, cents) in enumerate(self.wanted, start=1)
+            ],
+        )
+
+
+def confirm(ticket: Ticket, call: ToolCall) -> int:
+    """The customer presses Confirm on the question in the chat."""
+    client = Client()
+    client.force_login(ticket.customer.user)
+    call.refresh_from_db()
+    answer = client.post(
+        f"/tickets/{ticket.pk}/confirmations/{call.pk}",
+        {"answer": "confirm", "digest": call.confirmation_digest},
+        content_type="application/json",
+    )
+    return answer.status_code
+
+
+def refund_calls(ticket: Ticket) -> list[ToolCall]:
+    return list(ToolCall.objects.filter(ticket=ticket, name="issue_refund").order_by("step__index", "index"))
+
+
+def press_every_confirm(ticket: Ticket, model) -> None:  # noqa: ANN001
+    """The customer confirms every question as it is asked, and the agent goes on each time."""
+    for _ in range(4):
+        asked = [
+            c for c in refund_calls(ticket) if c.status == CallStatus.AWAITING_CONFIRMATION and c.confirmation_text
+        ]
+        if not asked:
+            return
+        for call in asked:
+            assert confirm(ticket, call) == 200
+        advance(ticket.pk, model=model)
+
+
+def unreviewed_total(order: Order) -> int:
+    """What the provider paid on the order for calls no approved request covers."""
+    approved = set(
+        ApprovalRequest.objects.filter(status=ApprovalStatus.APPROVED).values_list(
+            "tool_call__idempotency_key", flat=True
+        )
+    )
+    return sum(
+        r.amount_cents
+        for r in Refund.objects.filter(order=order, status=RefundStatus.SUCCEEDED)
+        if r.idempotency_key not in approved
+    )
+
+
+# --- A refund waiting for the customer counts ------------------------------------------------
+
+
+@pytest.mark.customer_confirms
+def test_two_refunds_of_one_step_on_one_order_are_not_paid_over_the_threshold_unreviewed(sandbox):  # noqa: ANN001
+    customer = make_customer()
+    order = order_for(customer, "G-1001", 30000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-1001 please")
+    model = Refunds(("G-1001", 15000), ("G-1001", 15000))
+
+    advance(ticket.pk, model=model)
+    first, second = refund_calls(ticket)
+
+    assert first.status == CallStatus.AWAITING_CONFIRMATION and not first.approval_required
+    assert second.approval_required and "second refund on order G-1001" in second.approval_reason
+    press_every_confirm(ticket, model)
+    assert sum(r["amount"] for r in paid(sandbox, order)) == 15000  # the second waits for staff
+    assert unreviewed_total(order) <= THRESHOLD
+    assert_money_invariants(sandbox, needed_approval={"G-1001"} if len(paid(sandbox, order)) > 1 else set())
+
+
+@pytest.mark.customer_confirms
+@pytest.mark.parametrize("model", ["scripted", "offline"])
+def test_the_same_request_in_two_tickets_is_not_paid_over_the_threshold_unreviewed(sandbox, model):  # noqa: ANN001
+    customer = make_customer()
+    order = order_for(customer, "G-2001", 30000, sandbox)
+    body = "Please refund $150.00 on order G-2001"
+    agent = Refunds(("G-2001", 15000)) if model == "scripted" else None
+    tickets = []
+    for _ in range(2):
+        ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body=body)
+        advance(ticket.pk, model=agent)
+        tickets.append(ticket)
+
+    (first,), (second,) = refund_calls(tickets[0]), refund_calls(tickets[1])
+
+    assert first.status == CallStatus.AWAITING_CONFIRMATION and not first.approval_required
+    assert second.status == CallStatus.AWAITING_APPROVAL
+    assert "on one order need a staff approval" in second.approval_reason
+    assert "$150.00 refunded or pending" in second.approval_reason
+    for ticket in tickets:
+        press_every_confirm(ticket, agent)
+    assert [r["amount"] for r in paid(sandbox, order)] == [15000]
+    assert unreviewed_total(order) <= THRESHOLD
+
+
+@pytest.mark.customer_confirms
+def test_an_approved_refund_waiting_for_the_customer_counts_for_the_next_request(sandbox, approver):  # noqa: ANN001
+    customer = make_customer()
+    order = order_for(customer, "G-3001", 50000, sandbox)
+    first_ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-3001")
+    advance(first_ticket.pk, model=Refunds(("G-3001", 25000)))  # above the threshold: staff first
+    approval_services.approval_decide(
+        approval_id=ApprovalRequest.objects.get(ticket=first_ticket).pk, user=approver, approve=True
+    )
+    advance(first_ticket.pk, model=Refunds(("G-3001", 25000)))
+    (approved,) = refund_calls(first_ticket)
+    assert approved.status == CallStatus.AWAITING_CONFIRMATION  # approved, now the customer's Confirm
+
+    second_ticket, _ = ticket_services.ticket_open(customer=customer, subject="More", body="And $150 more on G-3001")
+    advance(second_ticket.pk, model=Refunds(("G-3001", 15000)))
+    (more,) = refund_calls(second_ticket)
+
+    assert more.approval_required
+    assert "G-3001 already has $250.00 refunded or pending, $150.00 more" in more.approval_reason
+    press_every_confirm(first_ticket, Refunds(("G-3001", 25000)))
+    assert [r["amount"] for r in paid(sandbox, order)] == [25000]
+    assert unreviewed_total(order) == 0
+
+
+# --- A person's decision on the ticket ends the agent's money -------------------------------
+
+
+@pytest.mark.parametrize("then", ["resolve", "take_over", "close"])
+def test_an_approval_decided_after_a_person_took_the_ticket_pays_nothing(sandbox, approver, person, then):  # noqa: ANN001
+    customer = make_customer()
+    order = order_for(customer, "G-4001", 64900, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-4001")
+    advance(ticket.pk, model=Refunds(("G-4001", 64900)))
+    approval = ApprovalRequest.objects.get(ticket=ticket)
+    ticket_services.ticket_take_over(ticket=ticket, user=person)
+    if then == "resolve":
+        ticket_services.ticket_resolve(ticket=ticket, user=person)
+    elif then == "close":
+        ticket_services.ticket_close(ticket=ticket, user=person)
+    status = Ticket.objects.get(pk=ticket.pk).status
+
+    approval_services.approval_decide(approval_id=approval.pk, user=approver, approve=True)
+    advance(ticket.pk, model=Refunds(("G-4001", 64900)))
+
+    assert paid(sandbox, order) == []
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.HANDED_OFF
+    assert Ticket.objects.get(pk=ticket.pk).status == status  # the person's status stands
+    assert not ticket.messages.filter(author_kind="agent", is_public=True).exists()  # no reply on it either
+    assert ticket.pk not in tickets_with_agent_work()  # and nothing left for the sweeper to ring
+    if then == "take_over":
+        # Handed back to the agent: the decision on the ended run's call is no work either (the sweeper
+        # rang such a ticket every few seconds, for as long as it was open).
+        ticket_services.ticket_hand_back(ticket=ticket, user=person)
+        assert ticket.pk not in tickets_with_agent_work()
+        advance(ticket.pk, model=Refunds(("G-4001", 64900)))
+        assert paid(sandbox, order) == []
+
+
+@pytest.mark.customer_confirms
+def test_a_confirm_pressed_after_staff_resolved_the_ticket_pays_nothing(sandbox, person):  # noqa: ANN001
+    customer = make_customer()
+    order = order_for(customer, "G-4101", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-4101")
+    advance(ticket.pk, model=Refunds(("G-4101", 5000)))
+    (call,) = refund_calls(ticket)
+    assert call.status == CallStatus.AWAITING_CONFIRMATION
+    ticket_services.ticket_resolve(ticket=ticket, user=person)
+
+    confirm(ticket, call)
+    advance(ticket.pk, model=Refunds(("G-4101", 5000)))
+
+    assert paid(sandbox, order) == []
+    assert Ticket.objects.get(pk=ticket.pk).status == "resolved"
+
+
+@pytest.mark.parametrize("decision", ["reject", "approve"])
+def test_a_refund_behind_a_paused_call_is_not_paid_after_the_ticket_is_closed(sandbox, approver, person, decision):  # noqa: ANN001
+    """Confirmation off: the small refund is recorded to run behind the large one, which waits for
+    staff. It never started; after a person closed the ticket, no decision makes it run."""
+    customer = make_customer()
+    policy = ApprovalPolicy.current()
+    policy.customer_limit_cents = 10**9  # only the per-order threshold applies
+    policy.save()
+    large, small = order_for(customer, "G-5001", 50000, sandbox), order_for(customer, "G-5002", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund both")
+    model = Refunds(("G-5001", 30000), ("G-5002", 5000))
+    advance(ticket.pk, model=model)
+    assert [c.status for c in refund_calls(ticket)] == [CallStatus.AWAITING_APPROVAL, CallStatus.STARTED]
+    ticket_services.ticket_take_over(ticket=ticket, user=person)
+    ticket_services.ticket_close(ticket=ticket, user=person)
+
+    approval = ApprovalRequest.objects.get(ticket=ticket)
+    approval_services.approval_decide(
+        approval_id=approval.pk,
+        user=approver,
+        approve=decision == "approve",
+        note="" if decision == "approve" else "no",
+    )
+    advance(ticket.pk, model=model)
+
+    assert paid(sandbox, large) == [] and paid(sandbox, small) == []
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.HANDED_OFF
+
+
+def test_the_refund_behind_a_paused_call_runs_once_the_call_before_it_is_decided(sandbox, approver):  # noqa: ANN001
+    """The same two refunds with nobody taking over: the small one waits for the large one's decision,
+    then both run in order (the review's case must not stop the ordinary path)."""
+    customer = make_customer()
+    policy = ApprovalPolicy.current()
+    policy.customer_limit_cents = 10**9
+    policy.save()
+    large, small = order_for(customer, "G-5101", 50000, sandbox), order_for(customer, "G-5102", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund both")
+    model = Refunds(("G-5101", 30000), ("G-5102", 5000))
+    advance(ticket.pk, model=model)
+    assert paid(sandbox, small) == []
+
+    approval = ApprovalRequest.objects.get(ticket=ticket)
+    approval_services.approval_decide(approval_id=approval.pk, user=approver, approve=True)
+    advance(ticket.pk, model=model)
+
+    assert [r["amount"] for r in paid(sandbox, large)] == [30000]
+    assert [r["amount"] for r in paid(sandbox, small)] == [5000]
+    assert_money_invariants(sandbox, needed_approval={"G-5101"})
+
+
+# --- The provider's record wins ---------------------------------------------------------------
+
+
+def test_a_refund_in_flight_past_the_bound_is_not_failed_while_its_worker_holds_the_ticket(sandbox, monkeypatch):  # noqa: ANN001
+    customer = make_customer()
+    order = order_for(customer, "G-6001", 10000, sandbox)
+    create = refund_module.provider().create_refund
+    seen = {}
+
+    def slow_create(**kwargs):  # noqa: ANN003, ANN202
+        # The request is on its way longer than REFUND_UNCERTAIN_AFTER_SECONDS: beat's reconciler runs
+        # meanwhile, with its default bound, and the refund looks old enough to give up on.
+        Refund.objects.filter(status=RefundStatus.SUBMITTED).update(
+            updated_at=Refund.objects.get().created_at.replace(year=2000)
+        )
+        seen["reconciled"] = refund_module.reconcile_open_refunds()
+        return create(**kwargs)
+
+    monkeypatch.setattr(refund_module.provider(), "create_refund", slow_create)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund $40 of G-6001")
+    advance(ticket.pk, model=ScriptedRefund(json.dumps({"order_number": "G-6001", "amount_cents": 4000})))
+
+    assert seen["reconciled"] == {RefundStatus.SUBMITTED: 1}  # left alone: the worker holds the ticket
+    refund = Refund.objects.get()
+    assert refund.status == RefundStatus.SUCCEEDED and refund.escalated_at is None
+    assert ToolCall.objects.get(ticket=ticket, name="issue_refund").status == CallStatus.SUCCEEDED
+    assert_money_invariants(sandbox)
+    assert [r["amount"] for r in paid(sandbox, order)] == [4000]
+
+
+def test_a_refund_failed_before_the_provider_showed_it_is_recorded_when_it_shows_and_counts_again(sandbox):  # noqa: ANN001
+    customer = make_customer()
+    order = order_for(customer, "G-7001", 10000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund $40 of G-7001")
+    advance(ticket.pk, model=ScriptedRefund(json.dumps({"order_number": "G-7001", "amount_cents": 4000})))
+    # The ledger as a reconciler leaves it that gave up before the provider had the refund: failed, never
+    # seen there (the worker's session was gone, its request still on the way).
+    Refund.objects.update(status=RefundStatus.FAILED, provider_refund_id=None, provider_status="")
+    assert refund_module.refunded_total_cents(order) == 0
+
+    refund_module.reconcile_open_refunds()
+
+    refund = Refund.objects.get()
+    assert refund.status == RefundStatus.SUCCEEDED and refund.provider_refund_id
+    assert refund_module.refunded_total_cents(order) == 4000  # counted against the order again
+    assert TicketEvent.objects.filter(ticket=ticket, kind="refund_succeeded").count() == 2
+    assert_money_invariants(sandbox)
+
+
+def test_the_worker_records_a_refund_paid_after_it_was_given_up_on(sandbox, monkeypatch):  # noqa: ANN001
+    """The reconciler failed the refund while its request was on its way (the worker's session had
+    gone); the request then lands. The worker records it paid (failed -> succeeded), not an error."""
+    customer = make_customer()
+    order = order_for(customer, "G-7101", 10000, sandbox)
+    create = refund_module.provider().create_refund
+
+    def given_up_meanwhile(**kwargs):  # noqa: ANN003, ANN202
+        Refund.objects.update(status=RefundStatus.FAILED, error="The provider has no refund under this key.")
+        return create(**kwargs)
+
+    monkeypatch.setattr(refund_module.provider(), "create_refund", given_up_meanwhile)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund $40 of G-7101")
+    advance(ticket.pk, model=ScriptedRefund(json.dumps({"order_number": "G-7101", "amount_cents": 4000})))
+
+    assert Refund.objects.get().status == RefundStatus.SUCCEEDED
+    assert ToolCall.objects.get(ticket=ticket, name="issue_refund").status == CallStatus.SUCCEEDED
+    assert refund_module.refunded_total_cents(order) == 4000
+    assert_money_invariants(sandbox)
+
+
+# --- What staff see is what is paid -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("written", ["J-1001", " j-1001 "])
+def test_the_card_shows_the_orders_currency_and_facts_however_the_number_is_written(sandbox, written):  # noqa: ANN001
+    customer = make_customer(flagged=True)  # every refund reviewed
+    order = Order.objects.create(
+        customer=customer, number="J-1001", status=OrderStatus.DELIVERED, total_cents=100000, currency="jpy",
+        payment_reference="pi_gate_jpy",
+    )  # fmt: skip
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund J-1001")
+    advance(ticket.pk, model=ScriptedRefund(json.dumps({"order_number": written, "amount_cents": 100000})))
+
+    approval = ApprovalRequest.objects.get(ticket=ticket)
+    (card,) = approval_selectors.approval_cards([approval])
+
+    assert approval.currency == "jpy" and approval.amount_display == "¥100,000"
+    assert approval_selectors.approval_confirmation_text(approval) == "I confirm a refund of ¥100,000"
+    assert card.order_facts.startswith("J-1001: delivered, total ¥100,000")
+
+
+# --- A decision the run cannot reach yet wakes nothing ----------------------------------------
+
+
+def test_the_second_card_decided_first_leaves_the_run_paused_until_the_first_is(sandbox, approver):  # noqa: ANN001
+    customer = make_customer(flagged=True)
+    first, second = order_for(customer, "G-8001", 5000, sandbox), order_for(customer, "G-8002", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund both")
+    model = Refunds(("G-8001", 1000), ("G-8002", 1000))
+    advance(ticket.pk, model=model)
+    card_one, card_two = ApprovalRequest.objects.order_by("tool_call__index")
+
+    approval_services.approval_decide(approval_id=card_two.pk, user=approver, approve=True)
+    outcome = advance(ticket.pk, model=model)
+
+    assert not outcome.more_work  # nothing rings the ticket again
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.WAITING_APPROVAL
+    assert ticket.pk not in tickets_with_agent_work()
+    assert paid(sandbox, first) == [] and paid(sandbox, second) == []
+
+    approval_services.approval_decide(approval_id=card_one.pk, user=approver, approve=True)
+    advance(ticket.pk, model=model)
+
+    assert [r["amount"] for r in paid(sandbox, first)] == [1000]
+    assert [r["amount"] for r in paid(sandbox, second)] == [1000]
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.COMPLETED
