@@ -11,10 +11,10 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet, Sum
 
 from agents.models import CallStatus, Refund, ToolCall
-from agents.selectors import orders_with_refunded_total, refunded_total_cents
+from agents.selectors import orders_with_refunded_total
 from agents.tools import REGISTRY
 from approvals.models import ApprovalRequest, ApprovalStatus
 from tickets import selectors as ticket_selectors
@@ -238,11 +238,7 @@ def approval_cards(approvals: Iterable[ApprovalRequest]) -> list[ApprovalCard]:
     approvals = list(approvals)
     numbers = {_order_number(a) for a in approvals} - {""}
     orders = {o.number: o for o in orders_with_refunded_total(Order.objects.filter(number__in=numbers))}
-    pending_on_order: dict[str, list[ApprovalRequest]] = defaultdict(list)
-    for other in ApprovalRequest.objects.filter(
-        status=ApprovalStatus.PENDING, tool_name="issue_refund", evidence__order_number__in=list(numbers)
-    ).order_by("requested_at", "id"):
-        pending_on_order[_order_number(other)].append(other)
+    pending_on_order = _pending_refunds_on(numbers)
     refunds_by_order: dict[int, list[RefundEntry]] = defaultdict(list)
     for refund in Refund.objects.filter(order__in=list(orders.values())).order_by("created_at", "id"):
         refunds_by_order[refund.order_id].append(
@@ -276,7 +272,7 @@ def approval_cards(approvals: Iterable[ApprovalRequest]) -> list[ApprovalCard]:
         order = orders.get(_order_number(approval))
         if order is not None:
             if order.number not in warnings:
-                warnings[order.number] = _over_refund_warning(order, pending_on_order[order.number])
+                warnings[order.number] = _over_refund_warning(order, *pending_on_order.get(order.number, (0, 0, [])))
             _add_order(card, order, warnings[order.number], refunds_by_order[order.pk])
         cards.append(card)
     return cards
@@ -300,18 +296,47 @@ def _add_order(card: ApprovalCard, order: Order, warning: str, refunds: list[Ref
 WARNING_LISTS = 10
 
 
-def _over_refund_warning(order: Order, pending: list[ApprovalRequest]) -> str:
-    """The warning when the order's pending requests ask for more than it can still refund ("" if
-    they do not): the same on every card of the order, so made once per order."""
+def _pending_refunds_on(numbers: Iterable[str]) -> dict[str, tuple[int, int, list[ApprovalRequest]]]:
+    """Per order number: how many refund requests are pending on it, the cents they ask for, and the
+    oldest WARNING_LISTS of them. Counted in the database: ten thousand of them are two rows."""
+    numbers = sorted(numbers)
+    pending = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, tool_name="issue_refund")
+    totals = (
+        pending.filter(evidence__order_number__in=numbers)
+        .values("evidence__order_number")
+        .annotate(n=Count("id"), asked=Sum("amount_cents"))
+        .order_by()
+    )
+    parts = [
+        pending.filter(evidence__order_number=number).order_by("requested_at", "id")[:WARNING_LISTS]
+        for number in numbers
+    ]
+    oldest: dict[str, list[ApprovalRequest]] = defaultdict(list)
+    if parts:
+        for request in sorted(parts[0].union(*parts[1:], all=True), key=lambda r: (r.requested_at, r.pk)):
+            oldest[_order_number(request)].append(request)
+    return {
+        str(row["evidence__order_number"]): (
+            row["n"],
+            int(row["asked"] or 0),
+            oldest[str(row["evidence__order_number"])],
+        )
+        for row in totals
+    }
+
+
+def _over_refund_warning(order: Order, count: int, asked: int, oldest: list[ApprovalRequest]) -> str:
+    """The warning when the order's ``count`` pending requests ask (``asked`` cents) for more than it
+    can still refund ("" if they do not), naming the ``oldest``: the same on every card of the
+    order, so made once per order."""
     currency = order.currency
-    refundable = max(0, order.total_cents - refunded_total_cents(order))
-    asked = sum(int(p.amount_cents or 0) for p in pending)
+    refundable = max(0, order.total_cents - order.refunded_cents)
     if asked <= refundable:
         return ""
-    named = ", ".join(f"#{p.pk} ({p.amount_display})" for p in pending[:WARNING_LISTS])
-    rest = f" and {len(pending) - WARNING_LISTS} more" if len(pending) > WARNING_LISTS else ""
+    named = ", ".join(f"#{p.pk} ({p.amount_display})" for p in oldest[:WARNING_LISTS])
+    rest = f" and {count - WARNING_LISTS} more" if count > WARNING_LISTS else ""
     return (
-        f"{len(pending)} pending request{'s' if len(pending) != 1 else ''} on order {order.number} "
+        f"{count} pending request{'s' if count != 1 else ''} on order {order.number} "
         f"add up to {format_money(asked, currency)}, more than the {format_money(refundable, currency)} "
         f"it can still refund (total {format_money(order.total_cents, currency)}, "
         f"refunded {format_money(order.total_cents - refundable, currency)}). "
