@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models import F
@@ -22,6 +23,7 @@ from agents.lease import Lease
 from agents.models import (
     CALL_TRANSITIONS,
     FINAL_CALL_STATUSES,
+    PAUSED_CALL_STATUSES,
     AgentRun,
     ApprovalDecision,
     CallStatus,
@@ -133,6 +135,46 @@ def call_finish(
         locked.save(update_fields=["status", "result", "error", "finished_at"])
         _call_finished_event(locked, status, error)
     return locked
+
+
+# Called, in the transaction that closes them, with the ids of calls that waited for a staff approval
+# when their run ended: the approvals app withdraws their requests (agents.calls.calls_close_waiting).
+WithdrawHook = Callable[..., None]
+withdraw_hooks: list[WithdrawHook] = []
+
+
+def calls_close_waiting(*, lease: Lease, run_id: int, reason: str) -> list[ToolCall]:
+    """A run that ends leaves no call waiting: the calls waiting for staff or the customer, and the
+    calls recorded behind them in their step (which never ran), are closed and never run. The
+    requests of those that waited for staff are withdrawn. Caller: the transaction that ends the run."""
+    with lease.guard():
+        open_calls = list(
+            ToolCall.objects.select_for_update()
+            .filter(run_id=run_id, status__in=[*PAUSED_CALL_STATUSES, CallStatus.STARTED])
+            .order_by("step_id", "index")
+        )
+        first_waiting: dict[int, int] = {}
+        for call in open_calls:
+            if call.status in PAUSED_CALL_STATUSES:
+                first_waiting.setdefault(call.step_id, call.index)
+        closing = [
+            call
+            for call in open_calls
+            if call.status in PAUSED_CALL_STATUSES
+            or (call.step_id in first_waiting and call.index > first_waiting[call.step_id])
+        ]
+        withdrawn = [call.pk for call in closing if call.status == CallStatus.AWAITING_APPROVAL]
+        for call in closing:
+            status = CallStatus.CANCELLED if call.status == CallStatus.AWAITING_CONFIRMATION else CallStatus.FAILED
+            check_transition(call, status)
+            call.status, call.error, call.finished_at = status, f"not run: {reason}"[:2000], timezone.now()
+            call.result = {"status": "not_run", "note": f"The run ended before this call: {reason}"[:500]}
+            call.save(update_fields=["status", "result", "error", "finished_at"])
+            _call_finished_event(call, status, call.error)
+        if withdrawn:
+            for hook in withdraw_hooks:
+                hook(call_ids=withdrawn, reason=reason)
+    return closing
 
 
 def calls_record_outcomes(*, lease: Lease, calls: list[ToolCall]) -> None:

@@ -40,6 +40,7 @@ from agents.models import (
     ToolCall,
 )
 from agents.profiles import policy_values, profile_of
+from agents.selectors import person_took_the_ticket_since
 from agents.tools import REGISTRY, Tool, ToolContext
 from tickets import services as ticket_services
 from tickets.models import TICKET_TRANSITIONS, ActorKind, AuthorKind, Ticket, TicketStatus
@@ -214,6 +215,12 @@ def confirmation_decide(
             )
         if call.status != CallStatus.AWAITING_CONFIRMATION:
             raise ConfirmationClosed("This question is no longer waiting for an answer.", code="closed")
+        if person_took_the_ticket_since(AgentRun(pk=call.run_id, ticket_id=ticket_id)):
+            raise ConfirmationClosed(
+                "A member of our team has taken this conversation over, so nothing was done here; "
+                "they will reply in this chat.",
+                code="person_has_ticket",
+            )
         if _expired(call, timezone.now()):
             raise ConfirmationClosed(_expired_words(), code="expired")
         if digest != call.confirmation_digest or digest != arguments_digest(call.arguments):

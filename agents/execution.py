@@ -44,6 +44,7 @@ from agents.models import (
 )
 from agents.pass_state import Pass
 from agents.policy import approval_reason
+from agents.selectors import person_took_the_ticket_since
 from agents.tools import REGISTRY, Tool, ToolContext, ToolError, ToolEscalation, ToolUncertain, parse_arguments
 
 logger = logging.getLogger(__name__)
@@ -234,6 +235,18 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
             lease=lease, call=call, status=CallStatus.FAILED, result=None, error="not executed: no staff approval"
         )
         return
+    if call.replay_policy != ReplayPolicy.SAFE and person_took_the_ticket_since(
+        AgentRun(pk=call.run_id, ticket_id=call.ticket_id)
+    ):
+        # A person took the ticket (or resolved or closed it) while this step was being written or its
+        # calls ran: no effect starts after that. (Checked again here, next to the effect, not only
+        # when the pass began.)
+        reason = "a person took the ticket over"
+        calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=f"not run: {reason}")
+        agent_services.run_transition(
+            lease=lease, run=AgentRun.objects.get(pk=call.run_id), to_status=RunStatus.HANDED_OFF, outcome=reason
+        )
+        raise Stop()
     if again:
         call = calls.call_retry(lease=lease, call=call)
     try:

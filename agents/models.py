@@ -64,6 +64,7 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 ACTIVE_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.WAITING_APPROVAL, RunStatus.WAITING_CONFIRMATION)
+ENDED_RUN_STATUSES = (RunStatus.COMPLETED, RunStatus.HANDED_OFF, RunStatus.FAILED)
 # A run paused on a decision (staff or customer): rows only, no worker.
 PAUSED_RUN_STATUSES = (RunStatus.WAITING_APPROVAL, RunStatus.WAITING_CONFIRMATION)
 

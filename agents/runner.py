@@ -38,6 +38,7 @@ from agents.selectors import (
     active_run_and_profile_from,
     active_run_and_profile_sql,
     decided_calls,
+    person_took_the_ticket_since,
     ticket_has_agent_work,
 )
 from agents.tools import tool_specs
@@ -114,14 +115,14 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
         for _ in range(20):  # bounded: each pass finishes or pauses a run
             if outcome.runs:
                 ticket = ticket_with_customer(ticket_id=ticket_id)
-            run = _current_run(lease, ticket, chosen, first_read)
+            run, person = _current_run(lease, ticket, chosen, first_read)
             first_read = None
             if run is None:
                 break
             outcome.runs += 1
             waiting = None
             try:
-                state, waiting = _drive(lease, ticket, run, chosen or model_of(profile_of(run)))
+                state, waiting = _drive(lease, ticket, run, chosen or model_of(profile_of(run)), person)
             except (LeaseLost, RetryLater, Stop):
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure is recorded and counted, none loops
@@ -176,11 +177,13 @@ _models: dict[str, ChatModel] = {}
 
 def _current_run(
     lease: Lease, ticket: Ticket, chosen: ChatModel | None, read: tuple[Any, ...] | None = None
-) -> AgentRun | None:
-    """The run to carry on, or a new one; ``read``: the active run and profile, when just read."""
+) -> tuple[AgentRun | None, bool]:
+    """The run to carry on, or a new one; ``read``: the active run and profile, when just read. And
+    whether a person has had the ticket since the run started: such a run only ends."""
     run, profile = read or active_run_and_profile(ticket_id=lease.ticket_id)
     if run is not None:
-        if run.status in PAUSED_RUN_STATUSES:
+        person = ticket.status in AGENT_STAYS_OUT or person_took_the_ticket_since(run)
+        if run.status in PAUSED_RUN_STATUSES and not person:
             if not decided_calls(run=run).exists():
                 # Paused: nothing but rows until a decision rings the doorbell. A customer
                 # who writes meanwhile is told so once; the run answers them after the decision.
@@ -188,33 +191,37 @@ def _current_run(
                     acknowledge_while_confirming(lease=lease, run=run)
                 else:
                     agent_services.acknowledge_while_paused(lease=lease, run=run)
-                return None
+                return None, False
             agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.RUNNING, outcome="resumed")
-        return run
+        return run, person
     if ticket.status in AGENT_STAYS_OUT:
-        return None
+        return None, False
     profile = profile or active_profile()  # the version this run keeps to its end
     model = chosen or model_of(profile)
-    return agent_services.run_start(lease=lease, ticket=ticket, model_name=model.name, profile=profile)
+    return agent_services.run_start(lease=lease, ticket=ticket, model_name=model.name, profile=profile), False
 
 
 # --- driving a run ----------------------------------------------------------------------
 
 
-def _drive(lease: Lease, ticket: Ticket, run: AgentRun, model: ChatModel) -> tuple[str, bool | None]:
+def _drive(
+    lease: Lease, ticket: Ticket, run: AgentRun, model: ChatModel, person: bool = False
+) -> tuple[str, bool | None]:
     """Carry the run on until it replies, pauses, hands off or fails: its state, and whether a
-    customer message was waiting when it replied (None if the pass does not know)."""
+    customer message was waiting when it replied (None if the pass does not know). ``person``:
+    a person has had the ticket since the run started (the run only ends)."""
     p = Pass.load(lease, ticket, run)
-    return _carry_on(p, model), p.customer_waiting
+    return _carry_on(p, model, person), p.customer_waiting
 
 
-def _carry_on(p: Pass, model: ChatModel) -> str:
+def _carry_on(p: Pass, model: ChatModel, person: bool = False) -> str:
     """Reads top to bottom: recover, then step by step: run the calls the last step asked for,
     check the limits, ask the model, store its answer (with the reply, when it is one)."""
     lease, ticket, run = p.lease, p.ticket, p.run
-    if ticket.status in AGENT_STAYS_OUT:
-        # A person took the ticket over (or resolved or closed it) while this run was unfinished: what
-        # a dead worker left is written down, nothing runs again, and the run ends.
+    if person or ticket.status in AGENT_STAYS_OUT:
+        # A person took the ticket over (or resolved or closed it) while this run was unfinished, even if
+        # the customer has reopened it since: what a dead worker left is written down, nothing runs
+        # again, the calls it left waiting are closed, and the run ends.
         recover(p, rerun=False)
         agent_services.run_transition(
             lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome="a person took the ticket over"
@@ -307,7 +314,7 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
             state = RunStatus.COMPLETED if replied else RunStatus.HANDED_OFF
             agent_services.run_transition(
                 lease=lease, run=run, to_status=state, tokens=p.run_tokens(),
-                outcome="replied" if replied else "a person took the ticket over",
+                outcome="replied" if replied else "a person took the ticket over", nothing_waits=True,
             )  # fmt: skip
     # After the commit: a watcher that connects now reads the reply from the ledger, not the buffer.
     if streamed:

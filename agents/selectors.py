@@ -12,7 +12,7 @@ from django.utils import timezone
 from agents.lease import LOCK_HELD_SQL
 from agents.models import (
     ACTIVE_RUN_STATUSES,
-    FINAL_CALL_STATUSES,
+    PAUSED_CALL_STATUSES,
     PAUSED_RUN_STATUSES,
     RESERVING_REFUND_STATUSES,
     AgentProfile,
@@ -24,7 +24,7 @@ from agents.models import (
     ToolCall,
 )
 from support import reads
-from tickets.models import AGENT_STAYS_OUT, Order, Ticket
+from tickets.models import AGENT_STAYS_OUT, Order, Ticket, TicketEvent
 from tickets.selectors import unanswered_messages
 
 
@@ -53,10 +53,11 @@ def active_run_and_profile_from(runs: Any, profiles: Any) -> tuple[AgentRun | No
 def decided_calls(*, run: AgentRun | None = None) -> QuerySet[ToolCall]:
     """Paused calls with a decision to apply: staff approved or rejected (or it expired), or the
     customer confirmed or cancelled (or did not answer in time). Only a call the run can reach: the
-    calls of a step run in order, so a decision on one behind an earlier call still waiting (staff
-    decided the second card first) waits with it."""
-    waiting_before = ToolCall.objects.filter(step_id=OuterRef("step_id"), index__lt=OuterRef("index")).exclude(
-        status__in=FINAL_CALL_STATUSES
+    calls of a step run in order, so a decision on one behind an earlier call that waits for its own
+    decision (staff decided the second card first) waits with it. (An earlier call recorded to run
+    does not hold it back: the run pauses on a step's first waiting call before running the others.)"""
+    waiting_before = ToolCall.objects.filter(
+        step_id=OuterRef("step_id"), index__lt=OuterRef("index"), status__in=PAUSED_CALL_STATUSES
     )
     calls = ToolCall.objects.filter(
         Q(status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False)
@@ -66,6 +67,21 @@ def decided_calls(*, run: AgentRun | None = None) -> QuerySet[ToolCall]:
         return calls.filter(run=run)
     # A decision on a call whose run has ended (handed off to a person) has nothing left to apply.
     return calls.filter(run__status__in=ACTIVE_RUN_STATUSES)
+
+
+def person_took_the_ticket_since(run: AgentRun) -> bool:
+    """Has the ticket been with a person, resolved or closed since this run started? (A customer who
+    writes on a resolved ticket reopens it; the run that waited through that still ends.) Read from
+    the timeline, where each status change is written with the change itself."""
+    started = TicketEvent.objects.filter(
+        ticket_id=run.ticket_id, kind="agent_run_started", payload__run_id=run.pk
+    ).values("seq")[:1]
+    return TicketEvent.objects.filter(
+        ticket_id=run.ticket_id,
+        kind="status_changed",
+        payload__to__in=sorted(AGENT_STAYS_OUT),
+        seq__gt=Subquery(started),
+    ).exists()
 
 
 def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
@@ -82,6 +98,8 @@ def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
         unhandled=Exists(unhandled), running=Exists(running), paused=Exists(paused), decided=Exists(decided)
     ).filter(
         Q(running=True)
+        # A person has the ticket: a run still waiting on it is ended (by the pass that finds it).
+        | Q(paused=True, status__in=AGENT_STAYS_OUT)
         | (
             # A paused run waits for its decision; messages sent meanwhile wait with it.
             (Q(decided=True) | Q(unhandled=True, paused=False)) & ~Q(status__in=AGENT_STAYS_OUT)
@@ -112,7 +130,7 @@ def tickets_with_agent_work(*, limit: int = 500) -> list[int]:
 
 
 def _tickets_that_may_have_agent_work() -> QuerySet[Any]:
-    """The tickets ``_with_agent_work`` can find, as the union of its three sources, each read
+    """The tickets ``_with_agent_work`` can find, as the union of its sources, each read
     through its own index: the sweep then looks at those tickets only, not at every ticket. (Ten
     thousand paused tickets made the planner expect a query costly enough to compile: 34 ms of
     JIT in a 47 ms sweep, every few seconds.)"""
@@ -121,6 +139,8 @@ def _tickets_that_may_have_agent_work() -> QuerySet[Any]:
         .union(
             AgentRun.objects.filter(status=RunStatus.RUNNING).order_by().values("ticket_id"),
             decided_calls().order_by().values("ticket_id"),
+            AgentRun.objects.filter(status__in=PAUSED_RUN_STATUSES, ticket__status__in=AGENT_STAYS_OUT)
+            .order_by().values("ticket_id"),
         )
     )  # fmt: skip
 

@@ -14,9 +14,11 @@ from django.db import connection
 from django.db.models import F, Sum
 from django.utils import timezone
 
+from agents import calls
 from agents.lease import Lease
 from agents.llm import ModelResponse
 from agents.models import (
+    ENDED_RUN_STATUSES,
     RUN_TRANSITIONS,
     AgentProfile,
     AgentRun,
@@ -76,11 +78,20 @@ def run_start(*, lease: Lease, ticket: Ticket, model_name: str, profile: AgentPr
 
 
 def run_transition(
-    *, lease: Lease, run: AgentRun, to_status: str, outcome: str = "", tokens: tuple[int, int, int] | None = None
+    *,
+    lease: Lease,
+    run: AgentRun,
+    to_status: str,
+    outcome: str = "",
+    tokens: tuple[int, int, int] | None = None,
+    nothing_waits: bool = False,
 ) -> AgentRun:
     """Move the run to ``to_status`` (RUN_TRANSITIONS). Only the lease holder writes runs, so the
     status this worker knows is the one in the table; the UPDATE checks it all the same.
-    ``tokens``: the run's (prompt, completion, wasted) totals, summed from its steps."""
+    ``tokens``: the run's (prompt, completion, wasted) totals, summed from its steps.
+
+    A run that ends closes the calls it left waiting (``calls.calls_close_waiting``), unless the
+    caller knows that none waits (``nothing_waits``: a reply after every call finished)."""
     if to_status != run.status and to_status not in RUN_TRANSITIONS[run.status]:
         raise ValueError(f"run {run.pk} cannot go from {run.status} to {to_status}")
     changes: dict[str, Any] = {"status": to_status, "outcome": outcome or run.outcome}
@@ -89,10 +100,12 @@ def run_transition(
             p=Sum("prompt_tokens"), c=Sum("completion_tokens"), w=Sum("wasted_tokens")
         )
         tokens = (totals["p"] or 0, totals["c"] or 0, totals["w"] or 0)
-    if to_status in {RunStatus.COMPLETED, RunStatus.HANDED_OFF, RunStatus.FAILED}:
+    if to_status in ENDED_RUN_STATUSES:
         changes["ended_at"] = timezone.now()
     changes["prompt_tokens"], changes["completion_tokens"], changes["wasted_tokens"] = tokens
     with lease.guard():
+        if to_status in ENDED_RUN_STATUSES and not nothing_waits:
+            calls.calls_close_waiting(lease=lease, run_id=run.pk, reason=outcome or f"the run {to_status}")
         if _run_update(run, changes) != 1:
             current = AgentRun.objects.filter(pk=run.pk).values_list("status", flat=True).first()
             raise ValueError(f"run {run.pk} is {current}, not {run.status}: not moved to {to_status}")
@@ -282,15 +295,10 @@ def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:
             client_msg_id=f"handoff:{run.pk}",
             actor_ref=_actor(run),
         )
-        ticket = Ticket.objects.select_for_update().get(pk=run.ticket_id)
-        if ticket.status not in AGENT_STAYS_OUT:
-            ticket_services.ticket_transition(
-                ticket=ticket,
-                to_status=TicketStatus.WITH_HUMAN,
-                actor_kind=ActorKind.AGENT,
-                actor_ref=_actor(run),
-                reason=reason,
-            )
+        # A ticket resolved meanwhile is reopened on the way: a person must see why the agent stopped.
+        ticket_services.ticket_hand_to_person(
+            ticket=run.ticket_id, reason=reason, actor_ref=_actor(run), actor_kind=ActorKind.AGENT
+        )
         run_transition(lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=reason)
 
 

@@ -12,8 +12,12 @@ class ApprovalsConfig(AppConfig):
         # (approvals depends on agents, never the reverse). Which calls need an approval
         # is declared with each tool (agents.tools, agents.refunds), not patched in here.
         from agents import approval as agent_approval
+        from agents import calls as agent_calls
         from approvals import services
 
         services.register_kinds()
         if services.approval_request_create not in agent_approval.pause_hooks:
             agent_approval.pause_hooks.append(services.approval_request_create)
+        # A run that ends with calls still waiting for staff withdraws their requests, in its transaction.
+        if services.approval_requests_withdraw not in agent_calls.withdraw_hooks:
+            agent_calls.withdraw_hooks.append(services.approval_requests_withdraw)

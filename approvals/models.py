@@ -16,6 +16,8 @@ class ApprovalStatus(models.TextChoices):
     APPROVED = "approved", "Approved"
     REJECTED = "rejected", "Rejected"
     EXPIRED = "expired", "Expired"
+    # The agent's run ended before anyone decided (a person took the ticket over, resolved or closed it).
+    WITHDRAWN = "withdrawn", "Withdrawn"
 
 
 class ApprovalRequest(models.Model):

@@ -33,7 +33,7 @@ _CALL_OUTCOMES = {
     CallStatus.AWAITING_CONFIRMATION: "waiting for the customer to confirm",
     CallStatus.CANCELLED: "not confirmed by the customer",
 }
-DECIDED_STATUSES = [ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED]
+DECIDED_STATUSES = [ApprovalStatus.APPROVED, ApprovalStatus.REJECTED, ApprovalStatus.EXPIRED, ApprovalStatus.WITHDRAWN]
 
 
 # --- Words ---------------------------------------------------------------------------------

@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from agents.approval import arguments_digest
 from agents.calls import call_record_decision
-from agents.models import ApprovalDecision, ModelStep, ToolCall
+from agents.models import AgentRun, ApprovalDecision, ModelStep, ToolCall
 from agents.profiles import policy_values, profile_of
-from agents.selectors import refunded_total_cents
+from agents.selectors import person_took_the_ticket_since, refunded_total_cents
 from agents.tasks import ring
 from agents.tools import order_of_customer
 from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
@@ -124,6 +124,29 @@ def register_kinds() -> None:
     add("approval_decided", "A member of staff approved or rejected the request.", decided)
     add("approval_expired", "Nobody decided in time.", timeline.notice("bad", "The review of your request expired."))
     add("approval_reminder", "Staff were reminded of a request close to its expiry.")
+    add("approval_withdrawn", "The agent's run ended before anyone decided: the request needs no decision.")
+
+
+def approval_requests_withdraw(*, call_ids: list[int], reason: str) -> int:
+    """The agent's run ended with these calls still waiting for staff (a person took the ticket over,
+    resolved or closed it): their pending requests leave the dashboard, with the reason. Runs inside
+    the agent's transaction that ends the run (agents.calls.withdraw_hooks)."""
+    now = timezone.now()
+    withdrawn = 0
+    for approval in ApprovalRequest.objects.select_for_update().filter(
+        tool_call_id__in=call_ids, status=ApprovalStatus.PENDING
+    ):
+        approval.status, approval.decided_at, approval.note = ApprovalStatus.WITHDRAWN, now, reason[:1000]
+        approval.save(update_fields=["status", "decided_at", "note"])
+        ticket_services.event_append(
+            ticket=approval.ticket_id,
+            kind="approval_withdrawn",
+            actor_kind=ActorKind.SYSTEM,
+            payload={"approval_id": approval.pk, "reason": reason},
+        )
+        notify_staff(approval.pk, "withdrawn")
+        withdrawn += 1
+    return withdrawn
 
 
 def can_decide(user: AbstractBaseUser) -> bool:
@@ -155,6 +178,13 @@ def approval_decide(
             )
         if approval.expires_at <= now:
             raise ApprovalClosed("This request has expired; nothing was changed.", code="expired")
+        run = AgentRun(pk=approval.tool_call.run_id, ticket_id=approval.ticket_id)
+        if person_took_the_ticket_since(run):
+            raise ApprovalClosed(
+                f"A person has had ticket #{approval.ticket_id} since the agent asked (taken over, resolved or "
+                "closed): the agent will not act on this request; nothing was changed.",
+                code="person_has_ticket",
+            )
         approval.status = wanted
         approval.decided_by = user
         approval.decided_at = now

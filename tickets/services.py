@@ -23,6 +23,7 @@ from django.utils import timezone
 from support import rows
 from tickets.attachments import CheckedFile, IncomingFile, inspect_all
 from tickets.models import (
+    AGENT_STAYS_OUT,
     RATING_COMMENT_MAX_CHARS,
     RATING_SCORES,
     TICKET_TRANSITIONS,
@@ -595,10 +596,17 @@ def ticket_transition_locked(
         payload={"from": from_status, "to": to_status, "reason": reason},
         is_public=True,
     )
+    if to_status in AGENT_STAYS_OUT and from_status not in AGENT_STAYS_OUT and actor_kind != ActorKind.AGENT:
+        # A person (or the system) took the ticket from the agent: the agent ends whatever it left
+        # waiting on it (an approval, a confirmation) now, not when a decision comes.
+        ticket_id = ticket.pk
+        transaction.on_commit(lambda: ticket_needs_agent.send(sender=Ticket, ticket_id=ticket_id))
     return ticket
 
 
-def ticket_hand_to_person(*, ticket: Ticket | int, reason: str, actor_ref: str = "") -> bool:
+def ticket_hand_to_person(
+    *, ticket: Ticket | int, reason: str, actor_ref: str = "", actor_kind: str = ActorKind.SYSTEM
+) -> bool:
     """Give the ticket to a person (status ``with_human``) from any open status; False if it is closed or
     a person has it already. A resolved ticket is reopened on the way."""
     with transaction.atomic():
@@ -607,12 +615,11 @@ def ticket_hand_to_person(*, ticket: Ticket | int, reason: str, actor_ref: str =
             return False
         if TicketStatus.WITH_HUMAN not in TICKET_TRANSITIONS[locked.status]:
             locked = ticket_transition(
-                ticket=locked, to_status=TicketStatus.OPEN, actor_kind=ActorKind.SYSTEM, actor_ref=actor_ref
+                ticket=locked, to_status=TicketStatus.OPEN, actor_kind=actor_kind, actor_ref=actor_ref
             )
         ticket_transition(
-            ticket=locked, to_status=TicketStatus.WITH_HUMAN, actor_kind=ActorKind.SYSTEM, actor_ref=actor_ref,
-            reason=reason,
-        )  # fmt: skip
+            ticket=locked, to_status=TicketStatus.WITH_HUMAN, actor_kind=actor_kind, actor_ref=actor_ref, reason=reason
+        )
     return True
 
 

@@ -196,7 +196,7 @@ def test_an_approved_refund_waiting_for_the_customer_counts_for_the_next_request
 
 
 @pytest.mark.parametrize("then", ["resolve", "take_over", "close"])
-def test_an_approval_decided_after_a_person_took_the_ticket_pays_nothing(sandbox, approver, person, then):  # noqa: ANN001
+def test_a_person_taking_the_ticket_ends_the_waiting_refund_and_withdraws_its_card(sandbox, approver, person, then):  # noqa: ANN001
     customer = make_customer()
     order = order_for(customer, "G-4001", 64900, sandbox)
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-4001")
@@ -209,21 +209,60 @@ def test_an_approval_decided_after_a_person_took_the_ticket_pays_nothing(sandbox
         ticket_services.ticket_close(ticket=ticket, user=person)
     status = Ticket.objects.get(pk=ticket.pk).status
 
-    approval_services.approval_decide(approval_id=approval.pk, user=approver, approve=True)
-    advance(ticket.pk, model=Refunds(("G-4001", 64900)))
+    with pytest.raises(approval_services.ApprovalClosed, match="the agent will not act on this request"):
+        approval_services.approval_decide(approval_id=approval.pk, user=approver, approve=True)
+    assert ticket.pk in tickets_with_agent_work()  # the run left waiting is work: it must end
+    advance(ticket.pk, model=Refunds(("G-4001", 64900)))  # what the take-over's doorbell (or the sweeper) runs
 
     assert paid(sandbox, order) == []
     assert AgentRun.objects.get(ticket=ticket).status == RunStatus.HANDED_OFF
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.WITHDRAWN  # off the dashboard
+    assert approval not in approval_selectors.approvals_pending()
+    assert ToolCall.objects.get(ticket=ticket, name="issue_refund").status == CallStatus.FAILED
     assert Ticket.objects.get(pk=ticket.pk).status == status  # the person's status stands
     assert not ticket.messages.filter(author_kind="agent", is_public=True).exists()  # no reply on it either
     assert ticket.pk not in tickets_with_agent_work()  # and nothing left for the sweeper to ring
     if then == "take_over":
-        # Handed back to the agent: the decision on the ended run's call is no work either (the sweeper
-        # rang such a ticket every few seconds, for as long as it was open).
         ticket_services.ticket_hand_back(ticket=ticket, user=person)
         assert ticket.pk not in tickets_with_agent_work()
         advance(ticket.pk, model=Refunds(("G-4001", 64900)))
         assert paid(sandbox, order) == []
+
+
+@pytest.mark.parametrize("confirming", [False, True], ids=["approval", "confirmation"])
+def test_a_customer_who_reopens_a_resolved_ticket_does_not_revive_the_refund_a_person_stopped(
+    sandbox, approver, person, confirming, settings
+):  # noqa: ANN001
+    """A person took the ticket and resolved it; the customer writes again (the ticket reopens). The
+    refund that waited before is not paid by a later decision: the run that waited ends, and the new
+    message is answered by a new run."""
+    settings.REFUND_CUSTOMER_CONFIRMATION = confirming
+    customer = make_customer()
+    order = order_for(customer, "G-4201", 64900 if not confirming else 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-4201")
+    model = Refunds(("G-4201", 64900 if not confirming else 5000))
+    advance(ticket.pk, model=model)
+    (call,) = refund_calls(ticket)
+    ticket_services.ticket_take_over(ticket=ticket, user=person)
+    ticket_services.ticket_resolve(ticket=ticket, user=person)
+    ticket_services.message_post(ticket=ticket, author_kind="customer", body="Thanks!")
+    assert Ticket.objects.get(pk=ticket.pk).status == "open"
+
+    if confirming:
+        assert confirm(ticket, call) == 409  # refused: a person has had the ticket since it was asked
+    else:
+        with pytest.raises(approval_services.ApprovalClosed):
+            approval_services.approval_decide(
+                approval_id=ApprovalRequest.objects.get(ticket=ticket).pk, user=approver, approve=True
+            )
+    for _ in range(2):  # the run that waited ends; the customer's message is then answered by a new run
+        advance(ticket.pk, model=model)
+
+    assert paid(sandbox, order) == []
+    runs = list(AgentRun.objects.filter(ticket=ticket).order_by("pk").values_list("status", flat=True))
+    assert runs[0] == RunStatus.HANDED_OFF and len(runs) == 2
+    assert ticket.messages.filter(author_kind="agent", is_public=True).exists()
 
 
 @pytest.mark.customer_confirms
@@ -236,11 +275,14 @@ def test_a_confirm_pressed_after_staff_resolved_the_ticket_pays_nothing(sandbox,
     assert call.status == CallStatus.AWAITING_CONFIRMATION
     ticket_services.ticket_resolve(ticket=ticket, user=person)
 
-    confirm(ticket, call)
+    assert confirm(ticket, call) == 409  # told a person has it; nothing done
     advance(ticket.pk, model=Refunds(("G-4101", 5000)))
 
     assert paid(sandbox, order) == []
     assert Ticket.objects.get(pk=ticket.pk).status == "resolved"
+    call.refresh_from_db()
+    assert call.status == CallStatus.CANCELLED  # the question is closed with the run
+    assert confirm(ticket, call) == 409
 
 
 @pytest.mark.parametrize("decision", ["reject", "approve"])
@@ -256,9 +298,7 @@ def test_a_refund_behind_a_paused_call_is_not_paid_after_the_ticket_is_closed(sa
     model = Refunds(("G-5001", 30000), ("G-5002", 5000))
     advance(ticket.pk, model=model)
     assert [c.status for c in refund_calls(ticket)] == [CallStatus.AWAITING_APPROVAL, CallStatus.STARTED]
-    ticket_services.ticket_take_over(ticket=ticket, user=person)
-    ticket_services.ticket_close(ticket=ticket, user=person)
-
+    # The decision comes first, then a person closes the ticket before any worker applies it.
     approval = ApprovalRequest.objects.get(ticket=ticket)
     approval_services.approval_decide(
         approval_id=approval.pk,
@@ -266,10 +306,52 @@ def test_a_refund_behind_a_paused_call_is_not_paid_after_the_ticket_is_closed(sa
         approve=decision == "approve",
         note="" if decision == "approve" else "no",
     )
+    ticket_services.ticket_take_over(ticket=ticket, user=person)
+    ticket_services.ticket_close(ticket=ticket, user=person)
     advance(ticket.pk, model=model)
 
     assert paid(sandbox, large) == [] and paid(sandbox, small) == []
     assert AgentRun.objects.get(ticket=ticket).status == RunStatus.HANDED_OFF
+    assert [c.status for c in refund_calls(ticket)] == [CallStatus.FAILED, CallStatus.FAILED]  # closed, never run
+
+
+@pytest.mark.customer_confirms
+def test_a_read_and_a_refund_in_one_step_go_on_after_the_customer_confirms(sandbox):  # noqa: ANN001
+    """The first call of the step (a lookup) is recorded to run; the refund behind it waits for the
+    customer. The Confirm wakes the run, which runs both in order (a decision is held back only by an
+    earlier call that waits for its own decision, not by one recorded to run)."""
+
+    class LookupThenRefund:
+        name = "lookup-then-refund"
+
+        def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+            if any(m["role"] == "tool" for m in messages):
+                return ModelResponse(text="Done.")
+            refund = json.dumps({"order_number": "G-5201", "amount_cents": 5000})
+            return ModelResponse(
+                text="",
+                tool_calls=[
+                    ToolCallRequest("c1", "lookup_order", json.dumps({"order_number": "G-5201"})),
+                    ToolCallRequest("c2", "issue_refund", refund),
+                ],
+            )
+
+    customer = make_customer()
+    order = order_for(customer, "G-5201", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-5201")
+    advance(ticket.pk, model=LookupThenRefund())
+    (refund,) = refund_calls(ticket)
+    assert confirm(ticket, refund) == 200
+
+    assert ticket.pk in tickets_with_agent_work()  # the Confirm is work, even if its doorbell is lost
+    advance(ticket.pk, model=LookupThenRefund())
+
+    assert [r["amount"] for r in paid(sandbox, order)] == [5000]
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.COMPLETED
+    assert list(ToolCall.objects.filter(ticket=ticket).order_by("index").values_list("status", flat=True)) == [
+        CallStatus.SUCCEEDED,
+        CallStatus.SUCCEEDED,
+    ]
 
 
 def test_the_refund_behind_a_paused_call_runs_once_the_call_before_it_is_decided(sandbox, approver):  # noqa: ANN001
@@ -411,3 +493,65 @@ def test_the_second_card_decided_first_leaves_the_run_paused_until_the_first_is(
     assert [r["amount"] for r in paid(sandbox, first)] == [1000]
     assert [r["amount"] for r in paid(sandbox, second)] == [1000]
     assert AgentRun.objects.get(ticket=ticket).status == RunStatus.COMPLETED
+
+
+@pytest.mark.parametrize("then", ["take_over", "close"])
+def test_a_person_taking_the_ticket_while_the_step_is_written_stops_its_refund(sandbox, person, then):  # noqa: ANN001
+    """Confirmation off: the take-over lands while the model writes the step that asks for the refund.
+    The pass began before it, so only the check next to the effect can stop it."""
+    customer = make_customer()
+    order = order_for(customer, "G-9001", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-9001")
+
+    class TakenOverMeanwhile(Refunds):
+        def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+            if not any(m["role"] == "tool" for m in messages):
+                ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
+                if then == "close":
+                    ticket_services.ticket_close(ticket=ticket.pk, user=person)
+            return super().complete(messages=messages, tools=tools, on_token=on_token)
+
+    outcome = advance(ticket.pk, model=TakenOverMeanwhile(("G-9001", 5000)))
+
+    assert paid(sandbox, order) == []
+    assert outcome.state == RunStatus.HANDED_OFF
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.HANDED_OFF
+    (call,) = refund_calls(ticket)
+    assert call.status == CallStatus.FAILED and "a person took the ticket over" in call.error
+    assert not Refund.objects.exists()
+
+
+@pytest.mark.customer_confirms
+def test_a_run_that_ends_leaves_no_card_waiting_on_the_dashboard(sandbox, approver):  # noqa: ANN001
+    """One step: a small refund for the customer to confirm, then a large one for staff. The customer
+    never answers: the run ends, and the large refund's card leaves the dashboard with it (approving
+    it told the customer "finishing it now", and nothing ran)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents.confirmation import confirmations_expire_due
+
+    customer = make_customer()
+    policy = ApprovalPolicy.current()
+    policy.customer_limit_cents = 10**9
+    policy.save()
+    small, large = order_for(customer, "G-9101", 5000, sandbox), order_for(customer, "G-9102", 50000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund both")
+    model = Refunds(("G-9101", 5000), ("G-9102", 30000))
+    advance(ticket.pk, model=model)
+    first, second = refund_calls(ticket)
+    assert (first.status, second.status) == (CallStatus.AWAITING_CONFIRMATION, CallStatus.AWAITING_APPROVAL)
+    card = ApprovalRequest.objects.get(ticket=ticket)
+    assert card in approval_selectors.approvals_pending()
+
+    assert confirmations_expire_due(now=timezone.now() + timedelta(days=1)) == 1
+    advance(ticket.pk, model=model)
+
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.COMPLETED
+    card.refresh_from_db()
+    assert card.status == ApprovalStatus.WITHDRAWN and card not in approval_selectors.approvals_pending()
+    with pytest.raises(approval_services.ApprovalClosed, match="already withdrawn"):
+        approval_services.approval_decide(approval_id=card.pk, user=approver, approve=True)
+    assert paid(sandbox, small) == [] and paid(sandbox, large) == []
+    assert ticket.pk not in tickets_with_agent_work()
