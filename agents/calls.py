@@ -144,26 +144,24 @@ withdraw_hooks: list[WithdrawHook] = []
 
 
 def calls_close_waiting(*, lease: Lease, run_id: int, reason: str) -> list[ToolCall]:
-    """A run that ends leaves no call waiting: the calls waiting for staff or the customer, and the
-    calls recorded behind them in their step (which never ran), are closed and never run. The
-    requests of those that waited for staff are withdrawn. Caller: the transaction that ends the run."""
+    """A run that ends leaves no call open: the calls waiting for staff or the customer, and the calls
+    recorded to run that never ran (behind them, or after a call that stopped the run), are closed
+    and never run. The requests of those that waited for staff are withdrawn. Caller: the transaction
+    that ends the run, after recovery wrote down what any interrupted call did."""
     with lease.guard():
-        open_calls = list(
+        # The requests first, then the calls: the order a staff decision takes its locks in (its request,
+        # then its call), so that the two never wait on each other.
+        asked = list(
+            ToolCall.objects.filter(run_id=run_id, status=CallStatus.AWAITING_APPROVAL).values_list("pk", flat=True)
+        )
+        if asked:
+            for hook in withdraw_hooks:
+                hook(call_ids=asked, reason=reason)
+        closing = list(
             ToolCall.objects.select_for_update()
             .filter(run_id=run_id, status__in=[*PAUSED_CALL_STATUSES, CallStatus.STARTED])
             .order_by("step_id", "index")
         )
-        first_waiting: dict[int, int] = {}
-        for call in open_calls:
-            if call.status in PAUSED_CALL_STATUSES:
-                first_waiting.setdefault(call.step_id, call.index)
-        closing = [
-            call
-            for call in open_calls
-            if call.status in PAUSED_CALL_STATUSES
-            or (call.step_id in first_waiting and call.index > first_waiting[call.step_id])
-        ]
-        withdrawn = [call.pk for call in closing if call.status == CallStatus.AWAITING_APPROVAL]
         for call in closing:
             status = CallStatus.CANCELLED if call.status == CallStatus.AWAITING_CONFIRMATION else CallStatus.FAILED
             check_transition(call, status)
@@ -171,9 +169,6 @@ def calls_close_waiting(*, lease: Lease, run_id: int, reason: str) -> list[ToolC
             call.result = {"status": "not_run", "note": f"The run ended before this call: {reason}"[:500]}
             call.save(update_fields=["status", "result", "error", "finished_at"])
             _call_finished_event(call, status, call.error)
-        if withdrawn:
-            for hook in withdraw_hooks:
-                hook(call_ids=withdrawn, reason=reason)
     return closing
 
 

@@ -49,7 +49,12 @@ def recover(p: Pass, *, rerun: bool = True) -> None:
         agent_services.step_mark_interrupted(lease=lease, step=step, wasted=0)
         found["interrupted_steps"].append({"step": step.index, "wasted_tokens": 0})
 
-    started = [c for c in p.calls.values() if c.run_id == run.pk and c.status == CallStatus.STARTED and _reached(p, c)]
+    # Only a worker that stopped without releasing the lease leaves a call interrupted. After a clean
+    # stop (a pause at a step's intents), a call recorded to run was never attempted: the loop runs it.
+    started = [
+        c for c in p.calls.values()
+        if c.run_id == run.pk and c.status == CallStatus.STARTED and lease.took_over_from and _reached(p, c)
+    ]  # fmt: skip
     for call in sorted(started, key=lambda c: (_step_index(p, c), c.index)):
         tool = REGISTRY.get(call.name)
         entry = {"tool": call.name, "arguments": call.arguments, "idempotency_key": call.idempotency_key}

@@ -24,7 +24,7 @@ from agents.models import (
     ToolCall,
 )
 from support import reads
-from tickets.models import AGENT_STAYS_OUT, Order, Ticket, TicketEvent
+from tickets.models import AGENT_STAYS_OUT, Order, Ticket, TicketEvent, TicketStatus
 from tickets.selectors import unanswered_messages
 
 
@@ -70,18 +70,25 @@ def decided_calls(*, run: AgentRun | None = None) -> QuerySet[ToolCall]:
 
 
 def person_took_the_ticket_since(run: AgentRun) -> bool:
-    """Has the ticket been with a person, resolved or closed since this run started? (A customer who
-    writes on a resolved ticket reopens it; the run that waited through that still ends.) Read from
-    the timeline, where each status change is written with the change itself."""
+    """Does a person have the ticket now (with a person, resolved or closed), or have they had it since
+    this run started without handing it back to the agent? A customer who writes on a resolved ticket
+    reopens it, and that gives nothing back to the run that waited through it; a member of staff who
+    hands the ticket back does. Read from the timeline, where each status change is written with the
+    change itself (the ticket's own row says what it is now)."""
+    if Ticket.objects.filter(pk=run.ticket_id, status__in=AGENT_STAYS_OUT).exists():
+        return True
     started = TicketEvent.objects.filter(
         ticket_id=run.ticket_id, kind="agent_run_started", payload__run_id=run.pk
     ).values("seq")[:1]
-    return TicketEvent.objects.filter(
-        ticket_id=run.ticket_id,
-        kind="status_changed",
-        payload__to__in=sorted(AGENT_STAYS_OUT),
-        seq__gt=Subquery(started),
-    ).exists()
+    # The last change since the run started that took the ticket from the agent or handed it back.
+    last = (
+        TicketEvent.objects.filter(ticket_id=run.ticket_id, kind="status_changed", seq__gt=Subquery(started))
+        .filter(Q(payload__to__in=sorted(AGENT_STAYS_OUT)) | Q(payload__from=TicketStatus.WITH_HUMAN))
+        .order_by("-seq")
+        .values_list("payload__to", flat=True)
+        .first()
+    )
+    return last in AGENT_STAYS_OUT
 
 
 def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:

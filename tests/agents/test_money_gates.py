@@ -555,3 +555,92 @@ def test_a_run_that_ends_leaves_no_card_waiting_on_the_dashboard(sandbox, approv
         approval_services.approval_decide(approval_id=card.pk, user=approver, approve=True)
     assert paid(sandbox, small) == [] and paid(sandbox, large) == []
     assert ticket.pk not in tickets_with_agent_work()
+
+
+# --- Third review: a take-over the run's start did not see, a hand-back, a clean resume -------
+
+
+def test_a_take_over_just_before_the_run_starts_stops_its_refund(sandbox, person, monkeypatch):  # noqa: ANN001
+    """The pass read the ticket open; a person took it over before the run started. Its status now,
+    not only its changes since the run started, stops the refund."""
+    from agents import runner
+
+    customer = make_customer()
+    order = order_for(customer, "G-9201", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-9201")
+    start = runner.agent_services.run_start
+
+    def taken_over_first(**kwargs):  # noqa: ANN003, ANN202
+        ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
+        return start(**kwargs)
+
+    monkeypatch.setattr(runner.agent_services, "run_start", taken_over_first)
+    advance(ticket.pk, model=Refunds(("G-9201", 5000)))
+
+    assert paid(sandbox, order) == []
+    assert Ticket.objects.get(pk=ticket.pk).status == "with_human"
+    assert not Refund.objects.exists()
+
+
+def test_a_ticket_handed_back_to_the_agent_gives_it_its_waiting_refund_back(sandbox, approver, person):  # noqa: ANN001
+    """A person takes the ticket and hands it back while the model writes the step that asks for a
+    refund needing approval: the request can be decided, and the refund is paid once when approved."""
+    customer = make_customer(flagged=True)
+    order = order_for(customer, "G-9301", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-9301")
+
+    class TakenAndHandedBack(Refunds):
+        def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+            if not any(m["role"] == "tool" for m in messages):
+                ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
+                ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)
+            return super().complete(messages=messages, tools=tools, on_token=on_token)
+
+    model = TakenAndHandedBack(("G-9301", 5000))
+    advance(ticket.pk, model=model)
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.WAITING_APPROVAL
+
+    approval_services.approval_decide(
+        approval_id=ApprovalRequest.objects.get(ticket=ticket).pk, user=approver, approve=True
+    )
+    advance(ticket.pk, model=Refunds(("G-9301", 5000)))
+
+    assert [r["amount"] for r in paid(sandbox, order)] == [5000]
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.COMPLETED
+
+
+def test_an_email_recorded_in_front_of_a_paused_refund_is_sent_after_the_decision(sandbox, approver, settings):  # noqa: ANN001
+    """A clean pause is not a crash: the email the step asked for before the refund that waits for
+    staff was never attempted, so it is sent after the decision, not recorded as "may have happened"."""
+    from django.core import mail
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    customer = make_customer(flagged=True)
+    order = order_for(customer, "G-9401", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-9401")
+
+    class EmailThenRefund(Refunds):
+        def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+            if any(m["role"] == "tool" for m in messages):
+                return ModelResponse(text="Done.")
+            email = json.dumps({"subject": "Your refund", "body": "We are looking at it."})
+            refund = json.dumps({"order_number": "G-9401", "amount_cents": 5000})
+            return ModelResponse(
+                text="",
+                tool_calls=[
+                    ToolCallRequest("c1", "notify_customer_by_email", email),
+                    ToolCallRequest("c2", "issue_refund", refund),
+                ],
+            )
+
+    advance(ticket.pk, model=EmailThenRefund())
+    approval_services.approval_decide(
+        approval_id=ApprovalRequest.objects.get(ticket=ticket).pk, user=approver, approve=True
+    )
+    advance(ticket.pk, model=EmailThenRefund())
+
+    assert len(mail.outbox) == 1
+    statuses = list(ToolCall.objects.filter(ticket=ticket).order_by("index").values_list("status", flat=True))
+    assert statuses == [CallStatus.SUCCEEDED, CallStatus.SUCCEEDED]
+    assert [r["amount"] for r in paid(sandbox, order)] == [5000]
+    assert AgentRun.objects.get(ticket=ticket).recovery_notes == []
