@@ -83,8 +83,6 @@ PROVIDER_SUCCEEDED = frozenset({"succeeded"})
 PROVIDER_FAILED = frozenset({"failed", "canceled"})
 # Anything else (pending, requires_action, a status newer than this code) stays open.
 
-# Calls whose refund may still happen: counted with the refunds when deciding on approvals.
-
 _provider: PaymentProvider | None = None
 
 
@@ -493,12 +491,7 @@ def refund_recheck_failed(*, refund: Refund) -> str:
     asked again, for as long as the provider keeps idempotency keys. If the provider shows it after
     all (a request that was still on its way), the ledger takes it in: the money counts against the
     order again, and the ticket's timeline says it was paid."""
-    try:
-        found = provider().find_refund(
-            idempotency_key=refund.idempotency_key, payment_reference=refund.order.payment_reference
-        )
-    except ProviderError:
-        return refund.status
+    found = _lookup(refund.idempotency_key, refund.order.payment_reference)
     if found is None or found.status in PROVIDER_FAILED:
         return refund.status
     return _record_provider_state(refund, found)

@@ -184,7 +184,11 @@ def _latest(rows: QuerySet[Any], tickets: list[int], limit: int, *newest_by: str
     """The latest ``limit`` rows of each ticket (the largest ``newest_by``), in one statement: each
     ticket's read through its index and stopped at ``limit``, however long its history."""
     newest_first = [f"-{name}" for name in newest_by]
-    parts = [rows.filter(ticket_id=ticket_id).order_by(*newest_first)[:limit] for ticket_id in tickets]
+    return _together([rows.filter(ticket_id=ticket_id).order_by(*newest_first)[:limit] for ticket_id in tickets])
+
+
+def _together(parts: list[QuerySet[Any]]) -> list[Any]:
+    """The rows of several reads, each ordered and sliced, in one statement (UNION ALL)."""
     if len(parts) < 2:
         return list(parts[0]) if parts else []
     return list(parts[0].union(*parts[1:], all=True))
@@ -312,9 +316,8 @@ def _pending_refunds_on(numbers: Iterable[str]) -> dict[str, tuple[int, int, lis
         for number in numbers
     ]
     oldest: dict[str, list[ApprovalRequest]] = defaultdict(list)
-    if parts:
-        for request in sorted(parts[0].union(*parts[1:], all=True), key=lambda r: (r.requested_at, r.pk)):
-            oldest[_order_number(request)].append(request)
+    for request in sorted(_together(parts), key=lambda r: (r.requested_at, r.pk)):
+        oldest[_order_number(request)].append(request)
     return {
         str(row["evidence__order_number"]): (
             row["n"],

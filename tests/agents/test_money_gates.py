@@ -58,12 +58,12 @@ def person(db):  # noqa: ANN001
     return make_staff("gate-person", can_decide=False)
 
 
-class Refunds:
-    """A model that asks, in its first step, for the refunds given ((order number, cents), ...)."""
+class Calls:
+    """A model that asks, in its first step, for the calls given ((tool, arguments), ...), then says it is done."""
 
-    name = "scripted-refunds"
+    name = "scripted-calls"
 
-    def __init__(self, *wanted: tuple[str, int]) -> None:
+    def __init__(self, *wanted: tuple[str, dict]) -> None:
         self.wanted = wanted
 
     def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
@@ -72,10 +72,24 @@ class Refunds:
         return ModelResponse(
             text="",
             tool_calls=[
-                ToolCallRequest(f"r{n}", "issue_refund", json.dumps({"order_number": number, "amount_cents": cents}))
-                for n, (number, cents) in enumerate(self.wanted, start=1)
+                ToolCallRequest(f"c{n}", name, json.dumps(arguments))
+                for n, (name, arguments) in enumerate(self.wanted, start=1)
             ],
         )
+
+
+class Refunds(Calls):
+    """Calls asking for the refunds given ((order number, cents), ...)."""
+
+    def __init__(self, *wanted: tuple[str, int]) -> None:
+        super().__init__(*(("issue_refund", {"order_number": n, "amount_cents": cents}) for n, cents in wanted))
+
+
+def only_the_order_threshold() -> None:
+    """The policy's per-customer limit out of the way: only the per-order threshold applies."""
+    policy = ApprovalPolicy.current()
+    policy.customer_limit_cents = 10**9
+    policy.save()
 
 
 def confirm(ticket: Ticket, call: ToolCall) -> int:
@@ -290,9 +304,7 @@ def test_a_refund_behind_a_paused_call_is_not_paid_after_the_ticket_is_closed(sa
     """Confirmation off: the small refund is recorded to run behind the large one, which waits for
     staff. It never started; after a person closed the ticket, no decision makes it run."""
     customer = make_customer()
-    policy = ApprovalPolicy.current()
-    policy.customer_limit_cents = 10**9  # only the per-order threshold applies
-    policy.save()
+    only_the_order_threshold()
     large, small = order_for(customer, "G-5001", 50000, sandbox), order_for(customer, "G-5002", 5000, sandbox)
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund both")
     model = Refunds(("G-5001", 30000), ("G-5002", 5000))
@@ -320,31 +332,20 @@ def test_a_read_and_a_refund_in_one_step_go_on_after_the_customer_confirms(sandb
     """The first call of the step (a lookup) is recorded to run; the refund behind it waits for the
     customer. The Confirm wakes the run, which runs both in order (a decision is held back only by an
     earlier call that waits for its own decision, not by one recorded to run)."""
-
-    class LookupThenRefund:
-        name = "lookup-then-refund"
-
-        def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
-            if any(m["role"] == "tool" for m in messages):
-                return ModelResponse(text="Done.")
-            refund = json.dumps({"order_number": "G-5201", "amount_cents": 5000})
-            return ModelResponse(
-                text="",
-                tool_calls=[
-                    ToolCallRequest("c1", "lookup_order", json.dumps({"order_number": "G-5201"})),
-                    ToolCallRequest("c2", "issue_refund", refund),
-                ],
-            )
+    model = Calls(
+        ("lookup_order", {"order_number": "G-5201"}),
+        ("issue_refund", {"order_number": "G-5201", "amount_cents": 5000}),
+    )
 
     customer = make_customer()
     order = order_for(customer, "G-5201", 5000, sandbox)
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-5201")
-    advance(ticket.pk, model=LookupThenRefund())
+    advance(ticket.pk, model=model)
     (refund,) = refund_calls(ticket)
     assert confirm(ticket, refund) == 200
 
     assert ticket.pk in tickets_with_agent_work()  # the Confirm is work, even if its doorbell is lost
-    advance(ticket.pk, model=LookupThenRefund())
+    advance(ticket.pk, model=model)
 
     assert [r["amount"] for r in paid(sandbox, order)] == [5000]
     assert AgentRun.objects.get(ticket=ticket).status == RunStatus.COMPLETED
@@ -358,9 +359,7 @@ def test_the_refund_behind_a_paused_call_runs_once_the_call_before_it_is_decided
     """The same two refunds with nobody taking over: the small one waits for the large one's decision,
     then both run in order (the review's case must not stop the ordinary path)."""
     customer = make_customer()
-    policy = ApprovalPolicy.current()
-    policy.customer_limit_cents = 10**9
-    policy.save()
+    only_the_order_threshold()
     large, small = order_for(customer, "G-5101", 50000, sandbox), order_for(customer, "G-5102", 5000, sandbox)
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund both")
     model = Refunds(("G-5101", 30000), ("G-5102", 5000))
@@ -533,9 +532,7 @@ def test_a_run_that_ends_leaves_no_card_waiting_on_the_dashboard(sandbox, approv
     from agents.confirmation import confirmations_expire_due
 
     customer = make_customer()
-    policy = ApprovalPolicy.current()
-    policy.customer_limit_cents = 10**9
-    policy.save()
+    only_the_order_threshold()
     small, large = order_for(customer, "G-9101", 5000, sandbox), order_for(customer, "G-9102", 50000, sandbox)
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund both")
     model = Refunds(("G-9101", 5000), ("G-9102", 30000))
@@ -619,25 +616,16 @@ def test_an_email_recorded_in_front_of_a_paused_refund_is_sent_after_the_decisio
     order = order_for(customer, "G-9401", 5000, sandbox)
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-9401")
 
-    class EmailThenRefund(Refunds):
-        def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
-            if any(m["role"] == "tool" for m in messages):
-                return ModelResponse(text="Done.")
-            email = json.dumps({"subject": "Your refund", "body": "We are looking at it."})
-            refund = json.dumps({"order_number": "G-9401", "amount_cents": 5000})
-            return ModelResponse(
-                text="",
-                tool_calls=[
-                    ToolCallRequest("c1", "notify_customer_by_email", email),
-                    ToolCallRequest("c2", "issue_refund", refund),
-                ],
-            )
+    model = Calls(
+        ("notify_customer_by_email", {"subject": "Your refund", "body": "We are looking at it."}),
+        ("issue_refund", {"order_number": "G-9401", "amount_cents": 5000}),
+    )
 
-    advance(ticket.pk, model=EmailThenRefund())
+    advance(ticket.pk, model=model)
     approval_services.approval_decide(
         approval_id=ApprovalRequest.objects.get(ticket=ticket).pk, user=approver, approve=True
     )
-    advance(ticket.pk, model=EmailThenRefund())
+    advance(ticket.pk, model=model)
 
     assert len(mail.outbox) == 1
     statuses = list(ToolCall.objects.filter(ticket=ticket).order_by("index").values_list("status", flat=True))
