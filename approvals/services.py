@@ -28,7 +28,8 @@ DECIDE_PERMISSION = "approvals.decide_approval"
 
 
 class ApprovalClosed(ValidationError):
-    """The request was already decided, or has expired: nothing was changed."""
+    """The request can no longer be decided (already decided, withdrawn, expired, or a person has the
+    ticket): nothing was changed. A conflict with the request's state, not bad input."""
 
 
 def notify_staff(approval_id: int, change: str) -> None:
@@ -170,8 +171,14 @@ def approval_decide(
         if approval.status == wanted and approval.decided_by_id == user.pk:
             return approval  # the same decision sent again (a retried POST): the original result
         if approval.status != ApprovalStatus.PENDING:
-            who = approval.decided_by.get_username() if approval.decided_by else "the system"
             when = timezone.localtime(approval.decided_at).strftime("%Y-%m-%d %H:%M") if approval.decided_at else ""
+            if approval.status == ApprovalStatus.WITHDRAWN:
+                raise ApprovalClosed(
+                    f"This request was withdrawn {when}: the agent stopped waiting for it ({approval.note}); "
+                    "nothing was changed.".replace("  ", " "),
+                    code="already_decided",
+                )
+            who = approval.decided_by.get_username() if approval.decided_by else "the system"
             raise ApprovalClosed(
                 f"This request was already {approval.status} by {who} {when}; nothing was changed.".replace("  ", " "),
                 code="already_decided",

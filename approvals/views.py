@@ -113,5 +113,5 @@ def _amount_confirmed(request: HttpRequest, approval: ApprovalRequest) -> bool:
 
 def _conflict(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     """Show the dashboard again with the reason, with a status that says nothing changed."""
-    status = 409 if getattr(exc, "code", "") in {"already_decided", "expired"} else 400
+    status = 409 if isinstance(exc, services.ApprovalClosed) else 400
     return render(request, "approvals/dashboard.html", _pending_context(), status=status)

@@ -49,6 +49,7 @@
     if (card.classList.contains("gone")) return;
     var change = lastChange[card.dataset.approvalId];
     var what = change === "expired" ? "expired"
+      : change === "withdrawn" ? "withdrawn: the agent stopped waiting for it (a person has the ticket, or it ended)"
       : change === "approved" || change === "rejected" ? change + " by someone else"
       : "decided by someone else";
     card.classList.add("gone");
@@ -153,7 +154,7 @@
     socket.onmessage = function (event) {
       try {
         var message = JSON.parse(event.data);
-        if (["approved", "rejected", "expired"].indexOf(message.change) >= 0) {
+        if (["approved", "rejected", "expired", "withdrawn"].indexOf(message.change) >= 0) {
           lastChange[String(message.approval_id)] = message.change;
         }
       } catch (ignored) { /* any message means "read the list again" */ }

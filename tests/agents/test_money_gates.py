@@ -548,7 +548,7 @@ def test_a_run_that_ends_leaves_no_card_waiting_on_the_dashboard(sandbox, approv
     assert AgentRun.objects.get(ticket=ticket).status == RunStatus.COMPLETED
     card.refresh_from_db()
     assert card.status == ApprovalStatus.WITHDRAWN and card not in approval_selectors.approvals_pending()
-    with pytest.raises(approval_services.ApprovalClosed, match="already withdrawn"):
+    with pytest.raises(approval_services.ApprovalClosed, match="was withdrawn .*the agent stopped waiting for it"):
         approval_services.approval_decide(approval_id=card.pk, user=approver, approve=True)
     assert paid(sandbox, small) == [] and paid(sandbox, large) == []
     assert ticket.pk not in tickets_with_agent_work()

@@ -137,3 +137,35 @@ def test_two_staff_deciding_at_once_the_first_wins_and_the_second_is_told(sandbo
         loser.text.find("<main") :
     ][:600]
     assert approval.status in {ApprovalStatus.APPROVED, ApprovalStatus.REJECTED}
+
+
+def test_a_request_on_a_ticket_a_person_took_is_refused_with_409_then_shown_withdrawn(sandbox, client, approver):
+    """A person takes the ticket while its refund waits: approving it from the dashboard is refused
+    as a conflict (409, nothing changed, the reason given); once the agent's run has ended, the
+    request is in the history as withdrawn, by nobody, with the reason, and approving it again is
+    refused the same way and says it was withdrawn."""
+    from tickets import services as ticket_services
+
+    ticket, approval = paused(sandbox, "D-4001")
+    person = make_staff("person", can_decide=False)
+    ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
+    client.force_login(approver)
+
+    approve = {"decision": "approve", "confirm_amount": str(approval.amount_cents)}
+    taken = client.post(f"/staff/approvals/{approval.pk}/decide/", approve)
+    assert taken.status_code == 409
+    assert "A person has had ticket" in taken.content.decode()
+    assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalStatus.PENDING
+
+    advance(ticket.pk)  # the doorbell the take-over rang: the run ends and withdraws the request
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.WITHDRAWN
+
+    again = client.post(f"/staff/approvals/{approval.pk}/decide/", approve)
+    assert again.status_code == 409
+    assert "was withdrawn" in again.content.decode() and "nothing was changed" in again.content.decode()
+    history = client.get("/staff/approvals/history/").content.decode()
+    row = history[history.index(f"<td>{approval.pk}</td>") :].split("</tr>")[0]
+    assert 'class="badge withdrawn"' in row and "Withdrawn" in row
+    assert "nobody (the agent withdrew it)" in row and "expired" not in row
+    assert approval.note and approval.note in row
