@@ -223,6 +223,9 @@ def release_session_locks(conn: Any) -> None:
     """A connection goes back to the pool holding no session-level lock. A ticket's lease lock
     belongs to the session that took it and goes when that session ends (agents.lease); a pooled
     session outlives whoever borrowed it, so it lets such locks go when it is given back."""
+    if conn.autocommit:  # Django's way: one round trip, no BEGIN/COMMIT around it
+        conn.execute("SELECT pg_advisory_unlock_all()")
+        return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_unlock_all()")
 

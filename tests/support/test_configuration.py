@@ -168,3 +168,23 @@ def test_the_server_applies_the_keepalives_to_each_session(db):  # noqa: ANN001
         assert cursor.fetchone() == ("5",)
         cursor.execute("SHOW tcp_user_timeout")
         assert cursor.fetchone() == ("10000",)
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+def test_a_connection_given_back_to_the_pool_lets_go_of_its_lease_locks_and_is_idle(autocommit):
+    """The pool's reset drops every session-level advisory lock (a ticket's lease) and leaves no
+    transaction open, whether the connection was in autocommit (Django's way) or not."""
+    import psycopg
+    from django.db import connection
+
+    from support.settings import release_session_locks
+
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as conn:
+        conn.execute("SELECT pg_advisory_lock(4242), pg_advisory_lock(4243)")
+        conn.autocommit = autocommit
+        release_session_locks(conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        held = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+        ).fetchone()
+        assert held == (0,)
