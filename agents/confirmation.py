@@ -215,6 +215,7 @@ def confirmation_decide(
             )
         if call.status != CallStatus.AWAITING_CONFIRMATION:
             raise ConfirmationClosed("This question is no longer waiting for an answer.", code="closed")
+        ticket_services.ticket_hold(ticket_id)  # a take-over in flight lands first, or after this answer
         if person_took_the_ticket_since(AgentRun(pk=call.run_id, ticket_id=ticket_id)):
             raise ConfirmationClosed(
                 "A member of our team has taken this conversation over, so nothing was done here; "

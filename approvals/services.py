@@ -185,6 +185,7 @@ def approval_decide(
             )
         if approval.expires_at <= now:
             raise ApprovalClosed("This request has expired; nothing was changed.", code="expired")
+        ticket_services.ticket_hold(approval.ticket_id)  # a take-over in flight lands first, or after this
         run = AgentRun(pk=approval.tool_call.run_id, ticket_id=approval.ticket_id)
         if person_took_the_ticket_since(run):
             raise ApprovalClosed(

@@ -638,6 +638,13 @@ def _locked(ticket: Ticket | int) -> Ticket:
     return Ticket.objects.select_for_update().get(pk=_ticket_id(ticket))
 
 
+def ticket_hold(ticket_id: int) -> str:
+    """Hold the ticket's row until the caller's transaction ends, and return its status: a decision
+    that depends on who has the ticket (the agent or a person) reads it after any take-over, resolve
+    or close in flight has committed, and none can land between the reading and the decision's commit."""
+    return Ticket.objects.select_for_update(no_key=True).values_list("status", flat=True).get(pk=ticket_id)
+
+
 def _set_assignee(ticket: Ticket, assignee: AbstractBaseUser | None, actor_user: AbstractBaseUser | None) -> None:
     """Assign a ticket the caller locked; no event when nothing changes (a double click)."""
     if ticket.assignee_id == (assignee.pk if assignee is not None else None):

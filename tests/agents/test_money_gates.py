@@ -632,3 +632,74 @@ def test_an_email_recorded_in_front_of_a_paused_refund_is_sent_after_the_decisio
     assert statuses == [CallStatus.SUCCEEDED, CallStatus.SUCCEEDED]
     assert [r["amount"] for r in paid(sandbox, order)] == [5000]
     assert AgentRun.objects.get(ticket=ticket).recovery_notes == []
+
+
+@pytest.mark.parametrize("who", ["staff", "customer"])
+def test_a_decision_that_meets_a_take_over_in_flight_waits_for_it_and_is_refused(sandbox, approver, person, who):  # noqa: ANN001
+    """A person takes the ticket over while a staff member approves (or the customer confirms) its
+    refund: the take-over's transaction holds the ticket and has not committed yet. The decision
+    waits for it and is then refused; it is not recorded, and nobody is told "finishing it now"
+    about a refund the agent will never make."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from agents.confirmation import ConfirmationClosed, confirmation_decide
+
+    only_the_order_threshold()
+    customer = make_customer()
+    cents = 64900 if who == "staff" else 5000
+    order = order_for(customer, "G-4801", cents, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-4801")
+    with pytest.MonkeyPatch.context() as patch:
+        from django.conf import settings
+
+        patch.setattr(settings, "REFUND_CUSTOMER_CONFIRMATION", who == "customer")
+        advance(ticket.pk, model=Refunds(("G-4801", cents)))
+    (call,) = refund_calls(ticket)
+
+    took, go, outcome = threading.Event(), threading.Event(), {}
+
+    def take_over() -> None:
+        try:
+            with transaction.atomic():
+                ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
+                took.set()
+                go.wait(20)
+        finally:
+            connection.close()
+
+    def decide() -> None:
+        try:
+            if who == "staff":
+                approval = ApprovalRequest.objects.get(ticket=ticket)
+                outcome["result"] = approval_services.approval_decide(
+                    approval_id=approval.pk, user=approver, approve=True
+                ).status
+            else:
+                outcome["result"] = confirmation_decide(
+                    ticket_id=ticket.pk, call_id=call.pk, user=customer.user, confirm=True,
+                    digest=call.confirmation_digest,
+                )  # fmt: skip
+        except (approval_services.ApprovalClosed, ConfirmationClosed) as refused:
+            outcome["refused"] = refused
+        finally:
+            connection.close()
+
+    taking = threading.Thread(target=take_over)
+    taking.start()
+    assert took.wait(20)
+    deciding = threading.Thread(target=decide)
+    deciding.start()
+    deciding.join(1.0)  # with the take-over holding the ticket, the decision waits
+    go.set()
+    taking.join(20)
+    deciding.join(20)
+
+    assert "refused" in outcome, outcome
+    call.refresh_from_db()
+    assert call.approval_decision is None and call.confirmation_decision is None
+    assert not TicketEvent.objects.filter(ticket=ticket, kind__in=["approval_decided", "confirmation_decided"]).exists()
+    advance(ticket.pk, model=Refunds(("G-4801", cents)))
+    assert paid(sandbox, order) == []
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.HANDED_OFF
