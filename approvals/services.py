@@ -185,14 +185,6 @@ def approval_decide(
             )
         if approval.expires_at <= now:
             raise ApprovalClosed("This request has expired; nothing was changed.", code="expired")
-        ticket_services.ticket_hold(approval.ticket_id)  # a take-over in flight lands first, or after this
-        run = AgentRun(pk=approval.tool_call.run_id, ticket_id=approval.ticket_id)
-        if person_took_the_ticket_since(run):
-            raise ApprovalClosed(
-                f"A person has had ticket #{approval.ticket_id} since the agent asked (taken over, resolved or "
-                "closed): the agent will not act on this request; nothing was changed.",
-                code="person_has_ticket",
-            )
         approval.status = wanted
         approval.decided_by = user
         approval.decided_at = now
@@ -201,6 +193,16 @@ def approval_decide(
         call_record_decision(
             call_id=approval.tool_call_id, decision=approval.status, note=note, digest=approval.arguments_digest
         )
+        # Who has the ticket, read while holding its row (the locks in the order the agent takes them:
+        # request, call, ticket): a take-over in flight lands first and is seen, or waits for this
+        # decision. A refusal here rolls the decision back.
+        ticket_services.ticket_hold(approval.ticket_id)
+        if person_took_the_ticket_since(AgentRun(pk=approval.tool_call.run_id, ticket_id=approval.ticket_id)):
+            raise ApprovalClosed(
+                f"A person has had ticket #{approval.ticket_id} since the agent asked (taken over, resolved or "
+                "closed): the agent will not act on this request; nothing was changed.",
+                code="person_has_ticket",
+            )
         label = (
             "Our team approved your request; finishing it now."
             if approve
