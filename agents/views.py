@@ -21,7 +21,7 @@ def confirmation_answer(request: HttpRequest, ticket_id: int, call_id: int) -> J
     ticket = ticket_get_for_customer(user=request.user, ticket_id=ticket_id)  # 404 for anyone else
     try:
         data = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return JsonResponse({"error": "The request body must be JSON."}, status=400)
     if not isinstance(data, dict) or data.get("answer") not in ANSWERS or not isinstance(data.get("digest"), str):
         return JsonResponse({"error": 'Send {"answer": "confirm" or "cancel", "digest": "..."}.'}, status=400)

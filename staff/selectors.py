@@ -74,7 +74,7 @@ def inbox(
             | Q(Exists(Order.objects.filter(customer=OuterRef("customer"), number__iexact=query)))
         )
         digits = query.removeprefix("#")
-        if digits.isdigit() and len(digits) < 18:
+        if digits.isascii() and digits.isdigit() and len(digits) < 18:
             match |= Q(pk=int(digits))
         tickets = tickets.filter(match)
     last = Message.objects.filter(ticket=OuterRef("pk")).order_by("-created_at", "-id")

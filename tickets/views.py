@@ -239,7 +239,7 @@ def _message_input(request: HttpRequest) -> tuple[str, str, list[attachments.Inc
         return client_msg_id, body, files
     try:
         data = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise _Refusal("The request body must be JSON.") from None
     if (
         not isinstance(data, dict)
