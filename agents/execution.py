@@ -15,9 +15,10 @@ Then each call runs by its replay policy (DESIGN.md, invariant 17):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from typing import Any
+from typing import Any, NoReturn
 
 from django.db import connection
 from django.utils import timezone
@@ -45,7 +46,16 @@ from agents.models import (
 from agents.pass_state import Pass
 from agents.policy import approval_reason
 from agents.selectors import person_took_the_ticket_since
-from agents.tools import REGISTRY, Tool, ToolContext, ToolError, ToolEscalation, ToolUncertain, parse_arguments
+from agents.tools import (
+    REGISTRY,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolEscalation,
+    ToolStopped,
+    ToolUncertain,
+    parse_arguments,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -240,15 +250,11 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
     ):
         # A person took the ticket (or resolved or closed it) while this step was being written or its
         # calls ran: no effect starts after that. (Checked again here, next to the effect, not only
-        # when the pass began.)
-        reason = "a person took the ticket over"
-        calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=f"not run: {reason}")
-        agent_services.run_transition(
-            lease=lease, run=AgentRun.objects.get(pk=call.run_id), to_status=RunStatus.HANDED_OFF, outcome=reason
-        )
-        raise Stop()
+        # when the pass began; a tool that commits its own steps checks again next to each attempt.)
+        _leave_to_the_person(lease, call, CallStatus.FAILED, "not run: a person took the ticket over")
     if again:
         call = calls.call_retry(lease=lease, call=call)
+    ctx = dataclasses.replace(ctx, lease=lease)
     try:
         # No transaction around the handler: a tool commits its own steps (a
         # refund commits its intent before it calls the provider), so that what
@@ -260,6 +266,8 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
         agent_services.escalate(lease=lease, run=AgentRun.objects.get(pk=call.run_id), call=call,
                                 customer_text=exc.customer_text, reason=str(exc))  # fmt: skip
         raise Stop() from None
+    except ToolStopped as exc:
+        _leave_to_the_person(lease, call, CallStatus.UNCERTAIN if exc.uncertain else CallStatus.FAILED, str(exc))
     except ToolUncertain as exc:
         calls.call_finish(
             lease=lease, call=call, status=CallStatus.UNCERTAIN, result={"status": "uncertain"}, error=str(exc)
@@ -282,3 +290,16 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
     elif call.replay_policy == ReplayPolicy.NEVER:
         faults.hit("after_never_effect")
     calls.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=result)
+
+
+def _leave_to_the_person(lease: Lease, call: ToolCall, status: str, error: str) -> NoReturn:
+    """A person has the ticket: the call ends unrun (or, after an attempt, uncertain) and the run hands
+    the ticket to them, saying nothing to the customer (the person answers)."""
+    calls.call_finish(lease=lease, call=call, status=status, result=None, error=error)
+    agent_services.run_transition(
+        lease=lease,
+        run=AgentRun.objects.get(pk=call.run_id),
+        to_status=RunStatus.HANDED_OFF,
+        outcome="a person took the ticket over",
+    )
+    raise Stop()

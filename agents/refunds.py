@@ -33,11 +33,13 @@ plain words.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.db import transaction
@@ -53,14 +55,15 @@ from agents.models import (
     OPEN_REFUND_STATUSES,
     REFUND_TRANSITIONS,
     RESERVING_REFUND_STATUSES,
+    AgentRun,
     Refund,
     RefundStatus,
     ReplayPolicy,
     ToolCall,
 )
 from agents.profiles import policy_values, profile_of
-from agents.selectors import refunded_total_cents
-from agents.tools import Tool, ToolContext, ToolError, ToolEscalation, customer_order, register
+from agents.selectors import person_took_the_ticket_since, refunded_total_cents
+from agents.tools import Tool, ToolContext, ToolError, ToolEscalation, ToolStopped, customer_order, register
 from payments.provider import (
     IdempotencyMismatch,
     PaymentProvider,
@@ -307,12 +310,15 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if not may_execute(ToolCall.objects.get(pk=ctx.call.pk)):
         # The runner never gets here with such a call; this is the money path's own last door.
         raise ToolError("This refund needs a staff approval for these exact arguments before it can run.")
-    with transaction.atomic():
+    with _fenced(ctx):
         existing = Refund.objects.select_for_update().select_related("order").filter(idempotency_key=key).first()
         if existing is not None and existing.status in {RefundStatus.SUCCEEDED, RefundStatus.PENDING}:
             return _result(existing)
         order, amount, currency = _check_guardrails(ctx, args, key)
-        if existing is None:
+        person = not _agent_still_has_the_ticket(ctx)
+        if person:
+            pass  # nothing is written: handled below, outside this transaction
+        elif existing is None:
             refund = Refund.objects.create(
                 ticket=ctx.ticket,
                 order=order,
@@ -324,7 +330,10 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             )
         else:
             refund = existing
-        _set_status(refund, RefundStatus.SUBMITTED, attempts=refund.attempts + 1)
+        if not person:
+            _set_status(refund, RefundStatus.SUBMITTED, attempts=refund.attempts + 1)
+    if person:
+        _stop_for_a_person(existing)
     # Committed: the provider may now act under the key; a crash from here on is reconciled.
     metadata = {"ticket_id": str(ctx.ticket.pk), "order_number": order.number, "tool_call_id": str(ctx.call.pk)}
     if faults.armed("skip_idempotency_key"):  # a drill breaking the money path on purpose
@@ -335,6 +344,8 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 found = None
                 if attempt.retry_state.attempt_number > 1:
                     found = _lookup(key, order.payment_reference)  # what happened under the key?
+                    if found is None:
+                        _go_on_or_stop(ctx, refund)  # a backoff is long enough for a take-over
                 if found is None:
                     found = provider().create_refund(
                         payment_reference=order.payment_reference,
@@ -359,6 +370,52 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             f"The payment provider refused the refund: {exc}", customer_text=_customer_text(refund, uncertain=False)
         ) from None
     raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _fenced(ctx: ToolContext) -> Iterator[None]:
+    """A transaction that commits only while the caller still holds the ticket's lease (LeaseLost
+    otherwise): a worker that lost the ticket writes no refund and sends none."""
+    if ctx.lease is None:
+        with transaction.atomic():
+            yield
+    else:
+        with ctx.lease.guard():
+            yield
+
+
+def _agent_still_has_the_ticket(ctx: ToolContext) -> bool:
+    """Caller: inside ``_fenced``. Holds the ticket's row until commit: a take-over in flight lands
+    first and is seen; one that comes later waits for this transaction."""
+    ticket_services.ticket_hold(ctx.ticket.pk)
+    return not person_took_the_ticket_since(AgentRun(pk=ctx.call.run_id, ticket_id=ctx.ticket.pk))
+
+
+def _go_on_or_stop(ctx: ToolContext, refund: Refund) -> None:
+    """Before the provider is asked again: is the lease still ours, and the ticket still the agent's?"""
+    with _fenced(ctx):
+        still = _agent_still_has_the_ticket(ctx)
+    if not still:
+        _stop_for_a_person(refund)
+
+
+def _stop_for_a_person(refund: Refund | None) -> NoReturn:
+    """A person took the ticket before this refund was sent, or sent again. One that may have
+    reached the provider already is left uncertain for the reconciler (the provider's record
+    wins); one that never did is not sent."""
+    if refund is None or refund.status in {RefundStatus.REQUESTED, RefundStatus.FAILED}:
+        raise ToolStopped("not run: a person took the ticket over")
+    _give_up(
+        refund,
+        RefundStatus.UNCERTAIN,
+        "not tried again: a person took the ticket over; an earlier attempt may have reached the "
+        "payment provider, and the reconciler asks it under the key",
+    )
+    raise ToolStopped(
+        "not tried again: a person took the ticket over; an earlier attempt may have reached the payment "
+        "provider (being reconciled)",
+        uncertain=True,
+    )
 
 
 def _outcome(refund: Refund, found: ProviderRefund) -> dict[str, Any]:

@@ -54,6 +54,16 @@ class ToolEscalation(ToolError):
         self.uncertain = uncertain
 
 
+class ToolStopped(Exception):
+    """A person took the ticket before the effect started, or before it was tried again: the run
+    ends and the ticket is theirs. ``uncertain``: an earlier attempt may have reached the other
+    side (the reconciler settles it)."""
+
+    def __init__(self, message: str, *, uncertain: bool = False) -> None:
+        super().__init__(message)
+        self.uncertain = uncertain
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """What a tool may touch. The caller holds the ticket's lease.
@@ -66,6 +76,9 @@ class ToolContext:
     # The approval policy of the run's profile version (agents.profiles.PolicyValues), where the
     # caller read it; None: read from the run's profile when needed.
     policy: Any = None
+    # The caller's lease (agents.lease.Lease) while the effect runs: a tool that commits its own
+    # steps before an effect (a refund's intent) fences them with it. None outside the loop.
+    lease: Any = None
 
     @property
     def actor_ref(self) -> str:
