@@ -105,9 +105,7 @@ def test_a_worker_that_lost_the_lease_before_the_refund_writes_and_sends_nothing
     assert_money_invariants(sandbox)
 
 
-def test_a_worker_that_lost_the_lease_during_the_retry_wait_does_not_try_again(
-    sandbox, provider_requests, monkeypatch
-):  # noqa: ANN001
+def test_a_worker_that_lost_the_lease_during_the_retry_wait_does_not_try_again(sandbox, provider_requests, monkeypatch):  # noqa: ANN001
     customer = make_customer()
     order = order_for(customer, "F-1002", 5000, sandbox)
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund F-1002")
