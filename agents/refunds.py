@@ -15,6 +15,7 @@ Whether a refund needs a staff approval is decided with its intent
 (``refund_approval_reason``), from the ledger, whatever the model says:
 
 - every refund of a flagged customer;
+- a refund on an order on which staff rejected a refund before, in any ticket;
 - a second refund on an order that already has one (done, pending or waiting
   for approval) in the same ticket;
 - a refund that takes the order's refunds (done, pending, uncertain or waiting
@@ -56,6 +57,7 @@ from agents.models import (
     REFUND_TRANSITIONS,
     RESERVING_REFUND_STATUSES,
     AgentRun,
+    ApprovalDecision,
     Refund,
     RefundStatus,
     ReplayPolicy,
@@ -136,6 +138,23 @@ def refund_commitments(
     return count, cents
 
 
+def _declined_before(*, customer_id: int, order: Order) -> int | None:
+    """The ticket in which staff last rejected a refund on this order, in any ticket of the customer, or
+    None. A refund staff said no to is not paid unreviewed by asking again, in a new ticket or after
+    the reason it was reviewed for has gone (DESIGN.md, invariant 11)."""
+    rejected = (
+        ToolCall.objects.filter(
+            name="issue_refund", ticket__customer_id=customer_id, approval_decision=ApprovalDecision.REJECTED
+        )
+        .order_by("-pk")
+        .values_list("arguments", "ticket_id")
+    )
+    for arguments, ticket_id in rejected:
+        if str(arguments.get("order_number", "")).strip().upper() == order.number.upper():
+            return ticket_id
+    return None
+
+
 def _check_guardrails(ctx: ToolContext, args: dict[str, Any], key: str | None) -> tuple[Order, int, str]:
     """Raise ToolError with a reason the model can explain, or return (locked order, amount, currency)."""
     order = customer_order(ctx.ticket, args["order_number"])
@@ -173,6 +192,12 @@ def refund_approval_reason(ctx: ToolContext, args: dict[str, Any]) -> str | None
         return "every refund for this customer is reviewed by staff"
     order = customer_order(ctx.ticket, args["order_number"])
     amount = int(args["amount_cents"])
+    declined = _declined_before(customer_id=customer.pk, order=order)
+    if declined is not None:
+        return (
+            f"staff declined a refund on order {order.number} before (ticket #{declined}): "
+            "asking again needs a staff approval"
+        )
     earlier, _ = refund_commitments(customer_id=customer.pk, order=order, ticket_id=ctx.ticket.pk)
     if earlier:
         return f"a second refund on order {order.number} in this ticket needs a staff approval"

@@ -206,6 +206,33 @@ def test_an_approved_refund_waiting_for_the_customer_counts_for_the_next_request
     assert unreviewed_total(order) == 0
 
 
+@pytest.mark.parametrize("written", ["G-3101", " g-3101 "])
+def test_a_refund_staff_rejected_is_not_paid_unreviewed_when_asked_again_in_a_new_ticket(sandbox, approver, written):  # noqa: ANN001
+    """The second refund of one step on one order needs staff; staff reject it. Asked again in a new
+    ticket, that reason is gone (it is the ticket's first refund, and far below the threshold), but
+    staff said no to this refund: it is reviewed again, not paid."""
+    customer = make_customer()
+    order = order_for(customer, "G-3101", 50000, sandbox)
+    first_ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-3101 twice")
+    advance(first_ticket.pk, model=Refunds(("G-3101", 1000), ("G-3101", 5000)))
+    rejected = ApprovalRequest.objects.get(ticket=first_ticket)
+    assert "second refund" in rejected.reason
+    approval_services.approval_decide(
+        approval_id=rejected.pk, user=approver, approve=False, note="One refund on this order is enough."
+    )
+    advance(first_ticket.pk, model=Refunds(("G-3101", 1000), ("G-3101", 5000)))
+    assert [r["amount"] for r in paid(sandbox, order)] == [1000]
+
+    second_ticket, _ = ticket_services.ticket_open(customer=customer, subject="Again", body="Refund $50 on G-3101")
+    advance(second_ticket.pk, model=Refunds((written, 5000)))
+
+    (again,) = refund_calls(second_ticket)
+    assert again.approval_required and again.status == CallStatus.AWAITING_APPROVAL
+    assert f"staff declined a refund on order G-3101 before (ticket #{first_ticket.pk})" in again.approval_reason
+    assert [r["amount"] for r in paid(sandbox, order)] == [1000]
+    assert_money_invariants(sandbox)
+
+
 # --- A person's decision on the ticket ends the agent's money -------------------------------
 
 
