@@ -45,6 +45,7 @@ from agents.models import (
 )
 from agents.pass_state import Pass
 from agents.policy import approval_reason
+from agents.profiles import enabled_tools_now, not_enabled
 from agents.selectors import person_took_the_ticket_since
 from agents.tools import (
     REGISTRY,
@@ -103,7 +104,7 @@ def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, An
     if tool.name not in p.enabled_tools:
         call = calls.call_start(**common, name=tool.name, arguments=args, replay_policy=tool.replay_policy,
                                 public_label="")  # fmt: skip
-        error = f"the tool {tool.name} is not enabled for this agent (profile version)"
+        error = not_enabled(tool.name, p.run.profile.version if p.run.profile_id else None)
         return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=error)
     intent = {**common, "name": tool.name, "arguments": args, "replay_policy": tool.replay_policy}
     try:
@@ -196,6 +197,9 @@ def execute(p: Pass, call: ToolCall, *, again: bool = False) -> ToolCall:
         return calls.call_finish(
             lease=p.lease, call=call, status=CallStatus.FAILED, result=None, error=f"unknown tool {call.name}"
         )
+    if call.name not in p.enabled_tools:
+        error = f"not run: {not_enabled(call.name, p.run.profile.version if p.run.profile_id else None)}"
+        return calls.call_finish(lease=p.lease, call=call, status=CallStatus.FAILED, result=None, error=error)
     if call.replay_policy == ReplayPolicy.SAFE and may_execute(call) and not again:
         outcome = _run_handler(p.lease, call, tool, ToolContext(ticket=p.ticket, call=call))
         if outcome is not None:
@@ -243,6 +247,17 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
         logger.error("call %s on ticket %s needs an approval it does not have; not executed", call.pk, call.ticket_id)
         calls.call_finish(
             lease=lease, call=call, status=CallStatus.FAILED, result=None, error="not executed: no staff approval"
+        )
+        return
+    version, enabled = enabled_tools_now(call.run_id)
+    if enabled is not None and call.name not in enabled:
+        # Staff moved the paused run to a version that turned this tool off: what it waited for is not run.
+        calls.call_finish(
+            lease=lease,
+            call=call,
+            status=CallStatus.FAILED,
+            result=None,
+            error=f"not run: {not_enabled(call.name, version)}",
         )
         return
     if call.replay_policy != ReplayPolicy.SAFE and person_took_the_ticket_since(

@@ -117,6 +117,19 @@ def enabled_tools(profile: AgentProfile) -> frozenset[str]:
     return frozenset(t["name"] for t in profile.tools or [] if t.get("name") in REGISTRY)
 
 
+def enabled_tools_now(run_id: int) -> tuple[int | None, frozenset[str] | None]:
+    """(version, the tools it enables) of the version ``run_id`` is on now, read afresh: staff may have
+    moved a paused run to another version since its pass read it. (None, None) for a run on no version."""
+    version, tools = AgentRun.objects.filter(pk=run_id).values_list("profile__version", "profile__tools").get()
+    if version is None:
+        return None, None
+    return version, frozenset(t["name"] for t in tools or [] if t.get("name") in REGISTRY)
+
+
+def not_enabled(name: str, version: int | None) -> str:
+    return f"the tool {name} is not enabled for this agent (profile version {version})"
+
+
 def tools_always_approved(profile: AgentProfile) -> frozenset[str]:
     return frozenset(t["name"] for t in profile.tools or [] if t.get("requires_approval"))
 

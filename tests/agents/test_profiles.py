@@ -12,6 +12,7 @@ from agents.models import AgentProfile, AgentRun, ApprovalPolicy, CallStatus, Mo
 from agents.profiles import active_profile, profile_new_version, run_move_to_active
 from agents.runner import advance
 from agents.tools import tool_specs
+from approvals import services as approval_services
 from approvals.models import ApprovalRequest
 from tests.agents.test_refunds import ScriptedRefund
 from tests.approvals.conftest import make_staff
@@ -82,6 +83,27 @@ def test_staff_move_a_paused_run_to_the_active_version_on_the_timeline(sandbox):
     event = paused.events.get(kind="agent_profile_changed")
     assert event.payload == {"run_id": run.pk, "from_version": 1, "to_version": 2}
     assert event.actor_user == staff
+
+
+def test_a_paused_refund_moved_to_a_version_without_refunds_is_not_paid_when_approved(sandbox):  # noqa: ANN001
+    """The tools a call may use are those of the run's version when it runs, not when it was asked:
+    staff who move a waiting run to a version that turned refunds off get no refund by approving."""
+    staff = make_staff("profile-mover-2", can_decide=True)
+    paused, order = refund_ticket(sandbox, flagged=True, number="V-3003")
+    advance(paused.pk)
+    run = AgentRun.objects.get(ticket=paused)
+    tools = [t for t in active_profile().tools if t["name"] != "issue_refund"]
+    profile_new_version(changes={"tools": tools}, user=staff)
+    assert run_move_to_active(run=run, user=staff)
+
+    approval = ApprovalRequest.objects.get(ticket=paused)
+    approval_services.approval_decide(approval_id=approval.pk, user=staff, approve=True)
+    advance(paused.pk)
+
+    assert provider_refunds(sandbox, order) == []
+    call = ToolCall.objects.get(run=run, name="issue_refund")
+    assert call.status == CallStatus.FAILED
+    assert "the tool issue_refund is not enabled for this agent (profile version 2)" in call.error
 
 
 def test_the_move_is_an_admin_action_and_a_finished_run_is_left_alone(sandbox, admin_client):  # noqa: ANN001
