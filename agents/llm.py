@@ -158,6 +158,10 @@ def validate_response(response: ModelResponse) -> ModelResponse:
         if _storable(arguments) != arguments:
             raise ModelOutputInvalid(f"tool call {n}'s arguments contain NUL or invalid Unicode", usage=usage)
         clean.append(ToolCallRequest(id=call_id, name=name, arguments=arguments))
+    if not clean and not text.strip():
+        # Nothing to post and nothing to run: stored as an answer it would end the run with the
+        # customer unanswered. Another generation may well say something.
+        raise ModelOutputInvalid("the answer has no text and asks for no tool call", usage=usage)
     return ModelResponse(
         text=text,
         tool_calls=clean,

@@ -90,6 +90,9 @@ POISON = {
         calls(*(ToolCallRequest(f"c{n}", "list_orders", "{}") for n in range(200))),
         "200 tool calls in one step",
     ),
+    "an empty answer": (ModelResponse(text=""), "the answer has no text and asks for no tool call"),
+    "an answer of blanks": (ModelResponse(text=" \n\t "), "the answer has no text and asks for no tool call"),
+    "an answer of only NULs": (ModelResponse(text="\x00\x00"), "the answer has no text and asks for no tool call"),
     "a NUL in tool arguments": (
         calls(ToolCallRequest("c1", "search_help", '{"query": "a\x00b"}')),
         "arguments contain NUL",
