@@ -727,13 +727,23 @@ def ticket_assign_to(*, ticket: Ticket | int, assignee: AbstractBaseUser | None,
     return locked
 
 
+def client_key(client_msg_id: str | None) -> str:
+    """A message ID sent by a customer's or a staff member's client, checked. The product's own
+    messages are keyed ``<kind>:<id>`` (``reply:7:0``, ``parked-note:7``, ``open:<ref>``): an ID
+    from outside may not contain a colon, so it can never take a key the agent will post under."""
+    key = (client_msg_id or "").strip()
+    if not key or len(key) > 100:
+        raise ValidationError("A client message ID must be 1 to 100 characters.", code="bad_client_msg_id")
+    if ":" in key:
+        raise ValidationError("A client message ID may not contain a colon (:).", code="bad_client_msg_id")
+    return key
+
+
 def _staff_message(
     *, ticket: Ticket | int, user: AbstractBaseUser, body: str, client_msg_id: str, is_public: bool
 ) -> tuple[Message, bool]:
     text = _clean_body(body)
-    key = (client_msg_id or "").strip()
-    if not key or len(key) > 100:
-        raise ValidationError("A client message ID must be 1 to 100 characters.", code="bad_client_msg_id")
+    key = client_key(client_msg_id)
     existing = Message.objects.filter(ticket_id=_ticket_id(ticket), client_msg_id=key).first()
     if existing is not None:  # a double click or a retried form: the original, nothing new
         return _same_message(existing, text), False

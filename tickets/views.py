@@ -264,8 +264,11 @@ def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
     ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
     try:
         client_msg_id, body, files = _message_input(request)
+        client_msg_id = services.client_key(client_msg_id)
     except _Refusal as refusal:
         return JsonResponse({"error": str(refusal)}, status=refusal.status)
+    except ValidationError as exc:
+        return JsonResponse({"error": exc.messages[0]}, status=400)
     retried = Message.objects.filter(ticket=ticket, client_msg_id=client_msg_id.strip()).exists()
     if not retried:  # a retried send returns the original and is not counted
         wait = over_limit(request, group="tickets.message", key="user", rate_setting="CUSTOMER_MESSAGE_RATE")
