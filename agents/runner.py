@@ -38,6 +38,7 @@ from agents.selectors import (
     active_run_and_profile_from,
     active_run_and_profile_sql,
     decided_calls,
+    in_backoff,
     person_took_the_ticket_since,
     ticket_has_agent_work,
 )
@@ -183,6 +184,10 @@ def _current_run(
     run, profile = read or active_run_and_profile(ticket_id=lease.ticket_id)
     if run is not None:
         person = ticket.status in AGENT_STAYS_OUT or person_took_the_ticket_since(run)
+        if not person and run.status == RunStatus.RUNNING and in_backoff(run):
+            # Rung during its wait (a customer wrote): the scheduled retry, or the sweeper once the
+            # wait is over, carries it on; the model is not asked early.
+            return None, False
         if run.status in PAUSED_RUN_STATUSES and not person:
             if not decided_calls(run=run).exists():
                 # Paused: nothing but rows until a decision rings the doorbell. A customer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet, Subquery, Sum
@@ -91,6 +92,16 @@ def person_took_the_ticket_since(run: AgentRun) -> bool:
     return last in AGENT_STAYS_OUT
 
 
+# A backoff this close to its end is over for a worker that is rung: a worker whose clock runs a
+# little behind the one that set the wait still carries the run on when its retry comes.
+BACKOFF_SLACK = timedelta(seconds=1)
+
+
+def in_backoff(run: AgentRun) -> bool:
+    """Is ``run`` waiting out a backoff after a failed step (its retry scheduled)?"""
+    return run.retry_not_before is not None and run.retry_not_before > timezone.now() + BACKOFF_SLACK
+
+
 def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
     """The one definition of "work for the agent": unanswered customer messages (unless a run is
     paused), a run to carry on (once its backoff is over), or a staff decision to apply; none
@@ -101,15 +112,21 @@ def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
     running = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING).exclude(retry_not_before__gt=now)
     decided = decided_calls().filter(ticket=OuterRef("pk"))
     paused = AgentRun.objects.filter(ticket=OuterRef("pk"), status__in=PAUSED_RUN_STATUSES)
+    # Messages sent while a run waits out its backoff are answered by that run when its wait is over.
+    backing_off = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING, retry_not_before__gt=now)
     return tickets.annotate(
-        unhandled=Exists(unhandled), running=Exists(running), paused=Exists(paused), decided=Exists(decided)
-    ).filter(
+        unhandled=Exists(unhandled),
+        running=Exists(running),
+        paused=Exists(paused),
+        decided=Exists(decided),
+        backing_off=Exists(backing_off),
+    ).filter(  # fmt: skip
         Q(running=True)
         # A person has the ticket: a run still waiting on it is ended (by the pass that finds it).
         | Q(paused=True, status__in=AGENT_STAYS_OUT)
         | (
             # A paused run waits for its decision; messages sent meanwhile wait with it.
-            (Q(decided=True) | Q(unhandled=True, paused=False)) & ~Q(status__in=AGENT_STAYS_OUT)
+            (Q(decided=True) | Q(unhandled=True, paused=False, backing_off=False)) & ~Q(status__in=AGENT_STAYS_OUT)
         )
     )
 

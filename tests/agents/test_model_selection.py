@@ -13,6 +13,7 @@ from agents.model_factory import get_model
 from agents.models import CallStatus, ModelStep, ToolCall
 from agents.offline_model import OfflineDeterministicModel
 from agents.runner import advance
+from tests.agents.conftest import retry_time_comes
 from tests.agents.openai_server import OpenAIServer
 from tests.conftest import make_customer, make_order
 from tickets import services as ticket_services
@@ -111,7 +112,11 @@ def test_a_model_outage_is_retried_later_then_handed_to_a_person(settings):
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Hi", body="Hello?")
     model = FailingModel(retryable=True)
 
-    first, second, third = (advance(ticket.pk, model=model) for _ in range(3))
+    first = advance(ticket.pk, model=model)
+    retry_time_comes(ticket.pk)
+    second = advance(ticket.pk, model=model)
+    retry_time_comes(ticket.pk)
+    third = advance(ticket.pk, model=model)
 
     assert (first.state, second.state) == ("retry", "retry")
     # Exponential backoff with jitter, scheduled by the task.

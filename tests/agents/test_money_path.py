@@ -37,6 +37,7 @@ from agents.offline_model import OfflineDeterministicModel
 from agents.runner import advance
 from approvals import services as approval_services
 from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
+from tests.agents.conftest import retry_time_comes
 from tests.agents.test_refunds import ScriptedRefund
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer, make_order
@@ -195,6 +196,7 @@ def test_a_failure_while_deciding_on_approval_leaves_the_refund_unpaid(sandbox, 
 
     assert advance(ticket.pk).state == "retry"  # the failure is recorded and counted, nothing was committed
     assert not ToolCall.objects.filter(ticket=ticket, name="issue_refund").exists()
+    retry_time_comes(ticket.pk)
     advance(ticket.pk)
     advance(ticket.pk)
 

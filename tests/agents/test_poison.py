@@ -22,6 +22,7 @@ from agents.runner import advance
 from agents.selectors import tickets_with_agent_work
 from agents.services import PARKED_NOTE
 from agents.tools import REGISTRY, Tool
+from tests.agents.conftest import retry_time_comes
 from tests.conftest import make_customer
 from tickets import services as ticket_services
 from tickets.models import AuthorKind, Message, Ticket, TicketStatus
@@ -49,13 +50,15 @@ def open_ticket(body: str = "Hello, I need help") -> Ticket:
 
 
 def drive_until_at_rest(ticket: Ticket, model, *, passes: int = 10) -> list[str]:  # noqa: ANN001
-    """Advance as the task and the sweeper would (retries scheduled by the task are run at once)."""
+    """Advance as the task and the sweeper would: a retry the task scheduled comes when its wait is
+    over (the wait is moved to now rather than slept through)."""
     states = []
     for _ in range(passes):
         outcome = advance(ticket.pk, model=model)
         states.append(outcome.state)
         if outcome.state != "retry":
             break
+        retry_time_comes(ticket.pk)
     return states
 
 
