@@ -105,7 +105,13 @@ def state_export(*, selection: Selection, personal_data: bool, output: Path, eve
         "app": app_version(),
         "migrations": migration_state(),
         "created_at": timezone.now().isoformat(),
-        "selection": {"tickets": list(selection.ticket_ids), "all": every, "open_only": open_only},
+        "selection": {
+            "tickets": list(selection.ticket_ids),
+            "all": every,
+            "open_only": open_only,
+            # Not chosen, but holding refunds (asked for, paid or declined) on the chosen tickets' orders.
+            "carried_for_refunds": list(selection.carried_for_refunds),
+        },
         "personal_data": personal_data,
         "counts": {e["label"]: e["rows"] for e in entries},
         "parts": entries,

@@ -16,12 +16,46 @@ from django.apps import apps
 from django.conf import settings
 from django.db.models import Model, QuerySet
 
+# The tool whose calls ask for a customer's money back (agents.refunds registers it).
+REFUND_TOOL = "issue_refund"
+
 
 @dataclass(frozen=True)
 class Selection:
-    """The tickets a bundle is about. Every part's rows are chosen from these ids."""
+    """The tickets a bundle is about: ``ticket_ids``, those chosen. Every part's rows are chosen
+    from ``bundled_ticket_ids``, the chosen ones and the tickets that hold their orders' refunds."""
 
     ticket_ids: tuple[int, ...]
+
+    @cached_property
+    def bundled_ticket_ids(self) -> tuple[int, ...]:
+        """The chosen tickets, and every ticket of their customers in which a refund was asked for, paid
+        or declined. Read once per selection: every part is chosen from the same tickets.
+
+        What an order can still refund counts every refund on it, in any ticket; whether a refund needs
+        an approval counts the customer's refunds and refund calls, and staff's declines, in any ticket
+        (``agents.refunds``). A refund row belongs to its ticket and call, so the tickets that hold them
+        come with the chosen ones: a restored order never refunds again what was paid on it before.
+        """
+        tickets = apps.get_model("tickets.Ticket").objects
+        refunds = apps.get_model("agents.Refund").objects
+        calls = apps.get_model("agents.ToolCall").objects
+        bundled = set(self.ticket_ids)
+        while True:  # a refund's ticket is its order's customer's, so this ends after one more round
+            customers = tickets.filter(pk__in=bundled).values("customer_id")
+            more = set(refunds.filter(order__customer__in=customers).values_list("ticket_id", flat=True))
+            more |= set(
+                calls.filter(name=REFUND_TOOL, ticket__customer__in=customers).values_list("ticket_id", flat=True)
+            )
+            if more <= bundled:
+                return tuple(sorted(bundled))
+            bundled |= more
+
+    @property
+    def carried_for_refunds(self) -> tuple[int, ...]:
+        """The tickets bundled, not chosen, for the refunds they hold."""
+        chosen = set(self.ticket_ids)
+        return tuple(pk for pk in self.bundled_ticket_ids if pk not in chosen)
 
 
 Select = Callable[[Selection], QuerySet]
@@ -53,12 +87,19 @@ class Part:
     # Columns of an ``immutable`` row that the deployment may still change (which profile version
     # is active): ignored when rows are compared.
     mutable: tuple[str, ...] = ()
+    # Columns that record when, by whom or why a row was written, not what it is (a profile version
+    # seeded by every fresh deployment on its first use, at its own time): ignored when rows are compared.
+    bookkeeping: tuple[str, ...] = ()
+
+    def differing(self, here: dict, bundled: dict) -> list[str]:
+        """The columns in which two rows under one key differ, but for those the deployment may change
+        and its bookkeeping."""
+        ignored = {*self.mutable, *self.bookkeeping}
+        return sorted(k for k in here.keys() | bundled.keys() if k not in ignored and here.get(k) != bundled.get(k))
 
     def same(self, here: dict, bundled: dict) -> bool:
-        """The same row, but for the columns the deployment may change."""
-        return {k: v for k, v in here.items() if k not in self.mutable} == {
-            k: v for k, v in bundled.items() if k not in self.mutable
-        }
+        """The same row, but for the columns the deployment may change and its bookkeeping."""
+        return not self.differing(here, bundled)
 
     @cached_property
     def model(self) -> type[Model]:
@@ -70,26 +111,30 @@ class Part:
 
 
 def _of_tickets(label: str, column: str = "ticket_id") -> Select:
-    return lambda sel: apps.get_model(label).objects.filter(**{f"{column}__in": sel.ticket_ids})
+    return lambda sel: apps.get_model(label).objects.filter(**{f"{column}__in": sel.bundled_ticket_ids})
 
 
 def _customers(sel: Selection) -> QuerySet:
-    return apps.get_model("tickets.Customer").objects.filter(tickets__in=sel.ticket_ids).distinct()
+    return apps.get_model("tickets.Customer").objects.filter(tickets__in=sel.bundled_ticket_ids).distinct()
 
 
 # The agent's tools see every order of the ticket's customer (list_orders), so a resumed
 # ticket needs all of them, not only those its calls named so far.
 def _orders(sel: Selection) -> QuerySet:
-    return apps.get_model("tickets.Order").objects.filter(customer__tickets__in=sel.ticket_ids).distinct()
+    return apps.get_model("tickets.Order").objects.filter(customer__tickets__in=sel.bundled_ticket_ids).distinct()
 
 
 def _order_lines(sel: Selection) -> QuerySet:
-    return apps.get_model("tickets.OrderLine").objects.filter(order__customer__tickets__in=sel.ticket_ids).distinct()
+    return (
+        apps.get_model("tickets.OrderLine")
+        .objects.filter(order__customer__tickets__in=sel.bundled_ticket_ids)
+        .distinct()
+    )
 
 
 def _help_articles(sel: Selection) -> QuerySet:
     """The articles the agent's ``search_help`` calls on these tickets returned (the knowledge it used)."""
-    calls = apps.get_model("agents.ToolCall").objects.filter(ticket_id__in=sel.ticket_ids, name="search_help")
+    calls = apps.get_model("agents.ToolCall").objects.filter(ticket_id__in=sel.bundled_ticket_ids, name="search_help")
     slugs: set[str] = set()
     for result in calls.exclude(result=None).values_list("result", flat=True):
         articles = result.get("articles") if isinstance(result, dict) else None
@@ -100,8 +145,8 @@ def _help_articles(sel: Selection) -> QuerySet:
 
 
 def _profiles(sel: Selection) -> QuerySet:
-    """The agent profile versions the chosen tickets' runs are pinned to (they resume on them)."""
-    runs = apps.get_model("agents.AgentRun").objects.filter(ticket_id__in=sel.ticket_ids, profile__isnull=False)
+    """The agent profile versions the bundled tickets' runs are pinned to (they resume on them)."""
+    runs = apps.get_model("agents.AgentRun").objects.filter(ticket_id__in=sel.bundled_ticket_ids, profile__isnull=False)
     return apps.get_model("agents.AgentProfile").objects.filter(pk__in=runs.values("profile_id"))
 
 
@@ -120,8 +165,10 @@ PARTS: list[Part] = [
     Part("tickets.HelpArticle", _help_articles, shared=True, personal=False),
     Part("agents.ApprovalPolicy", _every_row("agents.ApprovalPolicy"), shared=True, personal=False),
     Part("agents.ToolApprovalRule", _every_row("agents.ToolApprovalRule"), shared=True, personal=False),
-    # The profile versions the runs use: never changed once written, so one that differs under
-    # the same key in the target database is another version (refused, not merged).
+    # The profile versions the runs use: never changed once written, so one whose content (prompt,
+    # model, tools, approval policy) differs under the same key in the target database is another
+    # version (refused, not merged). Every deployment writes version 1 itself on first use, at its
+    # own time: the same content is the same version, whenever and by whomever it was recorded.
     Part(
         "agents.AgentProfile",
         _profiles,
@@ -130,6 +177,7 @@ PARTS: list[Part] = [
         immutable=True,
         personal=False,
         mutable=("is_active",),
+        bookkeeping=("created_at", "created_by", "note"),
     ),  # fmt: skip
     # The ticket ledger.
     Part("tickets.Ticket", _of_tickets("tickets.Ticket", "id"), ticket_column="id"),

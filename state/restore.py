@@ -119,10 +119,6 @@ def _ticket_of(part: Part, row: Row, owners: Owners) -> int | None:
     return None
 
 
-def _differing(a: Row, b: Row) -> list[str]:
-    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
-
-
 @dataclass
 class _Plan:
     insert: dict[str, list[Row]]
@@ -153,7 +149,7 @@ def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreR
                     continue
                 what = f"{part.label} {pk} is already in this database"
                 if part.shared:
-                    what += f" with other values ({', '.join(_differing(here[pk], row))})"
+                    what += f" with other values ({', '.join(part.differing(here[pk], row))})"
                     if on_conflict == "skip" and not part.identity:
                         report.kept_here[part.label] += 1
                         report.warnings.append(f"{what}: kept as it is here")

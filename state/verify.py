@@ -254,8 +254,10 @@ def _identity(rows: dict[str, list[Row]], manifest: dict) -> list[str]:
     customers = rows["tickets.Customer"]
     selection = manifest["selection"]
     chosen = "every ticket" if selection["all"] else "tickets " + ", ".join(f"#{pk}" for pk in selection["tickets"])
+    carried = selection.get("carried_for_refunds") or []
     return [
         f"selection: {chosen}{' (open only)' if selection['open_only'] else ''}",
+        *([f"carried for the refunds on the same orders: {', '.join(f'#{pk}' for pk in carried)}"] if carried else []),
         f"tickets: {len(tickets)}: " + ", ".join(f"#{t['id']} {t['status']}" for t in tickets),
         f"customers: {len(customers)}: " + ", ".join(f"{c['id']} <{c['email']}> login {c['user']}" for c in customers),
         f"users carried by name: {len(rows[USERS_LABEL])}: " + ", ".join(u["username"] for u in rows[USERS_LABEL]),

@@ -11,13 +11,21 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from agents.models import AgentRun, ModelStep, Refund, ToolCall
+from agents.models import AgentProfile, AgentRun, CallStatus, ModelStep, Refund, RunStatus, ToolCall
+from agents.profiles import active_profile
+from agents.refunds import refund_commitments
+from agents.runner import advance
+from agents.selectors import refunded_total_cents
+from approvals import services as approval_services
 from approvals.models import ApprovalRequest
 from state.export import collect
 from state.parts import PARTS, Selection
+from state.rows import dump
+from tests.approvals.conftest import make_staff
+from tests.conftest import make_customer, make_order
 from tests.state.conftest import bundle_bytes, export, paused_ticket, rewrite_part, verify, write_manifest
 from tickets import services as ticket_services
-from tickets.models import Customer, Message, Ticket, TicketEvent
+from tickets.models import Customer, Message, Order, Ticket, TicketEvent
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
 
@@ -334,7 +342,9 @@ def test_all_open_only_leaves_out_resolved_tickets_and_an_unknown_ticket_is_an_e
     call_command("export_state", "--all", "--open-only", output=str(tmp_path / "open"), stdout=io.StringIO())
 
     manifest = json.loads((tmp_path / "open" / "manifest.json").read_text())
-    assert manifest["selection"] == {"tickets": [open_ticket.pk], "all": True, "open_only": True}
+    assert manifest["selection"] == {
+        "tickets": [open_ticket.pk], "all": True, "open_only": True, "carried_for_refunds": []
+    }  # fmt: skip
     assert manifest["counts"]["tickets.Ticket"] == 1
     with pytest.raises(CommandError, match="no ticket #999"):
         call_command("export_state", "--ticket", "999", output=str(tmp_path / "none"), stdout=io.StringIO())
@@ -350,3 +360,132 @@ def test_a_constraint_only_the_database_checks_refuses_the_restore_whole(tmp_pat
     with pytest.raises(CommandError, match="the database refused the rows"):
         restore(path)
     assert Ticket.objects.count() == 0 and get_user_model().objects.count() == 0
+
+
+# --- Refunds of an order paid in other tickets --------------------------------------------------
+
+
+def customer_with_paid_order(sandbox, number: str, total_cents: int) -> tuple[Customer, Order]:  # noqa: ANN001
+    customer = make_customer()
+    order = make_order(customer, number=number, total_cents=total_cents)
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    return customer, order
+
+
+def ask(customer: Customer, body: str) -> Ticket:
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="My order", body=body)
+    advance(ticket.pk)
+    return ticket
+
+
+def test_a_ticket_restored_alone_keeps_the_refunds_paid_on_its_order_in_an_earlier_ticket(tmp_path, sandbox):
+    customer, order = customer_with_paid_order(sandbox, "S-5005", 4999)
+    earlier = ask(customer, "Please refund $30 on order S-5005")
+    later = ask(customer, "Where is my order S-5005?")
+    assert refunded_total_cents(order) == 3000
+    refunds = dump(Refund.objects.filter(order=order))
+    commitments = refund_commitments(customer_id=customer.pk, order=order)
+    path = export(tmp_path, later, include_personal_data=True)
+    empty_the_ledger()
+
+    restore(path)
+
+    order = Order.objects.get(pk=order.pk)
+    assert dump(Refund.objects.filter(order=order)) == refunds
+    assert refunded_total_cents(order) == 3000
+    assert refund_commitments(customer_id=customer.pk, order=order) == commitments
+    assert Ticket.objects.filter(pk=earlier.pk).exists()
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["selection"]["tickets"] == [later.pk]
+    assert manifest["selection"]["carried_for_refunds"] == [earlier.pk]
+    assert verify(path, database=True)[0] == 0
+    # The restored deployment refuses a refund beyond what remains, before the provider is asked.
+    ticket_services.message_post(ticket=later, author_kind="customer", body="Please refund $20 on order S-5005")
+    advance(later.pk)
+    call = ToolCall.objects.get(ticket=later, name="issue_refund")
+    assert call.status == CallStatus.FAILED and "has $19.99 left to refund" in call.error
+    assert [r["amount"] for r in sandbox.refunds() if r["payment_intent"] == order.payment_reference] == [3000]
+
+
+def test_a_ticket_restored_alone_still_needs_an_approval_for_a_refund_staff_declined_in_an_earlier_ticket(
+    tmp_path, sandbox
+):
+    customer, order = customer_with_paid_order(sandbox, "S-6006", 30000)
+    earlier = ask(customer, "Please refund $250 on order S-6006")
+    approval = ApprovalRequest.objects.get(ticket=earlier)
+    approval_services.approval_decide(
+        approval_id=approval.pk,
+        user=make_staff("approver-here", can_decide=True),
+        approve=False,
+        note="The order was delivered whole.",
+    )
+    advance(earlier.pk)
+    later = ask(customer, "Where is my order S-6006?")
+    path = export(tmp_path, later, include_personal_data=True)
+    empty_the_ledger()
+
+    restore(path)
+
+    ticket_services.message_post(ticket=later, author_kind="customer", body="Please refund $50 on order S-6006")
+    assert advance(later.pk).state == RunStatus.WAITING_APPROVAL
+    call = ToolCall.objects.get(ticket=later, name="issue_refund")
+    assert f"staff declined a refund on order S-6006 before (ticket #{earlier.pk})" in call.approval_reason
+    assert not [r for r in sandbox.refunds() if r["payment_intent"] == order.payment_reference]
+
+
+# --- The agent profile versions the runs are pinned to -------------------------------------------
+
+
+def seed_first_profile_at(pk: int) -> AgentProfile:
+    """What a fresh deployment does on first use: version 1 from its settings, its first profile row.
+
+    The id is the bundle's, as in a new database where version 1 is the first row on both sides (the
+    tests before this one moved the source's sequence on)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT setval(pg_get_serial_sequence('agents_agentprofile', 'id'), %s, false)", [pk])
+    profile = active_profile()
+    assert (profile.pk, profile.version) == (pk, 1)
+    return profile
+
+
+def test_restore_into_a_fresh_deployment_keeps_its_own_first_profile_version_when_only_its_record_differs(
+    tmp_path,
+):
+    ticket, _ = paused_ticket()
+    exported = AgentRun.objects.get(ticket=ticket).profile
+    path = export(tmp_path, ticket, include_personal_data=True)
+    empty_the_ledger()
+    here = seed_first_profile_at(exported.pk)
+    # Recorded here at another time, and with an operator of this deployment as its author.
+    AgentProfile.objects.filter(pk=here.pk).update(created_by=make_staff("operator-there", can_decide=False))
+    assert here.created_at != exported.created_at
+
+    out = restore(path)
+
+    already_here = next(line for line in out.splitlines() if line.startswith("Already here, the same:"))
+    assert "agents.AgentProfile 1" in already_here
+    assert AgentRun.objects.get(ticket=ticket).profile_id == here.pk
+    kept = AgentProfile.objects.get()
+    assert kept.created_at == here.created_at and kept.created_by.username == "operator-there" and kept.is_active
+    assert ApprovalRequest.objects.filter(ticket=ticket, status="pending").count() == 1
+    assert verify(path, database=True)[0] == 0
+
+
+def test_restore_refuses_a_first_profile_version_here_with_another_prompt_and_writes_nothing(tmp_path, settings):
+    ticket, _ = paused_ticket()
+    exported = AgentRun.objects.get(ticket=ticket).profile
+    path = export(tmp_path, ticket, include_personal_data=True)
+    empty_the_ledger()
+    settings.AGENT_SYSTEM_PROMPT = "You answer for another shop."
+    seed_first_profile_at(exported.pk)
+    counts = ledger_counts()
+
+    with pytest.raises(CommandError) as refused:
+        restore(path)
+
+    message = str(refused.value)
+    assert "Nothing was restored" in message
+    assert f"agents.AgentProfile {exported.pk} is already in this database with other values (system_prompt)" in (
+        message
+    )
+    assert ledger_counts() == counts and not Ticket.objects.exists()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.apps import apps
 
-from state.parts import PARTS, is_user_model
+from agents.profiles import CONTENT_FIELDS
+from state.parts import PARTS, is_user_model, part_named
 
 LEDGER_APPS = ("tickets", "agents", "approvals", "payments", "staff")
 
@@ -42,3 +43,10 @@ def test_every_ticket_row_says_which_ticket_it_belongs_to():
     for part in PARTS:
         if not part.shared:
             assert part.ticket_column or part.via, part.label
+
+
+def test_a_profile_version_is_compared_on_every_column_but_its_record_and_whether_it_is_active():
+    part = part_named("agents.AgentProfile")
+    ignored = {*part.mutable, *part.bookkeeping}
+    compared = {f.name for f in part.model._meta.concrete_fields} - ignored
+    assert compared == {"id", "version", *CONTENT_FIELDS}, "a new column: what the agent is, or a record of it?"

@@ -50,6 +50,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         counts = ", ".join(f"{label} {n}" for label, n in manifest["counts"].items() if n)
         self.stdout.write(f"Wrote {options['output']}: {len(selection.ticket_ids)} ticket(s); {counts}.")
+        if selection.carried_for_refunds:
+            self.stdout.write(
+                "Also carried, for the refunds asked for, paid or declined on the same orders: "
+                + ", ".join(f"#{pk}" for pk in selection.carried_for_refunds)
+                + "."
+            )
         if not options["include_personal_data"]:
             self.stdout.write("Customers' personal data is pseudonymised (--include-personal-data to carry it).")
         withheld = manifest["secrets"]["withheld_from_rows"]

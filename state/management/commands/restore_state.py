@@ -38,7 +38,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Restored {options['bundle']}: {inserted or 'nothing new'}.")
         if report.already_here:
             self.stdout.write(
-                "Already here, identical: " + ", ".join(f"{k} {n}" for k, n in report.already_here.items())
+                "Already here, the same: " + ", ".join(f"{k} {n}" for k, n in report.already_here.items())
             )
         if report.skipped_tickets:
             self.stdout.write("Skipped, already here: " + ", ".join(f"#{pk}" for pk in report.skipped_tickets))
