@@ -311,10 +311,5 @@ def _leave_to_the_person(lease: Lease, call: ToolCall, status: str, error: str) 
     """A person has the ticket: the call ends unrun (or, after an attempt, uncertain) and the run hands
     the ticket to them, saying nothing to the customer (the person answers)."""
     calls.call_finish(lease=lease, call=call, status=status, result=None, error=error)
-    agent_services.run_transition(
-        lease=lease,
-        run=AgentRun.objects.get(pk=call.run_id),
-        to_status=RunStatus.HANDED_OFF,
-        outcome="a person took the ticket over",
-    )
+    agent_services.run_end_for_person(lease=lease, run=AgentRun.objects.get(pk=call.run_id))
     raise Stop()

@@ -228,9 +228,7 @@ def _carry_on(p: Pass, model: ChatModel, person: bool = False) -> str:
         # the customer has reopened it since: what a dead worker left is written down, nothing runs
         # again, the calls it left waiting are closed, and the run ends.
         recover(p, rerun=False)
-        agent_services.run_transition(
-            lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome="a person took the ticket over"
-        )
+        agent_services.run_end_for_person(lease=lease, run=run)
         return RunStatus.HANDED_OFF
     recover(p)
     try:
@@ -317,10 +315,12 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
             replied = not reply or reply.message is not None
             p.customer_waiting = reply.customer_waiting if reply else None
             state = RunStatus.COMPLETED if replied else RunStatus.HANDED_OFF
-            agent_services.run_transition(
-                lease=lease, run=run, to_status=state, tokens=p.run_tokens(),
-                outcome="replied" if replied else "a person took the ticket over", nothing_waits=True,
-            )  # fmt: skip
+            if replied:
+                agent_services.run_transition(
+                    lease=lease, run=run, to_status=state, tokens=p.run_tokens(), outcome="replied", nothing_waits=True
+                )
+            else:
+                agent_services.run_end_for_person(lease=lease, run=run, tokens=p.run_tokens(), nothing_waits=True)
     # After the commit: a watcher that connects now reads the reply from the ledger, not the buffer.
     if streamed:
         realtime.stream_finished(run.ticket_id, stream)

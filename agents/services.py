@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Sum
+from django.db.models import Exists, F, OuterRef, Sum
 from django.utils import timezone
 
 from agents import calls
@@ -258,8 +258,12 @@ def reply_post(
     posted: list[Message] = []
     with lease.guard():
         # A customer who wrote while this answer was being written is not waited on: their turn comes next.
-        status, unanswered, key = ticket_locked_for_reply(ticket_id=run.ticket_id)
-        if status in AGENT_STAYS_OUT:
+        status, unanswered, person_answered, key = ticket_locked_for_reply(
+            ticket_id=run.ticket_id, since=run.started_at
+        )
+        if status in AGENT_STAYS_OUT or person_answered:
+            # A person has the ticket, or answered the customer while this answer was being written
+            # (and handed the ticket back): this answer is not theirs to read any more.
             return Reply(None, unanswered)
         ticket = Ticket(pk=run.ticket_id, status=status)
         for n, part in enumerate(parts):
@@ -282,6 +286,32 @@ def reply_post(
                 actor_ref=_actor(run),
             )
     return Reply(posted[0] if posted else None, unanswered)
+
+
+PERSON_TOOK_OVER = "a person took the ticket over"
+
+
+def run_end_for_person(
+    *, lease: Lease, run: AgentRun, tokens: tuple[int, int, int] | None = None, nothing_waits: bool = False
+) -> None:
+    """The run ends unanswered because a person has the ticket (or answered meanwhile). What it was
+    answering that no person has answered since is unanswered again: if they hand the ticket back
+    without a word, the agent answers it; once they reply, their reply has answered it."""
+    with lease.guard():
+        run_transition(
+            lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=PERSON_TOOK_OVER, tokens=tokens,
+            nothing_waits=nothing_waits,
+        )  # fmt: skip
+        if run.input_message_ids:
+            answered = Message.objects.filter(
+                ticket_id=run.ticket_id,
+                author_kind=AuthorKind.STAFF,
+                is_public=True,
+                created_at__gt=OuterRef("created_at"),
+            )
+            Message.objects.filter(pk__in=run.input_message_ids, agent_handled_at__isnull=False).exclude(
+                Exists(answered)
+            ).update(agent_handled_at=None)
 
 
 def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:

@@ -200,19 +200,72 @@ def publish_event(ticket_id: int) -> None:
     publish(group_name(ticket_id), {"type": "ticket.event"})
 
 
+# One piece of a streamed answer, buffered and published in one script, unless a person has the
+# ticket (its ``closed`` key): then nothing of it is kept or shown. KEYS: the ticket's stream
+# marker, the step's text, the closed key. ARGV: the text, first piece (1/0), the keys' lifetime,
+# the step, the Pub/Sub channel and the message ("" when the layer sends it itself).
+_TOKEN = """
+if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+redis.call('APPEND', KEYS[2], ARGV[1])
+if ARGV[2] == '1' then
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+  redis.call('HSET', KEYS[1], 'step', ARGV[4])
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
+return 1
+"""
+
+
 def stream_token(ticket_id: int, step_id: int, offset: int, text: str) -> None:
     """Buffer one streamed piece of the answer and publish it; ``offset`` is its start in the
-    step's text."""
+    step's text. Dropped while a person has the ticket (``stream_close``): the customer sees no
+    words of an answer the agent will not post."""
     key = _stream_key(ticket_id)
-    commands: list[Command] = [("APPEND", f"{key}:{step_id}", text)]
-    if not offset:  # the keys expire from the first piece
-        commands += [
-            ("EXPIRE", f"{key}:{step_id}", STREAM_TTL_SECONDS),
-            ("HSET", key, "step", step_id),
-            ("EXPIRE", key, STREAM_TTL_SECONDS),
-        ]
+    group = group_name(ticket_id)
     message = {"type": "ticket.token", "step": step_id, "offset": offset, "text": text}
-    _send(commands, group_name(ticket_id), message, f"a piece of the answer for ticket {ticket_id}")
+    publish = _publish_command(group, message)
+    channel, payload = (publish[1], publish[2]) if publish is not None else ("", b"")
+    script: Command = (
+        "EVAL", _TOKEN, 3, key, f"{key}:{step_id}", f"{key}:closed",
+        text, "0" if offset else "1", STREAM_TTL_SECONDS, step_id, channel, payload,
+    )  # fmt: skip
+    try:
+        _write([script])
+        if publish is None and not stream_is_closed(ticket_id):  # another layer: its own group_send
+            layer = get_channel_layer()
+            if layer is not None:
+                async_to_sync(layer.group_send)(group, message)
+    except Exception:  # noqa: BLE001 - live updates are best effort; the ledger has the truth
+        logger.warning("could not send a piece of the answer for ticket %s", ticket_id, exc_info=True)
+
+
+def stream_close(ticket_id: int) -> None:
+    """A person has the ticket: no piece of the agent's answer is kept or published until
+    ``stream_open`` (a hand-back), and what was buffered goes (a page opened now shows none). The
+    mark lasts as long as a stream's buffer would: longer than any answer in flight."""
+    key = _stream_key(ticket_id)
+    try:
+        step = _client().hget(key, "step")
+        keys = [key] + ([f"{key}:{int(step)}"] if step is not None else [])
+        _write([("SET", f"{key}:closed", 1, "EX", STREAM_TTL_SECONDS), ("DEL", *keys)])
+    except Exception:  # noqa: BLE001 - the buffer expires anyway; the page drops a stream at the status change
+        logger.warning("could not close the answer stream of ticket %s", ticket_id, exc_info=True)
+
+
+def stream_open(ticket_id: int) -> None:
+    """The agent has the ticket again: its answers stream."""
+    try:
+        _write([("DEL", f"{_stream_key(ticket_id)}:closed")])
+    except Exception:  # noqa: BLE001
+        logger.warning("could not open the answer stream of ticket %s", ticket_id, exc_info=True)
+
+
+def stream_is_closed(ticket_id: int) -> bool:
+    try:
+        return bool(_client().exists(f"{_stream_key(ticket_id)}:closed"))
+    except redis.RedisError:
+        return False
 
 
 def streamed_so_far(ticket_id: int) -> tuple[int | None, str]:

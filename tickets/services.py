@@ -21,6 +21,7 @@ from django.db.models.functions import Least
 from django.utils import timezone
 
 from support import rows
+from tickets import realtime
 from tickets.attachments import CheckedFile, IncomingFile, inspect_all
 from tickets.models import (
     AGENT_STAYS_OUT,
@@ -596,11 +597,16 @@ def ticket_transition_locked(
         payload={"from": from_status, "to": to_status, "reason": reason},
         is_public=True,
     )
-    if to_status in AGENT_STAYS_OUT and from_status not in AGENT_STAYS_OUT and actor_kind != ActorKind.AGENT:
-        # A person (or the system) took the ticket from the agent: the agent ends whatever it left
-        # waiting on it (an approval, a confirmation) now, not when a decision comes.
-        ticket_id = ticket.pk
-        transaction.on_commit(lambda: ticket_needs_agent.send(sender=Ticket, ticket_id=ticket_id))
+    ticket_id = ticket.pk
+    if to_status in AGENT_STAYS_OUT and from_status not in AGENT_STAYS_OUT:
+        # No more of the agent's words stream to the customer: an answer in flight is not posted.
+        transaction.on_commit(lambda: realtime.stream_close(ticket_id))
+        if actor_kind != ActorKind.AGENT:
+            # A person (or the system) took the ticket from the agent: the agent ends whatever it left
+            # waiting on it (an approval, a confirmation) now, not when a decision comes.
+            transaction.on_commit(lambda: ticket_needs_agent.send(sender=Ticket, ticket_id=ticket_id))
+    elif from_status in AGENT_STAYS_OUT and to_status not in AGENT_STAYS_OUT:
+        transaction.on_commit(lambda: realtime.stream_open(ticket_id))
     return ticket
 
 

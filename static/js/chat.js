@@ -175,8 +175,11 @@
     state.stream = null;
   }
 
+  // While a person has the ticket, the agent's answer in flight is not posted: none of it is shown.
+  var PERSON_HAS_IT = { with_human: true, resolved: true, closed: true };
+
   function onToken(frame) {
-    if (frame.step <= state.doneStep) return;
+    if (frame.step <= state.doneStep || PERSON_HAS_IT[state.status]) return;
     var stream = state.stream;
     if (stream && frame.step < stream.step) return;
     var wasNearBottom = nearBottom();
@@ -318,7 +321,10 @@
     else if (item.kind === "notice") onNotice(item);
     else if (item.kind === "confirm") onConfirm(item);
     if (item.answers) answered(item.answers, item.text);
-    if (typeof item.status === "string") state.status = item.status;
+    if (typeof item.status === "string") {
+      state.status = item.status;
+      if (PERSON_HAS_IT[item.status]) dropStream();
+    }
     if (typeof item.typing === "boolean") {
       state.typing = item.typing;
       // A run that ended or paused without posting it leaves no answer to show.

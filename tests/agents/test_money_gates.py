@@ -265,10 +265,15 @@ def test_a_person_taking_the_ticket_ends_the_waiting_refund_and_withdraws_its_ca
     assert not ticket.messages.filter(author_kind="agent", is_public=True).exists()  # no reply on it either
     assert ticket.pk not in tickets_with_agent_work()  # and nothing left for the sweeper to ring
     if then == "take_over":
+        # Handed back without a word from the person: the customer's request is unanswered, so the
+        # agent answers it afresh (this model: in words, having seen its refund end unrun); the
+        # withdrawn request pays nothing.
         ticket_services.ticket_hand_back(ticket=ticket, user=person)
-        assert ticket.pk not in tickets_with_agent_work()
+        assert ticket.pk in tickets_with_agent_work()
         advance(ticket.pk, model=Refunds(("G-4001", 64900)))
         assert paid(sandbox, order) == []
+        assert ticket.messages.filter(author_kind="agent", is_public=True).exists()
+        assert ticket.pk not in tickets_with_agent_work()
 
 
 @pytest.mark.parametrize("confirming", [False, True], ids=["approval", "confirmation"])

@@ -1,0 +1,138 @@
+"""A person who takes a ticket over while the agent is answering, then hands it back.
+
+- Handed back without a word from them: the customer's question is still unanswered, and the
+  agent answers it (the run that was stopped answered nothing).
+- Handed back after they answered: the answer the agent was writing before they took over is
+  stale; it is not posted, and the agent does not answer what the person already answered.
+- While the person has the ticket, none of the agent's words stream to the customer.
+"""
+
+from __future__ import annotations
+
+import pytest
+from channels.layers import get_channel_layer
+
+from agents.llm import ModelResponse
+from agents.models import AgentRun, RunStatus
+from agents.runner import advance
+from agents.selectors import tickets_with_agent_work
+from tests.agents.test_money_path import public_words
+from tests.approvals.conftest import make_staff
+from tests.conftest import make_customer
+from tickets import realtime
+from tickets import services as ticket_services
+from tickets.models import AuthorKind, Message, Ticket
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+STALE = "Your order shipped yesterday (written before a person took over)."
+FRESH = "Your order is on its way."
+
+
+@pytest.fixture
+def person(db):  # noqa: ANN001
+    return make_staff("hand-back-person", can_decide=False)
+
+
+class Answers:
+    """Answers every request with ``text``, after ``meanwhile`` ran (once) while it was writing;
+    streams its answer word by word."""
+
+    name = "answers"
+
+    def __init__(self, text: str, meanwhile=None) -> None:  # noqa: ANN001
+        self.text, self.meanwhile = text, meanwhile
+
+    def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+        if self.meanwhile is not None:
+            self.meanwhile()
+            self.meanwhile = None
+        if on_token is not None:
+            for word in self.text.split(" "):
+                on_token(word + " ")
+        return ModelResponse(text=self.text)
+
+
+def open_ticket() -> Ticket:
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Order", body="Where is my order?")
+    return ticket
+
+
+def test_a_ticket_handed_back_without_a_reply_is_answered_by_the_agent(person):  # noqa: ANN001
+    ticket = open_ticket()
+
+    def take_over() -> None:
+        ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
+
+    advance(ticket.pk, model=Answers(STALE, meanwhile=take_over))
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.HANDED_OFF
+    assert STALE not in public_words(ticket)
+
+    ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)
+    assert ticket.pk in tickets_with_agent_work()
+    outcome = advance(ticket.pk, model=Answers(FRESH))
+
+    assert outcome.state == RunStatus.COMPLETED
+    assert public_words(ticket) == [FRESH]
+    unanswered = Message.objects.filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True)
+    assert not unanswered.exists()
+
+
+def test_the_agents_answer_written_before_a_persons_reply_and_hand_back_is_not_posted(person):  # noqa: ANN001
+    ticket = open_ticket()
+
+    def person_answers_and_hands_back() -> None:
+        ticket_services.staff_reply(ticket=ticket.pk, user=person, body="It arrives tomorrow.", client_msg_id="s1")
+        ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)
+
+    advance(ticket.pk, model=Answers(STALE, meanwhile=person_answers_and_hands_back))
+
+    assert public_words(ticket) == ["It arrives tomorrow."]
+    assert ticket.pk not in tickets_with_agent_work()  # the person answered it: nothing for the agent
+    model = Answers(FRESH)
+    advance(ticket.pk, model=model)
+    assert public_words(ticket) == ["It arrives tomorrow."]
+
+    ticket_services.message_post(ticket=ticket, author_kind=AuthorKind.CUSTOMER, body="Thanks! And my refund?")
+    advance(ticket.pk, model=model)
+    assert public_words(ticket) == ["It arrives tomorrow.", FRESH]  # what comes next is the agent's again
+
+
+def _tokens_published_while(ticket: Ticket, run) -> list[str]:  # noqa: ANN001
+    """The pieces of the answer published to the ticket's watchers while ``run()`` runs."""
+    layer = get_channel_layer()
+    listener = realtime._client().pubsub()
+    listener.subscribe(realtime._pubsub_channel(realtime.group_name(ticket.pk)))
+    try:
+        run()
+        pieces = []
+        while (frame := listener.get_message(timeout=0.5)) is not None:
+            if frame["type"] == "message":
+                message = layer.deserialize(frame["data"])
+                if message["type"] == "ticket.token":
+                    pieces.append(message["text"])
+        return pieces
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("taken_over", [False, True])
+def test_no_word_streams_to_the_customer_while_a_person_has_the_ticket(person, taken_over):  # noqa: ANN001
+    ticket = open_ticket()
+
+    def take_over() -> None:
+        ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
+
+    model = Answers(STALE, meanwhile=take_over if taken_over else None)
+    pieces = _tokens_published_while(ticket, lambda: advance(ticket.pk, model=model))
+
+    if not taken_over:  # the same answer streams when the agent has the ticket
+        assert "".join(pieces).strip() == STALE
+        return
+    assert pieces == []
+    assert realtime.streamed_so_far(ticket.pk) == (None, "")
+    assert STALE not in public_words(ticket)
+
+    ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)  # the agent's again: it streams
+    again = _tokens_published_while(ticket, lambda: advance(ticket.pk, model=Answers(FRESH)))
+    assert "".join(again).strip() == FRESH
