@@ -266,6 +266,11 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
         # A person took the ticket (or resolved or closed it) while this step was being written or its
         # calls ran: no effect starts after that. (Checked again here, next to the effect, not only
         # when the pass began; a tool that commits its own steps checks again next to each attempt.)
+        if again:  # an earlier attempt left no outcome: it may have happened (the reconciler settles it)
+            _leave_to_the_person(
+                lease, call, CallStatus.UNCERTAIN,
+                "not tried again: a person took the ticket over; an earlier attempt may have happened",
+            )  # fmt: skip
         _leave_to_the_person(lease, call, CallStatus.FAILED, "not run: a person took the ticket over")
     if again:
         call = calls.call_retry(lease=lease, call=call)

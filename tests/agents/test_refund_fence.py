@@ -162,3 +162,57 @@ def test_a_take_over_during_the_retry_wait_stops_the_next_try(
     assert refund_module.reconcile_open_refunds(older_than_seconds=0) == {RefundStatus.FAILED: 1}
     assert paid(sandbox, order) == []
     assert_money_invariants(sandbox)
+
+
+class WorkerDied(BaseException):
+    """The worker stops dead at a fault point (no handler of ours catches it)."""
+
+
+def test_a_take_over_before_a_refund_is_tried_again_after_a_crash_leaves_it_uncertain_not_unrun(
+    sandbox, person, monkeypatch
+):  # noqa: ANN001
+    """The worker died right after the provider took the refund, before the ledger heard of it. The
+    next pass finds the call unfinished and, the provider not showing the refund yet, would try it
+    again under its key; a person took the ticket over meanwhile. The call is not recorded as never
+    run: an attempt happened. The reconciler then finds the refund and records it."""
+    from agents import faults
+
+    customer = make_customer()
+    order = order_for(customer, "F-1004", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund F-1004")
+    hit = faults.hit
+
+    def dies_after_the_provider(point: str) -> None:
+        if point == "after_provider_refund":
+            raise WorkerDied()
+        hit(point)
+
+    monkeypatch.setattr(faults, "hit", dies_after_the_provider)
+    with pytest.raises(WorkerDied):
+        advance(ticket.pk, model=Refunds(("F-1004", 5000)))
+    monkeypatch.setattr(faults, "hit", hit)
+    assert len(paid(sandbox, order)) == 1 and Refund.objects.get().status == RefundStatus.SUBMITTED
+    with connection.cursor() as cursor:  # as a killed worker leaves it: held by nobody alive, expired
+        cursor.execute(
+            "UPDATE agents_ticketlease SET owner = 'dead-worker', expires_at = now() - interval '1 second' "
+            "WHERE ticket_id = %s",
+            [ticket.pk],
+        )
+
+    def not_seen_yet_and_taken_over(key, reference):  # noqa: ANN001, ANN202
+        ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
+        return None
+
+    monkeypatch.setattr(refund_module, "_lookup", not_seen_yet_and_taken_over)
+    advance(ticket.pk, model=Refunds(("F-1004", 5000)))
+
+    (call,) = refund_calls(ticket)
+    assert call.status == CallStatus.UNCERTAIN, (call.status, call.error)
+    assert "an earlier attempt may have happened" in call.error
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.HANDED_OFF
+    assert len(paid(sandbox, order)) == 1  # not tried again
+
+    monkeypatch.undo()
+    refund_module.reconcile_open_refunds(older_than_seconds=0)
+    assert Refund.objects.get().status == RefundStatus.SUCCEEDED
+    assert_money_invariants(sandbox)
