@@ -18,6 +18,7 @@ from agents.models import AgentProfile, AgentRun, ModelStep, Refund, RunStatus, 
 from agents.profiles import (
     CONTENT_FIELDS,
     POLICY_FIELDS,
+    MoveRefused,
     active_profile,
     profile_activate,
     profile_diff,
@@ -358,13 +359,20 @@ class AgentProfileAdmin(admin.ModelAdmin):
 
 @admin.action(description="Move paused runs to the active profile version")
 def move_runs_to_active(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
-    moved = sum(run_move_to_active(run=run, user=request.user) for run in queryset)
-    skipped = queryset.count() - moved
+    moved, refused = 0, []
+    for run in queryset:
+        try:
+            moved += run_move_to_active(run=run, user=request.user)
+        except MoveRefused as exc:
+            refused.append(exc.messages[0])
+    skipped = queryset.count() - moved - len(refused)
     messages.success(
         request,
         f"Moved {moved} run(s) to version {active_profile().version}"
         + (f"; {skipped} left as they were (not paused, or on it already)." if skipped else "."),
     )
+    for reason in refused:
+        messages.warning(request, reason)
 
 
 @admin.display(description="profile", ordering="profile__version")

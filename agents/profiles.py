@@ -22,9 +22,20 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from agents.models import PAUSED_RUN_STATUSES, AgentProfile, AgentRun, ApprovalPolicy, ToolApprovalRule
+from agents.models import (
+    FINAL_CALL_STATUSES,
+    PAUSED_RUN_STATUSES,
+    AgentProfile,
+    AgentRun,
+    ApprovalDecision,
+    ApprovalPolicy,
+    ReplayPolicy,
+    ToolApprovalRule,
+    ToolCall,
+)
 from agents.tools import REGISTRY
 from support import reads
 from tickets import services as ticket_services
@@ -191,14 +202,43 @@ def profile_diff(profile: AgentProfile, previous: AgentProfile | None = None) ->
     )
 
 
+class MoveRefused(ValidationError):
+    """The run keeps its version: moving it would change what its waiting calls need."""
+
+
 def run_move_to_active(*, run: AgentRun, user: AbstractBaseUser | None) -> bool:
     """Move a paused run to the active version, on its ticket's timeline. False if the run is
-    not paused or is on the active version already."""
+    not paused or is on the active version already. MoveRefused (with the reason) when the two
+    versions' approval rules differ and the run has a call with an effect, recorded under its
+    version's rules, that waits to run without a staff approval: the rules that decided it had
+    no approval to wait for are the ones it runs under."""
     target = active_profile()
     with transaction.atomic():
         locked = AgentRun.objects.select_for_update().get(pk=run.pk)
         if locked.status not in PAUSED_RUN_STATUSES or locked.profile_id == target.pk:
             return False
+        current = profile_of(locked)
+        rules_differ = (tools_always_approved(current), policy_values(current)) != (
+            tools_always_approved(target),
+            policy_values(target),
+        )
+        unapproved = (
+            ToolCall.objects.filter(run=locked)
+            .exclude(status__in=FINAL_CALL_STATUSES)
+            .exclude(replay_policy=ReplayPolicy.SAFE)
+            .exclude(approval_decision=ApprovalDecision.APPROVED)
+            .exclude(approval_required=True)
+            .values_list("name", flat=True)
+        )
+        if rules_differ and unapproved:
+            names = ", ".join(sorted(set(unapproved)))
+            raise MoveRefused(
+                f"Run {locked.pk} on ticket #{locked.ticket_id} stays on version {current.version}: version "
+                f"{target.version} has other approval rules, and the run has a call ({names}) recorded under "
+                f"version {current.version}'s rules that waits to run without a staff approval. Decide or "
+                "cancel it first, or take the ticket over.",
+                code="move_refused",
+            )
         before = AgentProfile.objects.filter(pk=locked.profile_id).values_list("version", flat=True).first()
         AgentRun.objects.filter(pk=locked.pk).update(profile=target)
         ticket_services.event_append(

@@ -44,6 +44,7 @@ from typing import Any, NoReturn
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
@@ -108,13 +109,18 @@ def refund_commitments(
 ) -> tuple[int, int]:
     """(how many, how many cents) of refunds done or possibly coming for a customer.
 
-    Counts refunds that happened or may have happened, and refund calls with no
-    refund row yet whose refund may still happen: any call not final (recorded
+    Counts refunds that happened or may have happened (a refund failed without the
+    provider ever showing it included, while it is still asked about), and refund
+    calls with no refund row yet whose refund may still happen: any call not final (recorded
     to run, waiting for a staff approval, or waiting for the customer's
     confirmation, approved or not) of a run that has not ended; narrowed to one
     order, one ticket, or a window.
     """
-    refunds = Refund.objects.filter(order__customer_id=customer_id, status__in=RESERVING_REFUND_STATUSES)
+    # A refund failed without the provider ever showing it is asked about again for a while and
+    # recorded paid if it shows (refund_recheck_failed): until then it may still happen, so it counts.
+    recheck_since = timezone.now() - timedelta(hours=settings.REFUND_RECHECK_FAILED_HOURS)
+    unseen = Q(status=RefundStatus.FAILED, provider_refund_id__isnull=True, updated_at__gte=recheck_since)
+    refunds = Refund.objects.filter(Q(status__in=RESERVING_REFUND_STATUSES) | unseen, order__customer_id=customer_id)
     calls = ToolCall.objects.filter(
         name="issue_refund", ticket__customer_id=customer_id, refund__isnull=True, run__status__in=ACTIVE_RUN_STATUSES
     ).exclude(status__in=FINAL_CALL_STATUSES)

@@ -29,7 +29,7 @@ from agents.models import (
 )
 from support import reads, rows
 from tickets import services as ticket_services
-from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, Message, Ticket, TicketStatus
+from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, Message, Ticket, TicketEvent, TicketStatus
 from tickets.selectors import ticket_locked_for_reply, unanswered_messages
 
 
@@ -302,7 +302,7 @@ def run_end_for_person(
             lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=PERSON_TOOK_OVER, tokens=tokens,
             nothing_waits=nothing_waits,
         )  # fmt: skip
-        if run.input_message_ids:
+        if run.input_message_ids and not _handed_off_by_the_agent(run):
             answered = Message.objects.filter(
                 ticket_id=run.ticket_id,
                 author_kind=AuthorKind.STAFF,
@@ -312,6 +312,23 @@ def run_end_for_person(
             Message.objects.filter(pk__in=run.input_message_ids, agent_handled_at__isnull=False).exclude(
                 Exists(answered)
             ).update(agent_handled_at=None)
+
+
+def _handed_off_by_the_agent(run: AgentRun) -> bool:
+    """Was the last change that took the ticket from the agent since ``run`` started the agent's own
+    hand-off (its tool, or a limit), which told the customer a person will reply?"""
+    last = (
+        TicketEvent.objects.filter(
+            ticket_id=run.ticket_id,
+            kind="status_changed",
+            payload__to__in=sorted(AGENT_STAYS_OUT),
+            created_at__gte=run.started_at,
+        )
+        .order_by("-seq")
+        .values_list("actor_kind", flat=True)
+        .first()
+    )
+    return last == ActorKind.AGENT
 
 
 def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:
