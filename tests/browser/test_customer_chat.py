@@ -12,8 +12,10 @@ import threading
 import pytest
 from django.db import connection
 
+from agents.models import AgentRun, RunStatus
 from tests.browser.conftest import SCREENSHOTS, Stack, sign_in
 from tests.conftest import make_customer, make_order
+from tests.staff.conftest import make_support_staff
 from tests.workers import wait_until
 from tickets import services as ticket_services
 from tickets.models import ActorKind, AuthorKind, HelpArticle, Message, Ticket, TicketStatus
@@ -151,6 +153,36 @@ def test_an_answer_cut_by_a_dropped_connection_arrives_whole_and_exactly_once(li
     assert page.locator("#chat-log li.msg.from-agent").count() == 2
     assert page.inner_text("#chat-log").count(final) == 1
     assert agent_replies(ticket).count(final) == 1
+    page.context.close()
+
+
+def test_an_answer_streaming_when_a_person_takes_over_goes_from_the_page_and_is_never_posted(live: Stack, browser):  # noqa: ANN001
+    HelpArticle.objects.create(slug="refund-policy", title="Refund policy", body=LONG_POLICY)
+    customer = make_customer()
+    person = make_support_staff("stream-taker", first_name="Maria")
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refunds", body="Hello there")
+    page = sign_in(browser, live, customer)
+    page.goto(live.url(f"/tickets/{ticket.pk}/"))
+    wait_for_agent_messages(page, 1)
+
+    page.fill("#chat-input", "What is your refund policy?")
+    page.press("#chat-input", "Enter")
+    page.wait_for_function("() => (window.__chat.state().streamText || '').length > 30")
+    ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
+    page.wait_for_function("() => document.querySelectorAll('#chat-live .streaming').length === 0", timeout=10_000)
+    # The customer reloads while the agent's answer is still being written: the page opened now shows
+    # none of it either (not from the stream's buffer, not from the pieces still coming).
+    page.add_init_script(f"document.addEventListener('DOMContentLoaded', {RECORD_STREAM})")
+    page.reload()
+    wait_until(
+        lambda: not AgentRun.objects.filter(ticket=ticket, status=RunStatus.RUNNING).exists(),
+        timeout=30, what="the run to end",
+    )  # fmt: skip
+    page.wait_for_timeout(500)  # anything still on its way has arrived
+    assert [s["text"] for s in page.evaluate("window.__samples")] == []  # no word of it came back
+    assert page.locator("#chat-live .streaming").count() == 0
+    assert len(agent_replies(ticket)) == 1  # the greeting only: the answer in flight was not posted
+    assert "From our help center" not in page.inner_text("#chat-log")
     page.context.close()
 
 
