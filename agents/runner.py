@@ -276,10 +276,11 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
     stream = stream_id(run.pk, index, attempt)
     streamed = 0
     started_at = timezone.now()
+    begun = started_at.timestamp()
 
     def on_token(text: str) -> None:
         nonlocal streamed
-        realtime.stream_token(run.ticket_id, stream, streamed, text)
+        realtime.stream_token(run.ticket_id, stream, streamed, text, begun_at=begun)
         streamed += len(text)
         faults.hit("mid_stream")
 

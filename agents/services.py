@@ -259,11 +259,12 @@ def reply_post(
     with lease.guard():
         # A customer who wrote while this answer was being written is not waited on: their turn comes next.
         status, unanswered, person_answered, key = ticket_locked_for_reply(
-            ticket_id=run.ticket_id, since=run.started_at
+            ticket_id=run.ticket_id, since=step.started_at
         )
         if status in AGENT_STAYS_OUT or person_answered:
             # A person has the ticket, or answered the customer while this answer was being written
-            # (and handed the ticket back): this answer is not theirs to read any more.
+            # (and handed the ticket back): written before their reply, it is not the customer's to
+            # read any more. (One written after it, with their reply in its conversation, is posted.)
             return Reply(None, unanswered)
         ticket = Ticket(pk=run.ticket_id, status=status)
         for n, part in enumerate(parts):

@@ -25,7 +25,7 @@ from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.db import transaction
 
-from agents.models import ReplayPolicy, ToolCall
+from agents.models import ModelStep, ReplayPolicy, ToolCall
 from agents.selectors import orders_with_refunded_total, refunded_total_cents
 from tickets import services as ticket_services
 from tickets.models import ActorKind, AuthorKind, HelpArticle, Message, Order, Ticket, TicketStatus
@@ -268,6 +268,11 @@ def search_help(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _post(ctx: ToolContext, text: str, *, public: bool) -> dict[str, Any]:
+    if public and ctx.call.step_id is not None:
+        written = ModelStep.objects.filter(pk=ctx.call.step_id).values_list("started_at", flat=True).first()
+        if written is not None and ticket_services.person_answered_since(ticket_id=ctx.ticket.pk, since=written):
+            # Written before a person answered the customer (and handed the ticket back): stale.
+            raise ToolError("not posted: a person answered the customer after this was written; read their reply")
     try:
         message, created = ticket_services.message_post(
             ticket=ctx.ticket,

@@ -201,14 +201,18 @@ def publish_event(ticket_id: int) -> None:
 
 
 # One piece of a streamed answer, buffered and published in one script, unless a person has the
-# ticket (its ``closed`` key): then nothing of it is kept or shown. KEYS: the ticket's stream
-# marker, the step's text, the closed key. ARGV: the text, first piece (1/0), the keys' lifetime,
-# the step, the Pub/Sub channel and the message ("" when the layer sends it itself).
+# ticket (its ``closed`` key), or took it after the answer was begun (its ``taken_at`` key, kept
+# after a hand-back): then nothing of it is kept or shown. KEYS: the ticket's stream marker, the
+# step's text, the closed key, the taken_at key. ARGV: the text, first piece (1/0), the keys'
+# lifetime, the step, the Pub/Sub channel and the message ("" when the layer sends it itself), when
+# the answer was begun (epoch milliseconds).
 _TOKEN = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+local taken = redis.call('GET', KEYS[4])
+if taken and tonumber(ARGV[7]) < tonumber(taken) then return 0 end
 redis.call('APPEND', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
 if ARGV[2] == '1' then
-  redis.call('EXPIRE', KEYS[2], ARGV[3])
   redis.call('HSET', KEYS[1], 'step', ARGV[4])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
 end
@@ -217,18 +221,20 @@ return 1
 """
 
 
-def stream_token(ticket_id: int, step_id: int, offset: int, text: str) -> None:
+def stream_token(ticket_id: int, step_id: int, offset: int, text: str, *, begun_at: float | None = None) -> None:
     """Buffer one streamed piece of the answer and publish it; ``offset`` is its start in the
-    step's text. Dropped while a person has the ticket (``stream_close``): the customer sees no
-    words of an answer the agent will not post."""
+    step's text, ``begun_at`` when the answer was begun (a timestamp; None: now). Dropped while a
+    person has the ticket (``stream_close``), and for an answer begun before a person last took it:
+    the customer sees no words of an answer the agent will not post."""
     key = _stream_key(ticket_id)
     group = group_name(ticket_id)
     message = {"type": "ticket.token", "step": step_id, "offset": offset, "text": text}
     publish = _publish_command(group, message)
     channel, payload = (publish[1], publish[2]) if publish is not None else ("", b"")
+    begun_ms = int((time.time() if begun_at is None else begun_at) * 1000)
     script: Command = (
-        "EVAL", _TOKEN, 3, key, f"{key}:{step_id}", f"{key}:closed",
-        text, "0" if offset else "1", STREAM_TTL_SECONDS, step_id, channel, payload,
+        "EVAL", _TOKEN, 4, key, f"{key}:{step_id}", f"{key}:closed", f"{key}:taken_at",
+        text, "0" if offset else "1", STREAM_TTL_SECONDS, step_id, channel, payload, begun_ms,
     )  # fmt: skip
     try:
         _write([script])
@@ -242,13 +248,18 @@ def stream_token(ticket_id: int, step_id: int, offset: int, text: str) -> None:
 
 def stream_close(ticket_id: int) -> None:
     """A person has the ticket: no piece of the agent's answer is kept or published until
-    ``stream_open`` (a hand-back), and what was buffered goes (a page opened now shows none). The
-    mark lasts as long as a stream's buffer would: longer than any answer in flight."""
+    ``stream_open`` (a hand-back), nor after it of an answer begun before now; what was buffered
+    goes (a page opened now shows none). The marks last as long as a stream's buffer would:
+    longer than any answer in flight."""
     key = _stream_key(ticket_id)
     try:
         step = _client().hget(key, "step")
         keys = [key] + ([f"{key}:{int(step)}"] if step is not None else [])
-        _write([("SET", f"{key}:closed", 1, "EX", STREAM_TTL_SECONDS), ("DEL", *keys)])
+        _write([
+            ("SET", f"{key}:closed", 1, "EX", STREAM_TTL_SECONDS),
+            ("SET", f"{key}:taken_at", int(time.time() * 1000), "EX", STREAM_TTL_SECONDS),
+            ("DEL", *keys),
+        ])  # fmt: skip
     except Exception:  # noqa: BLE001 - the buffer expires anyway; the page drops a stream at the status change
         logger.warning("could not close the answer stream of ticket %s", ticket_id, exc_info=True)
 

@@ -4,24 +4,30 @@
   agent answers it (the run that was stopped answered nothing).
 - Handed back after they answered: the answer the agent was writing before they took over is
   stale; it is not posted, and the agent does not answer what the person already answered.
-- While the person has the ticket, none of the agent's words stream to the customer.
+- While the person has the ticket, none of the agent's words stream to the customer, nor after a
+  hand-back of an answer begun before they took it.
+- What counts is when the text was written: an answer the agent writes after the hand-back (with the
+  person's reply in its conversation) is posted, and tells what the run did; an interim reply
+  (``post_reply``) written before the person's reply is not posted after it.
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from channels.layers import get_channel_layer
 
-from agents.llm import ModelResponse
+from agents.llm import ModelResponse, ToolCallRequest
 from agents.models import AgentRun, RunStatus
 from agents.runner import advance
 from agents.selectors import tickets_with_agent_work
-from tests.agents.test_money_path import public_words
+from tests.agents.test_money_path import order_for, paid, public_words
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer
 from tickets import realtime
 from tickets import services as ticket_services
-from tickets.models import AuthorKind, Message, Ticket
+from tickets.models import AuthorKind, Message, Ticket, TicketStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -136,3 +142,89 @@ def test_no_word_streams_to_the_customer_while_a_person_has_the_ticket(person, t
     ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)  # the agent's again: it streams
     again = _tokens_published_while(ticket, lambda: advance(ticket.pk, model=Answers(FRESH)))
     assert "".join(again).strip() == FRESH
+
+
+@pytest.fixture(autouse=True)
+def _quick_provider_retries(settings):  # noqa: ANN001
+    settings.REFUND_RETRY_FIRST_WAIT_MS = 5
+    settings.REFUND_RETRY_MAX_WAIT_MS = 20
+
+
+def test_an_answer_written_after_the_hand_back_is_posted_and_the_refund_it_made_is_told(sandbox, person):  # noqa: ANN001
+    customer = make_customer()
+    order = order_for(customer, "V-8001", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Please refund V-8001")
+    told = "I have refunded $50.00 to your card."
+
+    class RepliedAndHandedBackMidStep:
+        name = "refund-after-hand-back"
+
+        def __init__(self) -> None:
+            self.first = True
+
+        def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+            if self.first:
+                self.first = False
+                # While the model writes the step: a person answers and hands the ticket back.
+                ticket_services.staff_reply(ticket=ticket.pk, user=person, body="Looking into it.", client_msg_id="p1")
+                ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)
+                return ModelResponse(
+                    text="",
+                    tool_calls=[
+                        ToolCallRequest("r1", "issue_refund", '{"order_number": "V-8001", "amount_cents": 5000}')
+                    ],
+                )
+            return ModelResponse(text=told)  # written after the hand-back, with the refund's result
+
+    advance(ticket.pk, model=RepliedAndHandedBackMidStep())
+
+    assert [r["amount"] for r in paid(sandbox, order)] == [5000]  # the agent had the ticket back: it paid
+    assert Ticket.objects.get(pk=ticket.pk).status not in {TicketStatus.WITH_HUMAN}
+    # ...and then it must say so: nobody else will (the ticket is the agent's, the person's reply predates it).
+    assert told in public_words(ticket), public_words(ticket)
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.COMPLETED
+
+
+def test_no_word_of_a_stale_answer_streams_after_a_reply_and_hand_back(person):  # noqa: ANN001
+    ticket = open_ticket()
+
+    def person_answers_and_hands_back() -> None:
+        ticket_services.staff_reply(ticket=ticket.pk, user=person, body="It arrives tomorrow.", client_msg_id="s1")
+        ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)
+
+    model = Answers(STALE, meanwhile=person_answers_and_hands_back)
+    pieces = _tokens_published_while(ticket, lambda: advance(ticket.pk, model=model))
+
+    assert STALE not in public_words(ticket)  # not posted: it was written before the person's reply
+    assert "".join(pieces).strip() == ""  # ...so none of it may be shown either
+
+
+def test_an_interim_reply_written_before_a_persons_reply_is_not_posted_after_the_hand_back(person):  # noqa: ANN001
+    """The model's step asks to post an interim reply (the post_reply tool); while it is written a
+    person answers and hands the ticket back. The text was written before the person's answer, like
+    a final answer in flight, so it is stale: it must not be posted after the person's reply."""
+    ticket = open_ticket()
+
+    class InterimThenDone:
+        name = "interim-then-done"
+
+        def __init__(self) -> None:
+            self.first = True
+
+        def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+            if self.first:
+                self.first = False
+                ticket_services.staff_reply(
+                    ticket=ticket.pk, user=person, body="It arrives tomorrow.", client_msg_id="s1"
+                )
+                ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)
+                return ModelResponse(
+                    text="", tool_calls=[ToolCallRequest("p1", "post_reply", json.dumps({"text": STALE}))]
+                )
+            return ModelResponse(text="Anything else?")
+
+    advance(ticket.pk, model=InterimThenDone())
+
+    words = public_words(ticket)
+    assert words[0] == "It arrives tomorrow."
+    assert STALE not in words, words  # written before the person's reply, posted after it
