@@ -24,6 +24,7 @@ from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.db import transaction
+from django.db.models import Q
 
 from agents.models import ModelStep, ReplayPolicy, ToolCall
 from agents.selectors import orders_with_refunded_total, refunded_total_cents
@@ -279,7 +280,7 @@ def _post(ctx: ToolContext, text: str, *, public: bool) -> dict[str, Any]:
             author_kind=AuthorKind.AGENT,
             body=text,
             is_public=public,
-            client_msg_id=ctx.call.idempotency_key,
+            client_msg_id=message_key(ctx),
             actor_ref=ctx.actor_ref,
         )
     except ValidationError as exc:
@@ -287,8 +288,22 @@ def _post(ctx: ToolContext, text: str, *, public: bool) -> dict[str, Any]:
     return {"message_id": message.pk, "posted": True, "deduplicated": not created}
 
 
+def message_key(ctx: ToolContext) -> str:
+    """The key a tool posts its message under: the call's idempotency key in the product's own
+    namespace (a colon), which no client's message ID can take (tickets.services.client_key)."""
+    return f"tool:{ctx.call.idempotency_key}"
+
+
 def _reconcile_post(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
-    message = Message.objects.filter(ticket=ctx.ticket, client_msg_id=ctx.call.idempotency_key).first()
+    # Under its key, or under the bare idempotency key by the agent (a message posted before keys had
+    # their namespace): a customer's message under that key is not the agent's.
+    message = (
+        Message.objects.filter(ticket=ctx.ticket)
+        .filter(
+            Q(client_msg_id=message_key(ctx)) | Q(client_msg_id=ctx.call.idempotency_key, author_kind=AuthorKind.AGENT)
+        )
+        .first()
+    )
     if message is None:
         return None
     return {"message_id": message.pk, "posted": True, "deduplicated": True}
@@ -315,7 +330,7 @@ def hand_off_to_human(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         author_kind=AuthorKind.AGENT,
         body=f"Handed off to a person: {args['reason']}",
         is_public=False,
-        client_msg_id=ctx.call.idempotency_key,
+        client_msg_id=message_key(ctx),
         actor_ref=ctx.actor_ref,
     )
     ticket_services.ticket_transition(
