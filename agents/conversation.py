@@ -81,11 +81,12 @@ def build_conversation(
     if steps is None:
         steps = list(ModelStep.objects.filter(ticket=ticket, status=StepStatus.COMPLETED).exclude(tool_calls=[]))
     by_position = {(c.step_id, c.index): c for c in calls}
-    posted_by_tools = {c.idempotency_key for c in calls}
+    # A tool posts under tool:<its call's key> (bare, by the agent, before keys had their namespace).
+    posted_by_tools = {f"tool:{c.idempotency_key}" for c in calls} | {c.idempotency_key for c in calls}
     placed: list[tuple[tuple[int, ...], list[dict[str, Any]]]] = []
     messages, files = _conversation_messages(ticket.pk, message_rows)
     for message, seq in messages:
-        if message.client_msg_id in posted_by_tools:
+        if message.client_msg_id in posted_by_tools and message.author_kind != AuthorKind.CUSTOMER:
             continue  # posted by a tool call: the call and its result already say so
         if message.author_kind == AuthorKind.CUSTOMER:
             entry = {"role": "user", "content": customer_text(message, files.get(message.pk, []))}

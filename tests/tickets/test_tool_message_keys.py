@@ -11,6 +11,7 @@ import json
 import pytest
 from django.test import Client
 
+from agents.conversation import build_conversation
 from agents.llm import ModelResponse, ToolCallRequest
 from agents.models import AgentRun, ModelStep
 from agents.runner import advance
@@ -60,3 +61,11 @@ def test_a_customer_message_id_cannot_take_the_key_of_the_agents_post_reply():
     )
     assert INTERIM in agent_posts, (statuses, agent_posts)
     assert agent_posts.count(INTERIM) == 1
+    # The model reads the customer's message (whatever its ID) and the interim reply once: as the
+    # call's result, not again as a message of its own.
+    run = AgentRun.objects.filter(ticket=ticket).latest("pk")
+    last = ModelStep.objects.filter(run=run).latest("index")
+    conversation = build_conversation(run)
+    assert sum("hello?" in (m.get("content") or "") for m in conversation) == 1, conversation
+    assert sum(m.get("content") == INTERIM for m in conversation if m["role"] == "assistant") == 0, conversation
+    assert last.response_text == "Anything else?"
