@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied, ValidationError
 from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -123,7 +123,7 @@ TicketAdmin.list_filter = [*TicketAdmin.list_filter, FailingTicketsFilter]
 TicketAdmin.list_display = [*TicketAdmin.list_display, last_agent_error]
 
 
-@admin.action(description="Ring the agent for these tickets now")
+@admin.action(description="Ring the agent for these tickets now", permissions=["change"])
 def ring_agent(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Ticket]) -> None:
     for ticket_id in queryset.values_list("pk", flat=True):
         ring(ticket_id)
@@ -134,6 +134,8 @@ def _ticket_action(name: str, service: Callable[..., Ticket], description: str) 
     """A bulk action calling one ticket service per ticket, as the ticket page's buttons do."""
 
     def action(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Ticket]) -> None:
+        if not modeladmin.has_change_permission(request):
+            raise PermissionDenied  # offered only with the change permission; refused all the same
         done: dict[str, int] = {}
         refused = []
         for ticket in queryset:
@@ -150,7 +152,7 @@ def _ticket_action(name: str, service: Callable[..., Ticket], description: str) 
             messages.error(request, reason)
 
     action.__name__ = name
-    return admin.action(description=description)(action)
+    return admin.action(description=description, permissions=["change"])(action)
 
 
 TicketAdmin.actions = [

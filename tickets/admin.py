@@ -10,10 +10,12 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from tickets import services
@@ -189,12 +191,24 @@ class TicketAdmin(admin.ModelAdmin):
         return False
 
     def save_model(self, request: HttpRequest, obj: Ticket, form: Any, change: bool) -> None:
-        """A new assignee goes through the service (an ``assigned`` event with who did it)."""
-        if change and "assignee" in form.changed_data:
+        """A new assignee goes through the service (an ``assigned`` event with who did it). Only the
+        fields the form changed are written, on the row as it is now: a take-over, an event or a
+        status change that landed while the page was open is never written back over."""
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        changed = [name for name in form.changed_data if name != "assignee"]
+        if "assignee" in form.changed_data:
             services.ticket_assign_to(ticket=obj.pk, assignee=obj.assignee, user=request.user)
-            form.changed_data.remove("assignee")
-            obj.assignee = Ticket.objects.get(pk=obj.pk).assignee
-        super().save_model(request, obj, form, change)
+        with transaction.atomic():
+            current = Ticket.objects.select_for_update().get(pk=obj.pk)
+            for name in changed:
+                setattr(current, name, getattr(obj, name))
+            if changed:
+                current.updated_at = timezone.now()
+                current.save(update_fields=[*changed, "updated_at"])
+        for field in Ticket._meta.concrete_fields:
+            setattr(obj, field.attname, getattr(current, field.attname))
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Ticket], search_term: str
