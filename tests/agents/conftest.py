@@ -24,3 +24,19 @@ def retry_time_comes(ticket_id: int) -> None:
     from agents.models import AgentRun, RunStatus
 
     AgentRun.objects.filter(ticket_id=ticket_id, status=RunStatus.RUNNING).update(retry_not_before=timezone.now())
+
+
+@pytest.fixture
+def quick_provider_retries(settings):  # noqa: ANN001, ANN201
+    """The refund's retries to the provider wait milliseconds, not seconds (returns the settings)."""
+    settings.REFUND_RETRY_FIRST_WAIT_MS = 5
+    settings.REFUND_RETRY_MAX_WAIT_MS = 20
+    return settings
+
+
+@pytest.fixture
+def person(db):  # noqa: ANN001, ANN201
+    """A staff member who answers customers and takes tickets over, without the right to decide approvals."""
+    from tests.approvals.conftest import make_staff
+
+    return make_staff("ticket-person", can_decide=False)

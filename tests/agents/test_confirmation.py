@@ -36,13 +36,12 @@ from tickets import presenters, selectors
 from tickets import services as ticket_services
 from tickets.models import Ticket, TicketStatus
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.customer_confirms, pytest.mark.timeout(120)]
-
-
-@pytest.fixture(autouse=True)
-def _quick_provider_retries(settings):  # noqa: ANN001
-    settings.REFUND_RETRY_FIRST_WAIT_MS = 5
-    settings.REFUND_RETRY_MAX_WAIT_MS = 20
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.customer_confirms,
+    pytest.mark.timeout(120),
+    pytest.mark.usefixtures("quick_provider_retries"),
+]
 
 
 def ask_for_refund(sandbox, number: str = "A-7001", total: int = 4999):  # noqa: ANN001, ANN201

@@ -23,21 +23,19 @@ from agents.models import AgentRun, RunStatus
 from agents.runner import advance
 from agents.selectors import tickets_with_agent_work
 from tests.agents.test_money_path import order_for, paid, public_words
-from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer
 from tickets import realtime
 from tickets import services as ticket_services
 from tickets.models import AuthorKind, Message, Ticket, TicketStatus
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(120),
+    pytest.mark.usefixtures("quick_provider_retries"),
+]
 
 STALE = "Your order shipped yesterday (written before a person took over)."
 FRESH = "Your order is on its way."
-
-
-@pytest.fixture
-def person(db):  # noqa: ANN001
-    return make_staff("hand-back-person", can_decide=False)
 
 
 class Answers:
@@ -142,12 +140,6 @@ def test_no_word_streams_to_the_customer_while_a_person_has_the_ticket(person, t
     ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)  # the agent's again: it streams
     again = _tokens_published_while(ticket, lambda: advance(ticket.pk, model=Answers(FRESH)))
     assert "".join(again).strip() == FRESH
-
-
-@pytest.fixture(autouse=True)
-def _quick_provider_retries(settings):  # noqa: ANN001
-    settings.REFUND_RETRY_FIRST_WAIT_MS = 5
-    settings.REFUND_RETRY_MAX_WAIT_MS = 20
 
 
 def test_an_answer_written_after_the_hand_back_is_posted_and_the_refund_it_made_is_told(sandbox, person):  # noqa: ANN001

@@ -37,25 +37,18 @@ from tests.conftest import make_customer
 from tickets import services as ticket_services
 from tickets.models import Order, OrderStatus, Ticket, TicketEvent
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(180),
+    pytest.mark.usefixtures("quick_provider_retries"),
+]
 
 THRESHOLD = 20000  # the default policy: refunds above $200.00 on one order need a staff approval
-
-
-@pytest.fixture(autouse=True)
-def _quick_provider_retries(settings):  # noqa: ANN001
-    settings.REFUND_RETRY_FIRST_WAIT_MS = 5
-    settings.REFUND_RETRY_MAX_WAIT_MS = 20
 
 
 @pytest.fixture
 def approver(db):  # noqa: ANN001
     return make_staff("gate-approver", can_decide=True)
-
-
-@pytest.fixture
-def person(db):  # noqa: ANN001
-    return make_staff("gate-person", can_decide=False)
 
 
 class Calls:

@@ -47,7 +47,11 @@ from tickets import realtime
 from tickets import services as ticket_services
 from tickets.models import AuthorKind, Message, Ticket, TicketEvent, TicketStatus
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(240),
+    pytest.mark.usefixtures("quick_provider_retries"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 INTERNAL_WORDING = ("may or may not", "check before repeating", "RECOVERY NOTE", "idempotency", "reconcil")
@@ -56,12 +60,6 @@ INTERNAL_WORDING = ("may or may not", "check before repeating", "RECOVERY NOTE",
 @pytest.fixture
 def approver(db):  # noqa: ANN001
     return make_staff("money-approver", can_decide=True)
-
-
-@pytest.fixture(autouse=True)
-def _quick_provider_retries(settings):  # noqa: ANN001
-    settings.REFUND_RETRY_FIRST_WAIT_MS = 5
-    settings.REFUND_RETRY_MAX_WAIT_MS = 20
 
 
 # --- what every money test checks ---------------------------------------------------------

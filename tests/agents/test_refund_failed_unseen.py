@@ -29,10 +29,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
 
 @pytest.fixture(autouse=True)
-def _quick_provider_retries(settings):  # noqa: ANN001
-    settings.REFUND_RETRY_FIRST_WAIT_MS = 5
-    settings.REFUND_RETRY_MAX_WAIT_MS = 20
-    settings.REFUND_PROVIDER_ATTEMPTS = 1
+def _one_provider_attempt(quick_provider_retries):  # noqa: ANN001
+    quick_provider_retries.REFUND_PROVIDER_ATTEMPTS = 1
 
 
 class RefundsWhenAsked(Refunds):

@@ -23,23 +23,15 @@ from agents.models import AgentRun, CallStatus, Refund, RefundStatus, RunStatus
 from agents.runner import advance
 from tests.agents.test_money_gates import Refunds, refund_calls
 from tests.agents.test_money_path import assert_money_invariants, order_for, paid, public_words
-from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer
 from tickets import services as ticket_services
 from tickets.models import Ticket, TicketStatus
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
-
-
-@pytest.fixture(autouse=True)
-def _quick_provider_retries(settings):  # noqa: ANN001
-    settings.REFUND_RETRY_FIRST_WAIT_MS = 5
-    settings.REFUND_RETRY_MAX_WAIT_MS = 20
-
-
-@pytest.fixture
-def person(db):  # noqa: ANN001
-    return make_staff("fence-person", can_decide=False)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(180),
+    pytest.mark.usefixtures("quick_provider_retries"),
+]
 
 
 @pytest.fixture
