@@ -10,12 +10,10 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from tickets import services
@@ -181,9 +179,10 @@ class TicketAdmin(admin.ModelAdmin):
     search_fields = ["subject", "customer__email", "customer__name", "customer__orders__number"]
     search_help_text = "A ticket number, an order number, the customer's email or name, or words of the subject."
     readonly_fields = [
-        "status", "last_event_seq", "customer_seen_seq", "created_at", "updated_at", "resolved_at", "client_ref",
+        "customer", "status", "last_event_seq", "customer_seen_seq", "created_at", "updated_at", "resolved_at",
+        "client_ref",
     ]  # fmt: skip
-    autocomplete_fields = ["customer", "assignee"]
+    autocomplete_fields = ["assignee"]
     inlines = [TicketRatingInline, MessageInline, TicketEventInline]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -191,22 +190,13 @@ class TicketAdmin(admin.ModelAdmin):
         return False
 
     def save_model(self, request: HttpRequest, obj: Ticket, form: Any, change: bool) -> None:
-        """A new assignee goes through the service (an ``assigned`` event with who did it). Only the
-        fields the form changed are written, on the row as it is now: a take-over, an event or a
-        status change that landed while the page was open is never written back over."""
+        """Through the service: only what the form changed is written, on the row as it is now, with
+        the events that say who changed what."""
         if not change:
             super().save_model(request, obj, form, change)
             return
-        changed = [name for name in form.changed_data if name != "assignee"]
-        if "assignee" in form.changed_data:
-            services.ticket_assign_to(ticket=obj.pk, assignee=obj.assignee, user=request.user)
-        with transaction.atomic():
-            current = Ticket.objects.select_for_update().get(pk=obj.pk)
-            for name in changed:
-                setattr(current, name, getattr(obj, name))
-            if changed:
-                current.updated_at = timezone.now()
-                current.save(update_fields=[*changed, "updated_at"])
+        changes = {name: getattr(obj, name) for name in form.changed_data}
+        current = services.ticket_edit(ticket=obj.pk, user=request.user, changes=changes)
         for field in Ticket._meta.concrete_fields:
             setattr(obj, field.attname, getattr(current, field.attname))
 

@@ -216,6 +216,7 @@ def register_kinds() -> None:
         present=lambda e, p: _status_changed(e),
     )
     timeline.register("assigned", app="tickets", description="The ticket was assigned to a member of staff.")
+    timeline.register("edited", app="tickets", description="A member of staff edited the subject or the priority.")
     timeline.register(
         "rated", app="tickets", description="The customer rated the help they got (1 to 5).", present=_rated
     )

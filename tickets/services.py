@@ -15,7 +15,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, models, transaction
 from django.db.models import F
 from django.db.models.functions import Least
 from django.utils import timezone
@@ -35,6 +35,7 @@ from tickets.models import (
     Message,
     Ticket,
     TicketEvent,
+    TicketPriority,
     TicketRating,
     TicketStatus,
     ticket_can_be_rated,
@@ -497,9 +498,7 @@ def ticket_open(
     subject = (subject or "").strip()
     if not subject:
         subject = _clean_body(body)[:80]
-    if len(subject) > SUBJECT_MAX_CHARS:
-        raise ValidationError(f"A subject can be at most {SUBJECT_MAX_CHARS} characters.", code="subject_too_long")
-    _storable_or_refuse(subject, "The subject")
+    _subject_checked(subject)
     if client_ref is not None:
         _storable_or_refuse(client_ref, "The form")
     if client_ref is not None and not unseen_client_ref:
@@ -731,6 +730,60 @@ def ticket_assign_to(*, ticket: Ticket | int, assignee: AbstractBaseUser | None,
         locked = _locked(ticket)
         _set_assignee(locked, assignee, user)
     return locked
+
+
+# What a member of staff may edit on a ticket's page. The customer is not among them: the
+# conversation (and the orders the agent may refund) belong to the customer who opened it.
+TICKET_EDITABLE_FIELDS = ("subject", "priority", "assignee")
+
+
+def ticket_edit(*, ticket: Ticket | int, user: AbstractBaseUser, changes: dict[str, Any]) -> Ticket:
+    """A member of staff edits the ticket's subject, priority or assignee. Only the fields given are
+    written, on the row as it is now (a take-over, a status change or an event that landed since
+    the page was read is never written back over); a change of assignee is an ``assigned`` event,
+    the others one ``edited`` event naming what changed."""
+    unknown = sorted(set(changes) - set(TICKET_EDITABLE_FIELDS))
+    if unknown:
+        raise ValidationError(f"These fields of a ticket cannot be edited: {', '.join(unknown)}.", code="not_editable")
+    with transaction.atomic():
+        locked = _locked(ticket)
+        if "assignee" in changes:
+            _set_assignee(locked, changes["assignee"], user)
+        edited: dict[str, dict[str, str]] = {}
+        for name in ("subject", "priority"):
+            if name not in changes or getattr(locked, name) == changes[name]:
+                continue
+            value = _clean_subject(changes[name]) if name == "subject" else _choice(TicketPriority, changes[name])
+            edited[name] = {"from": getattr(locked, name), "to": value}
+            setattr(locked, name, value)
+        if edited:
+            locked.updated_at = timezone.now()
+            rows.update([locked], [*edited, "updated_at"])
+            event_append(ticket=locked, kind="edited", actor_kind=ActorKind.STAFF, actor_user=user, payload=edited)
+    return locked
+
+
+def _clean_subject(subject: Any) -> str:
+    text = str(subject or "").strip()
+    if not text:
+        raise ValidationError("A subject cannot be empty.", code="subject_empty")
+    return _subject_checked(text)
+
+
+def _subject_checked(subject: str) -> str:
+    """The subject, or a ValidationError saying why it cannot be stored."""
+    if len(subject) > SUBJECT_MAX_CHARS:
+        raise ValidationError(f"A subject can be at most {SUBJECT_MAX_CHARS} characters.", code="subject_too_long")
+    _storable_or_refuse(subject, "The subject")
+    return subject
+
+
+def _choice(choices: type[models.TextChoices], value: Any) -> str:
+    if value not in choices.values:
+        raise ValidationError(
+            f"{value!r} is not one of: {', '.join(choices.values)}.", code=f"bad_{choices.__name__.lower()}"
+        )
+    return value
 
 
 def person_answered_since(*, ticket_id: int, since: Any) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import UTC, datetime
 
@@ -424,13 +425,15 @@ def test_staff_who_may_only_view_tickets_cannot_use_the_buttons(client, django_u
 # --- Customer and assignee as autocompletes ---------------------------------------------
 
 
-def test_the_customer_and_assignee_are_autocompletes(admin_client, admin_ticket):
+def test_the_assignee_is_an_autocomplete_and_the_customer_is_not_editable(admin_client, admin_ticket):
     page = admin_client.get(change_url(admin_ticket)).content.decode()
 
-    for field in ("customer", "assignee"):
-        select = re.search(rf'<select name="{field}"[^>]*>', page)
-        assert select is not None and "admin-autocomplete" in select.group(0)
+    select = re.search(r'<select name="assignee"[^>]*>', page)
+    assert select is not None and "admin-autocomplete" in select.group(0)
     assert "vForeignKeyRawIdAdminField" not in page
+    # The conversation belongs to the customer who opened it: shown, never a field to change.
+    assert re.search(r'name="customer"', page) is None
+    assert html.escape(str(admin_ticket.customer)) in page
 
 
 def test_the_customer_autocomplete_finds_customers_by_email(admin_client, admin_ticket):
@@ -438,7 +441,7 @@ def test_the_customer_autocomplete_finds_customers_by_email(admin_client, admin_
 
     response = admin_client.get(
         "/admin/autocomplete/",
-        {"term": "erin@", "app_label": "tickets", "model_name": "ticket", "field_name": "customer"},
+        {"term": "erin@", "app_label": "tickets", "model_name": "order", "field_name": "customer"},
     )
 
     assert response.status_code == 200

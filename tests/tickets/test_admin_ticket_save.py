@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db.models import Max
 from django.urls import reverse
 
@@ -76,3 +77,37 @@ def test_a_take_over_landing_while_the_form_is_saved_is_not_reverted(admin_clien
 
     ticket.refresh_from_db()
     assert ticket.status == TicketStatus.WITH_HUMAN
+
+
+def test_an_edit_is_one_event_saying_who_changed_what_and_the_customer_cannot_be_changed(admin_client, admin_user):
+    alice, mallory = make_customer("alice-edit"), make_customer("mallory-edit")
+    ticket, _ = services.ticket_open(customer=alice, subject="Kettle", body="Refund please")
+    data = _post_data(admin_client, ticket)
+    data.update(subject="Kettle arrived broken", priority="high", customer=mallory.pk)
+
+    response = admin_client.post(reverse("admin:tickets_ticket_change", args=[ticket.pk]), data)
+    assert response.status_code == 302
+
+    ticket.refresh_from_db()
+    assert (ticket.subject, ticket.priority, ticket.customer_id) == ("Kettle arrived broken", "high", alice.pk)
+    edited = ticket.events.get(kind="edited")
+    assert edited.actor_user == admin_user and not edited.is_public
+    assert edited.payload == {
+        "subject": {"from": "Kettle", "to": "Kettle arrived broken"},
+        "priority": {"from": "normal", "to": "high"},
+    }
+    assert ticket.last_event_seq == edited.seq
+
+
+def test_the_service_edits_only_what_staff_may_edit(admin_user):
+    ticket, _ = services.ticket_open(customer=make_customer(), subject="Kettle", body="Refund please")
+
+    with pytest.raises(ValidationError):
+        services.ticket_edit(ticket=ticket.pk, user=admin_user, changes={"status": "closed"})
+    with pytest.raises(ValidationError):
+        services.ticket_edit(ticket=ticket.pk, user=admin_user, changes={"priority": "whenever"})
+    with pytest.raises(ValidationError):
+        services.ticket_edit(ticket=ticket.pk, user=admin_user, changes={"subject": "   "})
+    services.ticket_edit(ticket=ticket.pk, user=admin_user, changes={"priority": "normal"})  # unchanged: no event
+
+    assert not Ticket.objects.get(pk=ticket.pk).events.filter(kind="edited").exists()
