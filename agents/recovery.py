@@ -30,7 +30,7 @@ from typing import Any
 from agents import calls
 from agents import services as agent_services
 from agents.approval import may_execute, pause_for_approval
-from agents.execution import execute
+from agents.execution import ToolCrashed, execute
 from agents.llm import wasted_tokens
 from agents.models import FINAL_CALL_STATUSES, AgentRun, CallStatus, ReplayPolicy, StepStatus, ToolCall
 from agents.pass_state import Pass, stream_position
@@ -80,12 +80,10 @@ def recover(p: Pass, *, rerun: bool = True) -> None:
                 calls.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=proven)
                 found["reconciled"].append(entry)
             else:
-                execute(p, call, again=True)
-                found["rerun"].append(entry)
+                _run_again(p, call, tool, entry, found)
         else:
             # safe: run it again; keyed without a reconcile hook: retry under the same key.
-            execute(p, call, again=True)
-            found["rerun"].append(entry)
+            _run_again(p, call, tool, entry, found)
 
     touched = any(found.values()) or bool(started)
     note = _recovery_note(p, run, found) if resumed or any(found.values()) else None
@@ -93,6 +91,23 @@ def recover(p: Pass, *, rerun: bool = True) -> None:
         agent_services.run_note_resume(lease=lease, run=run, note=note)
     if touched or note is not None:
         p.reload()
+
+
+def _run_again(p: Pass, call: ToolCall, tool: Any, entry: dict[str, Any], found: dict[str, list[Any]]) -> None:
+    """Run an interrupted call again. Its worker stopped during it: a failure of the run, counted
+    like any other, so a call that stops every worker that runs it (its result too large for the
+    worker's memory, a crash in a library) is not run again forever. At the limit it is written
+    down as it stands (done if its key proves it, else failed or uncertain by its policy) and the
+    run fails: the ticket is parked with a person."""
+    failures = agent_services.run_record_failure(
+        lease=p.lease, run=p.run, error=f"the worker stopped during the {call.name} call"
+    )
+    if failures >= agent_services.max_failures():
+        why = f"the worker stopped during this call {call.attempts} time(s); not run again"
+        _record_only(p, call, tool, entry, found, why=why)
+        raise ToolCrashed(f"{call.name}: {why}")
+    execute(p, call, again=True)
+    found["rerun"].append(entry)
 
 
 def _reached(p: Pass, call: ToolCall) -> bool:
@@ -105,8 +120,11 @@ def _reached(p: Pass, call: ToolCall) -> bool:
     )
 
 
-def _record_only(p: Pass, call: ToolCall, tool: Any, entry: dict[str, Any], found: dict[str, list[Any]]) -> None:
-    """A person has the ticket: write down what this interrupted call did, run nothing."""
+def _record_only(
+    p: Pass, call: ToolCall, tool: Any, entry: dict[str, Any], found: dict[str, list[Any]],
+    *, why: str = "a person has the ticket",
+) -> None:  # fmt: skip
+    """A person has the ticket (or ``why`` else): write down what this interrupted call did, run nothing."""
     if tool is not None and call.replay_policy == ReplayPolicy.KEYED and tool.reconcile is not None:
         proven = tool.reconcile(ToolContext(ticket=p.ticket, call=call), call.arguments)
         if proven is not None:
@@ -116,7 +134,7 @@ def _record_only(p: Pass, call: ToolCall, tool: Any, entry: dict[str, Any], foun
     if tool is not None and call.replay_policy == ReplayPolicy.SAFE:
         calls.call_finish(
             lease=p.lease, call=call, status=CallStatus.FAILED, result=None,
-            error="interrupted; not run again: a person has the ticket",
+            error=f"interrupted; not run again: {why}",
         )  # fmt: skip
         return
     calls.call_finish(
@@ -124,7 +142,7 @@ def _record_only(p: Pass, call: ToolCall, tool: Any, entry: dict[str, Any], foun
         call=call,
         status=CallStatus.UNCERTAIN,
         result={"status": "uncertain", "note": "The worker stopped during this call; it may have happened."},
-        error="interrupted; not repeated: a person has the ticket",
+        error=f"interrupted; not repeated: {why}",
     )
     found["uncertain"].append(entry)
 

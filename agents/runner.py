@@ -39,6 +39,7 @@ from agents.selectors import (
     active_run_and_profile_sql,
     decided_calls,
     in_backoff,
+    messages_not_told_to_wait,
     person_took_the_ticket_since,
     ticket_has_agent_work,
 )
@@ -62,11 +63,6 @@ def max_steps() -> int:
 
 def token_budget() -> int:
     return settings.AGENT_TOKEN_BUDGET
-
-
-def max_failures() -> int:
-    """Failures in a row (of any kind) before the ticket is parked with a person."""
-    return max(1, settings.AGENT_MAX_CONSECUTIVE_FAILURES)
 
 
 def retry_delay(failures: int, retry_after: float | None = None) -> float:
@@ -156,6 +152,8 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
     if outcome.retry_in is None:
         completed = outcome.state == RunStatus.COMPLETED
         outcome.more_work = bool(unanswered) if completed else has_pending_work(ticket_id)
+        if unanswered and outcome.state in PAUSED_RUN_STATUSES and not outcome.more_work:
+            outcome.more_work = messages_not_told_to_wait(ticket_id=ticket_id)
     return outcome
 
 
@@ -202,8 +200,13 @@ def _current_run(
     if ticket.status in AGENT_STAYS_OUT:
         return None, False
     profile = profile or active_profile()  # the version this run keeps to its end
-    model = chosen or model_of(profile)
-    return agent_services.run_start(lease=lease, ticket=ticket, model_name=model.name, profile=profile), False
+    try:
+        model_name = (chosen or model_of(profile)).name
+    except Exception:  # noqa: BLE001 - counted where the run builds it again, in the pass's own try
+        # A model this deployment cannot build (a class gone, a setting missing) is a failure of the
+        # run like any other: the run starts, fails, backs off, and is parked after the limit.
+        model_name = profile.model
+    return agent_services.run_start(lease=lease, ticket=ticket, model_name=model_name, profile=profile), False
 
 
 # --- driving a run ----------------------------------------------------------------------
@@ -345,7 +348,7 @@ def _failed(lease: Lease, run: AgentRun, exc: Exception) -> str:
     connection.close_if_unusable_or_obsolete()
     failures = agent_services.run_record_failure(lease=lease, run=run, error=error)
     permanent = isinstance(exc, ModelError) and not exc.retryable
-    if permanent or failures >= max_failures():
+    if permanent or failures >= agent_services.max_failures():
         agent_services.park(lease=lease, run=run, error=error, failures=failures)
         return "parked"
     delay = retry_delay(failures, getattr(exc, "retry_after", None))

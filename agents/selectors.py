@@ -25,7 +25,7 @@ from agents.models import (
     ToolCall,
 )
 from support import reads
-from tickets.models import AGENT_STAYS_OUT, Order, Ticket, TicketEvent, TicketStatus
+from tickets.models import AGENT_STAYS_OUT, Message, Order, Ticket, TicketEvent, TicketStatus
 from tickets.selectors import unanswered_messages
 
 
@@ -125,10 +125,20 @@ def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
         # A person has the ticket: a run still waiting on it is ended (by the pass that finds it).
         | Q(paused=True, status__in=AGENT_STAYS_OUT)
         | (
-            # A paused run waits for its decision; messages sent meanwhile wait with it.
-            (Q(decided=True) | Q(unhandled=True, paused=False, backing_off=False)) & ~Q(status__in=AGENT_STAYS_OUT)
+            # A paused run waits for its decision; messages sent meanwhile wait with it. A run waiting
+            # out its backoff is carried on by its scheduled retry, decisions and messages with it.
+            (Q(decided=True) | Q(unhandled=True, paused=False)) & Q(backing_off=False) & ~Q(status__in=AGENT_STAYS_OUT)
         )
     )
+
+
+def messages_not_told_to_wait(*, ticket_id: int) -> bool:
+    """Is a customer message unanswered on the ticket without the note that tells its writer it
+    waits for the paused run (``waiting:<id>``)? One sent while the pass that paused still held the
+    lease found it busy: the paused ticket is rung again to tell them (once, so never a loop)."""
+    waiting = list(unanswered_messages(ticket_id=ticket_id).values_list("pk", flat=True))
+    told = Message.objects.filter(ticket_id=ticket_id, client_msg_id__in=[f"waiting:{pk}" for pk in waiting])
+    return bool(waiting) and told.count() < len(waiting)
 
 
 def tickets_with_agent_work(*, limit: int = 500) -> list[int]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, F, OuterRef, Sum
 from django.utils import timezone
@@ -372,6 +373,11 @@ def escalate(*, lease: Lease, run: AgentRun, call: ToolCall, customer_text: str,
             payload={"call_id": call.pk, "tool": call.name, "status": call.status, "reason": reason[:500]},
         )
         hand_off(lease=lease, run=run, reason=f"{call.name} needs a person: {reason}")
+
+
+def max_failures() -> int:
+    """Failures in a row (of any kind) before the ticket is parked with a person."""
+    return max(1, settings.AGENT_MAX_CONSECUTIVE_FAILURES)
 
 
 def run_record_failure(*, lease: Lease, run: AgentRun, error: str) -> int:

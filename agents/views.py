@@ -23,11 +23,12 @@ def confirmation_answer(request: HttpRequest, ticket_id: int, call_id: int) -> J
         data = json.loads(request.body or b"{}")
     except (ValueError, UnicodeDecodeError, RecursionError):
         return JsonResponse({"error": "The request body must be JSON."}, status=400)
-    if not isinstance(data, dict) or data.get("answer") not in ANSWERS or not isinstance(data.get("digest"), str):
+    answer = data.get("answer") if isinstance(data, dict) else None
+    if not isinstance(answer, str) or answer not in ANSWERS or not isinstance(data.get("digest"), str):
         return JsonResponse({"error": 'Send {"answer": "confirm" or "cancel", "digest": "..."}.'}, status=400)
     try:
         decision = confirmation_decide(
-            ticket_id=ticket.pk, call_id=call_id, user=request.user, confirm=ANSWERS[data["answer"]],
+            ticket_id=ticket.pk, call_id=call_id, user=request.user, confirm=ANSWERS[answer],
             digest=data["digest"],
         )  # fmt: skip
     except ConfirmationClosed as exc:

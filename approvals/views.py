@@ -81,8 +81,8 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     approval = get_object_or_404(ApprovalRequest, pk=approval_id)
     decision = request.POST.get("decision")
     if decision not in {"approve", "reject"}:
-        messages.error(request, "Choose approve or reject.")
-        return redirect("approvals:dashboard")
+        messages.error(request, "Choose approve or reject. Nothing was changed.")
+        return render(request, "approvals/dashboard.html", _pending_context(), status=400)
     approve = decision == "approve"
     # A request decided meanwhile is refused by the service, which says by whom.
     if approve and approval.status == ApprovalStatus.PENDING and not _amount_confirmed(request, approval):
