@@ -102,7 +102,15 @@ def apply_decision(
         # The run got here running (the customer confirmed the call before this one): it pauses on this
         # one, holding no worker until its decision rings. The request was recorded with the intent.
         if run.status == RunStatus.RUNNING:
-            pause_for_approval(lease=lease, run=run, call=call, reason=call.approval_reason or "needs a staff approval")
+            try:
+                pause_for_approval(
+                    lease=lease, run=run, call=call, reason=call.approval_reason or "needs a staff approval"
+                )
+            except calls.DecisionLanded:
+                # Staff decided while the run got here (paying the call before it): what they
+                # decided is applied, never written over by a fresh request.
+                call.refresh_from_db()
+                return apply_decision(lease=lease, run=run, call=call, ticket=ticket, execute=execute)
         return RunStatus.WAITING_APPROVAL
     tool = REGISTRY[call.name]
     if decision == ApprovalDecision.APPROVED and not may_execute(call):

@@ -203,13 +203,29 @@ def call_retry(*, lease: Lease, call: ToolCall) -> ToolCall:
     return call
 
 
+class DecisionLanded(Exception):
+    """A staff decision (or the customer's answer) was recorded on the call after the caller read
+    it: nothing was written; read the call again and apply what was decided."""
+
+
+def _as_read(call: ToolCall, field: str) -> dict[str, Any]:
+    """The row as the caller read it, on ``field`` (a decision): a write made on that reading
+    matches nothing once a decision has landed since."""
+    value = getattr(call, field)
+    return {f"{field}__isnull": True} if value is None else {field: value}
+
+
 def call_pause(*, lease: Lease, call: ToolCall, reason: str) -> ToolCall:
-    """The call waits for a staff approval on its exact arguments (a fresh request: any earlier
-    decision is cleared). Caller: inside the fenced transaction that records the pause."""
+    """The call waits for a staff approval on its exact arguments. An approval given on other
+    arguments is cleared (a fresh request); a rejection or an expiry is never cleared, and a
+    decision recorded since the caller read the call is never written over (DecisionLanded).
+    Caller: inside the fenced transaction that records the pause."""
+    if call.approval_decision in {ApprovalDecision.REJECTED, ApprovalDecision.EXPIRED}:
+        raise DecisionLanded(f"call {call.pk} was {call.approval_decision}: it is not asked for again")
     if call.status != CallStatus.AWAITING_APPROVAL or call.approval_decision is not None:
         check_transition(call, CallStatus.AWAITING_APPROVAL)
     with lease.guard():
-        ToolCall.objects.filter(pk=call.pk).update(
+        written = ToolCall.objects.filter(pk=call.pk, **_as_read(call, "approval_decision")).update(
             status=CallStatus.AWAITING_APPROVAL,
             approval_required=True,
             approval_reason=reason,
@@ -217,6 +233,8 @@ def call_pause(*, lease: Lease, call: ToolCall, reason: str) -> ToolCall:
             approval_note="",
             approval_digest="",
         )
+        if not written:
+            raise DecisionLanded(f"call {call.pk} was decided since it was read")
     call.status, call.approval_required, call.approval_reason = CallStatus.AWAITING_APPROVAL, True, reason
     call.approval_decision, call.approval_note, call.approval_digest = None, "", ""
     return call
@@ -242,7 +260,8 @@ def call_await_confirmation(*, lease: Lease, call: ToolCall, question: str, expi
         "confirmation_expires_at": expires_at, "confirmation_decision": None, "confirmation_digest": digest,
     }  # fmt: skip
     with lease.guard():
-        ToolCall.objects.filter(pk=call.pk).update(**changes)
+        if not ToolCall.objects.filter(pk=call.pk, **_as_read(call, "confirmation_decision")).update(**changes):
+            raise DecisionLanded(f"call {call.pk} was answered since it was read")
     for field, value in changes.items():
         setattr(call, field, value)
     return call
