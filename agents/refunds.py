@@ -204,10 +204,17 @@ def refund_approval_reason(ctx: ToolContext, args: dict[str, Any]) -> str | None
             f"staff declined a refund on order {order.number} before (ticket #{declined}): "
             "asking again needs a staff approval"
         )
-    earlier, _ = refund_commitments(customer_id=customer.pk, order=order, ticket_id=ctx.ticket.pk)
+    # A second refund on one order, whichever ticket asked for the first (the same request asked
+    # again in a new ticket is not paid twice unreviewed); partial refunds stay possible, reviewed.
+    earlier, on_order = refund_commitments(customer_id=customer.pk, order=order)
     if earlier:
-        return f"a second refund on order {order.number} in this ticket needs a staff approval"
-    _, on_order = refund_commitments(customer_id=customer.pk, order=order)
+        here, _ = refund_commitments(customer_id=customer.pk, order=order, ticket_id=ctx.ticket.pk)
+        where = "in this ticket" if here else "(the first was asked for in another ticket)"
+        return (
+            f"a second refund on order {order.number} {where} needs a staff approval: order {order.number} "
+            f"already has {format_money(on_order, order.currency)} refunded or pending, "
+            f"{format_money(amount, order.currency)} more"
+        )
     if on_order + amount > policy.refund_threshold_cents:
         threshold = format_money(policy.refund_threshold_cents, order.currency)
         if not on_order:

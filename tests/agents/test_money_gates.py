@@ -167,7 +167,7 @@ def test_the_same_request_in_two_tickets_is_not_paid_over_the_threshold_unreview
 
     assert first.status == CallStatus.AWAITING_CONFIRMATION and not first.approval_required
     assert second.status == CallStatus.AWAITING_APPROVAL
-    assert "on one order need a staff approval" in second.approval_reason
+    assert "second refund on order G-2001 (the first was asked for in another ticket)" in second.approval_reason
     assert "$150.00 refunded or pending" in second.approval_reason
     for ticket in tickets:
         press_every_confirm(ticket, agent)
@@ -202,8 +202,8 @@ def test_an_approved_refund_waiting_for_the_customer_counts_for_the_next_request
 @pytest.mark.parametrize("written", ["G-3101", " g-3101 "])
 def test_a_refund_staff_rejected_is_not_paid_unreviewed_when_asked_again_in_a_new_ticket(sandbox, approver, written):  # noqa: ANN001
     """The second refund of one step on one order needs staff; staff reject it. Asked again in a new
-    ticket, that reason is gone (it is the ticket's first refund, and far below the threshold), but
-    staff said no to this refund: it is reviewed again, not paid."""
+    ticket (far below the threshold), it is reviewed again, not paid, and the card says staff said
+    no to a refund on this order before."""
     customer = make_customer()
     order = order_for(customer, "G-3101", 50000, sandbox)
     first_ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-3101 twice")
