@@ -44,6 +44,8 @@ from tickets.signals import ticket_event_appended, ticket_needs_agent
 
 MESSAGE_MAX_CHARS: int = getattr(settings, "MESSAGE_MAX_CHARS", 4000)
 SUBJECT_MAX_CHARS = 200
+# The form's reference keys the ticket's first message as ``open:<ref>`` (a message key is at most 100).
+CLIENT_REF_MAX_CHARS = 100 - len("open:")
 
 
 class InvalidTransition(ValidationError):

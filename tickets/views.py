@@ -32,7 +32,6 @@ from tickets.models import (
     ticket_can_be_rated,
 )
 
-CLIENT_REF_MAX_CHARS = 100
 
 
 def _customer_or_404(request: HttpRequest) -> Customer:
@@ -80,7 +79,7 @@ def ticket_new(request: HttpRequest) -> HttpResponse:
     subject = request.POST.get("subject", "")
     body = request.POST.get("body", "")
     # Generated per form render: a double submit of the same form opens one ticket.
-    client_ref = request.POST.get("client_ref", "").strip()[:CLIENT_REF_MAX_CHARS] or None
+    client_ref = request.POST.get("client_ref", "").strip()[: services.CLIENT_REF_MAX_CHARS] or None
     existing = selectors.ticket_for_client_ref(customer=customer, client_ref=client_ref) if client_ref else None
     if existing is not None:
         return redirect("tickets:chat", ticket_id=existing.pk)  # a retried submit: the same ticket, not counted

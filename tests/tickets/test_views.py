@@ -149,6 +149,19 @@ def test_submitting_the_same_new_ticket_form_twice_opens_one_ticket(signed_in, c
     assert first.url == second.url
 
 
+def test_a_long_form_reference_opens_one_ticket_with_its_first_message(signed_in, customer):
+    form = {"subject": "Lid", "body": "The lid is missing", "client_ref": "r" * 100}
+
+    first = signed_in.post(reverse("tickets:new"), form)
+    second = signed_in.post(reverse("tickets:new"), form)
+
+    assert first.status_code == 302 and first.url == second.url
+    assert Ticket.objects.filter(customer=customer).count() == 1
+    assert list(Message.objects.filter(ticket__customer=customer).values_list("body", flat=True)) == [
+        "The lid is missing"
+    ]
+
+
 def test_opening_a_ticket_looks_its_reference_up_once_and_its_first_message_not_at_all(signed_in, customer):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
