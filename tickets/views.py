@@ -33,7 +33,6 @@ from tickets.models import (
 )
 
 
-
 def _customer_or_404(request: HttpRequest) -> Customer:
     customer = selectors.customer_for_user(user=request.user)
     if customer is None:
