@@ -53,6 +53,7 @@ from agents.tools import (
     ToolContext,
     ToolError,
     ToolEscalation,
+    ToolNeedsApproval,
     ToolStopped,
     ToolUncertain,
     parse_arguments,
@@ -169,6 +170,8 @@ def run_calls(p: Pass, step: ModelStep) -> str | None:
             call = execute(p, call)
         else:
             call = execute(p, call)
+        if call.status == CallStatus.AWAITING_APPROVAL:
+            return RunStatus.WAITING_APPROVAL  # a review asked for since its intent: the run pauses on it
         if run.failures and call.status == CallStatus.SUCCEEDED:
             p.flush_outcomes()
             agent_services.run_reset_failures(lease=lease, run=run)  # progress: the failures were not in a row
@@ -210,7 +213,10 @@ def execute(p: Pass, call: ToolCall, *, again: bool = False) -> ToolCall:
             p.unsaved_outcomes.append(call)
             return call
     p.flush_outcomes()
-    execute_now(p.lease, call, tool, ToolContext(ticket=p.ticket, call=call), again=again)
+    try:
+        execute_now(p.lease, call, tool, ToolContext(ticket=p.ticket, call=call), again=again)
+    except ToolNeedsApproval as late:
+        pause_for_approval(lease=p.lease, run=p.run, call=call, reason=late.reason)
     fresh = ToolCall.objects.get(pk=call.pk)
     p.call_stored(fresh)
     return fresh
@@ -296,7 +302,7 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
     except ToolError as exc:
         calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
         return
-    except LeaseLost:
+    except (LeaseLost, ToolNeedsApproval):
         raise
     except Exception as exc:  # noqa: BLE001 - a tool crash is a result the model sees, and a failure counted
         logger.exception("tool %s failed on ticket %s", call.name, call.ticket_id)

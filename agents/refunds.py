@@ -66,7 +66,16 @@ from agents.models import (
 )
 from agents.profiles import policy_values, profile_of
 from agents.selectors import person_took_the_ticket_since, refunded_total_cents
-from agents.tools import Tool, ToolContext, ToolError, ToolEscalation, ToolStopped, customer_order, register
+from agents.tools import (
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolEscalation,
+    ToolNeedsApproval,
+    ToolStopped,
+    customer_order,
+    register,
+)
 from payments.provider import (
     IdempotencyMismatch,
     PaymentProvider,
@@ -345,9 +354,11 @@ def _retrying() -> Retrying:
 def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     """The tool's effect. Keyed: safe to call again with the same call (same key)."""
     key = ctx.call.idempotency_key
-    if not may_execute(ToolCall.objects.get(pk=ctx.call.pk)):
+    call = ToolCall.objects.get(pk=ctx.call.pk)
+    if not may_execute(call):
         # The runner never gets here with such a call; this is the money path's own last door.
         raise ToolError("This refund needs a staff approval for these exact arguments before it can run.")
+    reviewed = call.approval_decision == ApprovalDecision.APPROVED
     with _fenced(ctx):
         existing = Refund.objects.select_for_update().select_related("order").filter(idempotency_key=key).first()
         if existing is not None and existing.status in {RefundStatus.SUCCEEDED, RefundStatus.PENDING}:
@@ -356,6 +367,8 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         person = not _agent_still_has_the_ticket(ctx)
         if person:
             pass  # nothing is written: handled below, outside this transaction
+        elif existing is None and not reviewed and (late := _review_asked_since(ctx, order)):
+            raise ToolNeedsApproval(late)  # nothing written, nothing sent: the run pauses on it
         elif existing is None:
             refund = Refund.objects.create(
                 ticket=ctx.ticket,
@@ -408,6 +421,17 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             f"The payment provider refused the refund: {exc}", customer_text=_customer_text(refund, uncertain=False)
         ) from None
     raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
+
+
+def _review_asked_since(ctx: ToolContext, order: Order) -> str | None:
+    """A review staff turned on while this unreviewed refund waited to be paid (behind another
+    call's approval, or for the customer's Confirm): the customer flagged "every refund reviewed".
+    Asked next to the payment, before the first try (a later try carries on under its key: the
+    first may have reached the provider). A refund on the order declined meanwhile does not count:
+    it was asked for after this one, whose card showed this one as pending when staff said no."""
+    if Customer.objects.filter(pk=ctx.ticket.customer_id, requires_refund_approval=True).exists():
+        return "every refund for this customer is reviewed by staff (flagged while this refund waited)"
+    return None
 
 
 @contextlib.contextmanager

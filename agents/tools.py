@@ -55,6 +55,16 @@ class ToolEscalation(ToolError):
         self.uncertain = uncertain
 
 
+class ToolNeedsApproval(Exception):
+    """Raised by an effect before it did anything: a rule that makes this call need a staff approval
+    applies since its intent was recorded (staff flagged the customer, or said no to a refund on the
+    order, while it waited behind another call). The run pauses on it, as if asked with the intent."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class ToolStopped(Exception):
     """A person took the ticket before the effect started, or before it was tried again: the run
     ends and the ticket is theirs. ``uncertain``: an earlier attempt may have reached the other
