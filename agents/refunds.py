@@ -556,15 +556,22 @@ def refund_reconcile(*, refund: Refund, older_than_seconds: int | None = None) -
         # holds its session's lock, and its request may land yet). It is asked again next time.
         return refund.status
     with transaction.atomic():
+        # Decided on the rows as they are now, in the order a worker's refund step takes them (refund,
+        # then ticket): a worker that took the ticket and tried the refund again since it was read
+        # (its status or its time moved on, or it holds the lease now) is left to finish it.
         locked = Refund.objects.select_for_update().get(pk=refund.pk)
-        if locked.status in OPEN_REFUND_STATUSES:
-            _set_status(locked, RefundStatus.FAILED, error="The provider has no refund under this key.")
-            ticket_services.event_append(
-                ticket=locked.ticket_id,
-                kind="refund_reconciled",
-                actor_kind=ActorKind.SYSTEM,
-                payload={"refund_id": locked.pk, "status": RefundStatus.FAILED},
-            )
+        ticket_services.ticket_hold(locked.ticket_id)
+        moved_on = locked.status not in OPEN_REFUND_STATUSES or locked.updated_at != refund.updated_at
+        if moved_on or ticket_lease_held(locked.ticket_id):
+            refund.refresh_from_db()
+            return refund.status
+        _set_status(locked, RefundStatus.FAILED, error="The provider has no refund under this key.")
+        ticket_services.event_append(
+            ticket=locked.ticket_id,
+            kind="refund_reconciled",
+            actor_kind=ActorKind.SYSTEM,
+            payload={"refund_id": locked.pk, "status": RefundStatus.FAILED},
+        )
     refund.refresh_from_db()
     refund_escalate(refund=refund, reason="the payment provider has no refund under its key")
     return RefundStatus.FAILED
