@@ -196,6 +196,9 @@ def _current_run(
                     agent_services.acknowledge_while_paused(lease=lease, run=run)
                 return None, False
             agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.RUNNING, outcome="resumed")
+            # Staff may have moved the paused run to another version since it was read; now that it
+            # runs it can no longer be moved: the pass decides by the version it is pinned to now.
+            run.refresh_from_db(fields=["profile"])
         return run, person
     if ticket.status in AGENT_STAYS_OUT:
         return None, False
