@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -136,7 +137,8 @@ TICKET_BUTTONS: tuple[TicketButton, ...] = (
     TicketButton(
         "take-over",
         "Take over",
-        services.ticket_take_over,
+        # The page names who has the ticket: taking it from a colleague here is what was asked.
+        functools.partial(services.ticket_take_over, from_a_colleague=True),
         lambda ticket, user: (
             ticket.status != TicketStatus.CLOSED
             and not (ticket.status == TicketStatus.WITH_HUMAN and ticket.assignee_id == user.pk)

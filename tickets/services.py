@@ -683,11 +683,19 @@ def _with_person_locked(ticket: Ticket, user: AbstractBaseUser) -> None:
     _set_assignee(ticket, user, user)
 
 
-def ticket_take_over(*, ticket: Ticket | int, user: AbstractBaseUser) -> Ticket:
+def ticket_take_over(*, ticket: Ticket | int, user: AbstractBaseUser, from_a_colleague: bool = False) -> Ticket:
     """A person takes the ticket: the agent stays out (a run in flight ends without replying)
-    until someone hands it back. Taking over one's own ticket again changes nothing."""
+    until someone hands it back. Taking over one's own ticket again changes nothing. A ticket a
+    colleague has is refused (a click from a page read before they took it), unless taking it from
+    them is what was asked (``from_a_colleague``: the admin's button, which names who has it)."""
     with transaction.atomic():
         locked = _locked(ticket)
+        holder = locked.assignee if locked.status == TicketStatus.WITH_HUMAN else None
+        if holder is not None and holder.pk != user.pk and not from_a_colleague:
+            raise InvalidTransition(
+                f"{holder.get_username()} has ticket #{locked.pk} already; nothing was changed.",
+                code="invalid_transition",
+            )
         _with_person_locked(locked, user)
     return locked
 
