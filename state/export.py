@@ -16,7 +16,7 @@ from django.utils import timezone
 from agents.tools import REGISTRY
 from state import bundle
 from state.parts import PARTS, USERS_FILE, USERS_LABEL, Selection
-from state.pseudonyms import SECRET_SETTINGS, pseudonymise, withhold_secrets
+from state.pseudonyms import SECRET_SETTINGS, bound_digests, pseudonymise, rebind_digests, withhold_secrets
 from state.rows import Row, columns, dump, is_user_column, key_of, user_rows
 from tickets.models import Ticket, TicketStatus
 
@@ -56,9 +56,11 @@ def collect(selection: Selection, *, personal_data: bool) -> Collected:
         keys = [key_of(f) for f in columns(part.model) if is_user_column(f)]
         usernames.update(row[k] for row in rows[part.label] for k in keys if row[k] is not None)
     users = user_rows(usernames)
+    bound = bound_digests(rows)
     if not personal_data:
         pseudonymise(rows, users, personal_labels=[p.label for p in PARTS if p.personal])
     secrets = withhold_secrets(rows, users)
+    rebind_digests(rows, bound)
     return Collected(rows=rows, users=users, withheld_secrets=secrets)
 
 

@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 from django.conf import settings
 from django.db import connection
 
+from agents.calls import arguments_digest
 from state.rows import Row
 
 PSEUDONYM_DOMAIN = "pseudonymised.invalid"
@@ -185,3 +186,33 @@ def withhold_secrets(rows: dict[str, list[Row]], users: list[Row]) -> Counter[st
         rows[label] = [_walk(row, change) for row in rows[label]]
     users[:] = [_walk(user, change) for user in users]
     return seen
+
+
+# Digests bound to a row's arguments: a staff approval and a customer's confirmation cover these exact
+# arguments (agents.calls.arguments_digest), on the call and on the approval request.
+BOUND_DIGESTS: dict[str, tuple[str, ...]] = {
+    "agents.ToolCall": ("approval_digest", "confirmation_digest"),
+    "approvals.ApprovalRequest": ("arguments_digest",),
+}
+
+
+def bound_digests(rows: dict[str, list[Row]]) -> dict[tuple[str, Any], tuple[str, ...]]:
+    """Which digest columns of which rows are bound to the row's arguments, as read."""
+    bound: dict[tuple[str, Any], tuple[str, ...]] = {}
+    for label, fields in BOUND_DIGESTS.items():
+        for row in rows.get(label, []):
+            digest = arguments_digest(row["arguments"])
+            bound[(label, row["id"])] = tuple(f for f in fields if row.get(f) == digest)
+    return bound
+
+
+def rebind_digests(rows: dict[str, list[Row]], bound: dict[tuple[str, Any], tuple[str, ...]]) -> None:
+    """After the customers' words and the secrets were taken out of the arguments: each digest that
+    was bound to them is bound to what they are now, so an approval or a confirmation restored from
+    the bundle still covers its call (and verify finds every paid refund approved as it was)."""
+    for label in BOUND_DIGESTS:
+        for row in rows.get(label, []):
+            fields = bound.get((label, row["id"]), ())
+            if fields:
+                digest = arguments_digest(row["arguments"])
+                row.update(dict.fromkeys(fields, digest))
