@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import tomllib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.tools import REGISTRY
@@ -48,8 +50,28 @@ class Collected:
     withheld_secrets: Counter[str] = field(default_factory=Counter)
 
 
+@contextlib.contextmanager
+def _one_snapshot() -> Iterator[None]:
+    """Every part read from one snapshot of the database (a repeatable-read, read-only transaction):
+    a ticket that moves on while it is exported (an event, a call, a refund written meanwhile) is
+    in the bundle as it was at one moment, never half before and half after. Inside a caller's
+    transaction, that transaction is the snapshot."""
+    if connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
 def collect(selection: Selection, *, personal_data: bool) -> Collected:
     """Every part's rows for the selection, as they will be written (or compared, by verify)."""
+    with _one_snapshot():
+        return _collect(selection, personal_data=personal_data)
+
+
+def _collect(selection: Selection, *, personal_data: bool) -> Collected:
     rows = {part.label: dump(part.select(selection)) for part in PARTS}
     usernames: set[str] = set()
     for part in PARTS:

@@ -23,13 +23,14 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.color import no_style
-from django.db import IntegrityError, connection, transaction
+from django.db import DataError, IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
 
 from state import bundle
 from state.parts import PARTS, USERS_LABEL, Part
-from state.rows import Row, columns, dump, instance, is_user_column, key_of, unknown_keys
+from state.rows import Row, columns, dump, instance, is_user_column, key_of, row_problems, unknown_keys
+from state.verify import references
 
 ON_CONFLICT = ("fail", "skip")
 
@@ -218,7 +219,13 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
         raise ValueError(on_conflict)
     b = bundle.read(path)
     problems = _check_release(b)
+    # Every part, even an empty one, is listed by the export: a bundle without one was cut (its
+    # refunds left out, say), and restoring the rest would lose them silently.
+    missing = [label for label in [USERS_LABEL, *(p.label for p in PARTS)] if label not in b.labels]
+    if missing:
+        problems.append(f"the bundle does not carry these parts: {', '.join(missing)}")
     rows: dict[str, Any] = {label: b.rows(label) for label in b.labels}
+    malformed: list[str] = []
     for part in PARTS:
         for row in rows.setdefault(part.label, []):
             extra = unknown_keys(part.model, row)
@@ -227,6 +234,12 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
                     f"{part.label} rows have columns this release does not know: {', '.join(sorted(extra))}"
                 )
                 break
+            malformed += row_problems(part.model, row)
+    if malformed:
+        problems += malformed[:20] + ([f"and {len(malformed) - 20} more such problems"] if len(malformed) > 20 else [])
+    elif not missing:
+        # Every row of a ticket points inside the bundle: none lands in a ticket of this database.
+        problems += references({**rows, USERS_LABEL: rows.get(USERS_LABEL, [])}).violations
     users = rows.get(USERS_LABEL, [])
     known_users = {u["username"] for u in users}
     for part in PARTS:
@@ -243,7 +256,7 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
         )
     try:
         _write(rows, users, report, on_conflict)
-    except IntegrityError as exc:
+    except (IntegrityError, DataError) as exc:
         # A constraint the plan does not check beforehand (one spanning several columns, or a
         # condition): the database refused the rows and the transaction rolled back.
         raise RestoreRefused([f"the database refused the rows: {str(exc).strip()}"]) from None

@@ -12,7 +12,8 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import models
+from django.core.exceptions import ValidationError
+from django.db import connection, models
 from django.db.models import Field, Model, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -97,3 +98,45 @@ def user_rows(usernames: set[str]) -> list[Row]:
         }
         for user in users
     ]
+
+
+def row_problems(model: type[Model], row: Row) -> list[str]:
+    """Why ``row`` cannot be a row of ``model`` in this database (empty when it can): each value
+    must be one its column takes (its type, length, choices, integer range), checked before
+    anything is written, so a forged or damaged bundle is refused with the reason."""
+    label = model._meta.label
+    pk_key = model._meta.pk.attname
+    if row.get(pk_key) is None:
+        return [f"{label}: a row without its {pk_key}"]
+    where = f"{label} {row[pk_key]!r}"
+    problems = []
+    for f in columns(model):
+        key = key_of(f)
+        if key not in row:
+            continue
+        value = row[key]
+        if value is None:
+            if not f.null:
+                problems.append(f"{where}: {f.name} is empty, which its column does not allow")
+            continue
+        if is_user_column(f):
+            if not isinstance(value, str):
+                problems.append(f"{where}: {f.name} must name a user")
+            continue
+        try:
+            python = decode(f, value)
+        except (ValidationError, ValueError, TypeError, OverflowError):
+            python = None
+        if python is None:
+            problems.append(f"{where}: {f.name} = {value!r:.60} is not a value of its column")
+            continue
+        if f.choices and python not in {choice for choice, _ in f.flatchoices}:
+            problems.append(f"{where}: {f.name} = {value!r:.60} is not one of its choices")
+        if getattr(f, "max_length", None) and isinstance(python, str) and len(python) > f.max_length:
+            problems.append(f"{where}: {f.name} is longer than its {f.max_length} characters")
+        internal = f.get_internal_type()
+        if isinstance(python, int) and not isinstance(python, bool) and internal.endswith("IntegerField"):
+            low, high = connection.ops.integer_field_range(internal)
+            if (low is not None and python < low) or (high is not None and python > high):
+                problems.append(f"{where}: {f.name} = {value!r:.60} is out of its column's range")
+    return problems

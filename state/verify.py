@@ -102,7 +102,7 @@ def verify(path: Path, *, database: bool) -> Report:
         report.checks.append(
             Check("counts", detail=", ".join(f"{label} {n}" for label, n in manifest["counts"].items() if n))
         )
-        report.checks.append(_references(rows))
+        report.checks.append(references(rows))
     rows = {part.label: rows.get(part.label, []) for part in PARTS} | {USERS_LABEL: rows.get(USERS_LABEL, [])}
     report.sections = {
         "Identity": _identity(rows, manifest),
@@ -152,7 +152,7 @@ def _compare_database(bundled: dict[str, list[Row]], manifest: dict, report: Rep
     return current
 
 
-def _references(rows: dict[str, list[Row]]) -> Check:
+def references(rows: dict[str, list[Row]]) -> Check:
     """Every foreign key of a bundled row points at a row of the bundle: the bundle is whole."""
     check = Check("every reference inside the bundle resolves")
     users = {u["username"] for u in rows.get(USERS_LABEL, [])}

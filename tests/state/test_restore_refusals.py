@@ -1,0 +1,113 @@
+"""Restore refuses a bundle that is cut, forged or damaged, with the reasons and nothing written; export
+reads every part from one snapshot."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from django.core.management.base import CommandError
+from django.db import connection
+
+from agents.models import AgentRun, ModelStep, Refund, TicketLease, ToolCall
+from approvals.models import ApprovalRequest
+from state import bundle
+from state import export as state_export_module
+from tests.state.conftest import export, paused_ticket, rewrite_part, verify, write_manifest
+from tests.state.test_bundle import ask, customer_with_paid_order, empty_the_ledger, ledger_counts, restore
+from tickets import services as ticket_services
+from tickets.models import Message, Ticket, TicketEvent
+
+pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
+
+
+# A forged bundle whose digests match (rewrite_part): each row is wrong in a way only restore can see.
+MALFORMED = {
+    "an amount that is not a number": ("tickets.Order", lambda r: {**r, "total_cents": "lots"}),
+    "an order number longer than its column": ("tickets.Order", lambda r: {**r, "number": "N" * 40}),
+    "an amount beyond any integer column": ("tickets.Order", lambda r: {**r, "total_cents": 2**70}),
+    "a date that does not exist": ("tickets.Message", lambda r: {**r, "created_at": "2026-13-45T00:00:00+00:00"}),
+    "a row without its primary key": ("tickets.Message", lambda r: {k: v for k, v in r.items() if k != "id"}),
+    "a status this release does not know": ("tickets.Ticket", lambda r: {**r, "status": "bogus"}),
+}
+
+
+@pytest.mark.parametrize("what", list(MALFORMED))
+def test_restore_refuses_a_malformed_row_with_a_clear_error_and_writes_nothing(tmp_path, what):
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket, include_personal_data=True)
+    empty_the_ledger()
+    label, change = MALFORMED[what]
+    rewrite_part(path, label, lambda rows: [change(rows[0]), *rows[1:]])
+    counts = ledger_counts()
+
+    # A CommandError ("Nothing was restored: ..."), not a traceback (ValidationError, DataError,
+    # KeyError, ValueError, OverflowError) or, for an unknown status, a restored ticket no page can show.
+    with pytest.raises(CommandError, match="Nothing was restored|cannot be trusted"):
+        restore(path)
+    assert ledger_counts() == counts
+
+
+def test_restore_refuses_a_bundle_that_left_out_the_refunds_part(tmp_path, sandbox):
+    customer, order = customer_with_paid_order(sandbox, "S-5005", 4999)
+    ticket = ask(customer, "Please refund $30 on order S-5005")
+    assert Refund.objects.filter(order=order).count() == 1
+    path = export(tmp_path, ticket, include_personal_data=True)
+    empty_the_ledger()
+    manifest = json.loads((path / bundle.MANIFEST).read_text())
+    entry = next(p for p in manifest["parts"] if p["label"] == "agents.Refund")
+    manifest["parts"].remove(entry)
+    (path / entry["file"]).unlink()
+    write_manifest(path, manifest)
+
+    # Every part this release writes is in every bundle it writes: one that is not there is a bundle
+    # that lost rows, and restoring it would put back the order without the $30 already paid on it.
+    with pytest.raises(CommandError, match="agents.Refund"):
+        restore(path)
+    assert not Ticket.objects.exists()
+
+
+def test_restore_refuses_a_row_that_points_at_a_ticket_outside_the_bundle(tmp_path):
+    victim, _ = paused_ticket(number="S-7007")
+    ticket, _ = paused_ticket(number="S-8008")
+    path = export(tmp_path, ticket, include_personal_data=True)
+    for model in (ApprovalRequest, Refund, ToolCall, ModelStep, AgentRun, TicketEvent, Message, TicketLease):
+        model.objects.filter(ticket=ticket).delete()
+    Ticket.objects.filter(pk=ticket.pk).delete()
+
+    def inject(rows):  # noqa: ANN001, ANN202
+        return [*rows, {**rows[0], "id": 900000, "ticket_id": victim.pk, "body": "INJECTED", "client_msg_id": "inj"}]
+
+    rewrite_part(path, "tickets.Message", inject)
+    assert verify(path)[0] == 1  # verify sees the reference that does not resolve inside the bundle
+
+    with pytest.raises(CommandError, match="Nothing was restored"):
+        restore(path, on_conflict="skip")
+    assert not Message.objects.filter(ticket=victim, body="INJECTED").exists()
+    assert not Ticket.objects.filter(pk=ticket.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_export_taken_while_the_ticket_moves_on_is_one_consistent_snapshot(tmp_path, monkeypatch):
+    ticket, _ = paused_ticket()
+    dump = state_export_module.dump
+
+    def dump_then_the_ticket_moves_on(queryset):  # noqa: ANN001, ANN202
+        rows = dump(queryset)
+        if queryset.model is Ticket:
+            # Another process (a worker, a staff reply) appends an event after the tickets were read.
+            def append() -> None:
+                ticket_services.event_append(ticket=ticket.pk, kind="note", actor_kind="system")
+                connection.close()
+
+            thread = threading.Thread(target=append)
+            thread.start()
+            thread.join()
+        return rows
+
+    monkeypatch.setattr(state_export_module, "dump", dump_then_the_ticket_moves_on)
+    path = export(tmp_path, ticket, include_personal_data=True)
+
+    status, report = verify(path)
+    assert status == 0, report  # the bundle's ticket says last_event_seq N but carries N+1 events
