@@ -343,6 +343,7 @@ def message_post(
         body = ", ".join(f.name for f in checked)[:MESSAGE_MAX_CHARS]
     text = _clean_body(body)
     ticket_id = _ticket_id(ticket)
+    author = (author_kind, author_user.pk if author_user is not None else None)
     if first_time and author_kind != AuthorKind.CUSTOMER:
         message = Message(
             pk=key, ticket_id=ticket_id, author_kind=author_kind, author_user=author_user, body=text,
@@ -359,7 +360,7 @@ def message_post(
         if not unseen_client_msg_id:
             existing = Message.objects.filter(ticket_id=ticket_id, client_msg_id=client_msg_id).first()
         if existing is not None:
-            return _same_message(existing, text, checked if files is not None else None), False
+            return _same_message(existing, text, checked if files is not None else None, author=author), False
     stored: list[str] = []
     try:
         # The bytes first, outside the transaction: a slow upload to remote storage holds no lock.
@@ -386,7 +387,7 @@ def message_post(
         existing = Message.objects.filter(ticket_id=ticket_id, client_msg_id=client_msg_id).first()
         if existing is None:
             raise
-        return _same_message(existing, text, checked if files is not None else None), False
+        return _same_message(existing, text, checked if files is not None else None, author=author), False
     return message, True
 
 
@@ -461,12 +462,20 @@ def _attachment_entry(attachment: Attachment) -> dict[str, Any]:
     }
 
 
-def _same_message(existing: Message, text: str, checked: list[CheckedFile] | None = None) -> Message:
-    """The original of a retried send, if the retry is the same message: the same text and, for a
-    sender who can attach (``checked`` given), the same files (by the hash of what was stored)."""
+def _same_message(
+    existing: Message, text: str, checked: list[CheckedFile] | None = None, *, author: tuple[str, Any]
+) -> Message:
+    """The original of a retried send, if the retry is the same message from the same author
+    (``author``: kind and user id): the same text and, for a sender who can attach (``checked``
+    given), the same files (by the hash of what was stored). A message of someone else under the
+    same ID is never handed back as the sender's own."""
     same_files = checked is None or [f.sha256 for f in checked] == list(
         existing.attachments.order_by("position").values_list("sha256", flat=True)
     )
+    if (existing.author_kind, existing.author_user_id) != author:
+        raise MessageConflict(
+            "This client message ID was already used on this ticket by someone else.", code="client_msg_id_conflict"
+        )
     if existing.body != text or not same_files:
         raise MessageConflict(
             "This client message ID was already used for a different message.", code="client_msg_id_conflict"
@@ -822,7 +831,7 @@ def _staff_message(
     key = client_key(client_msg_id)
     existing = Message.objects.filter(ticket_id=_ticket_id(ticket), client_msg_id=key).first()
     if existing is not None:  # a double click or a retried form: the original, nothing new
-        return _same_message(existing, text), False
+        return _same_message(existing, text, author=(AuthorKind.STAFF, user.pk)), False
     try:
         with transaction.atomic():
             locked = _locked(ticket)
@@ -845,7 +854,7 @@ def _staff_message(
         existing = Message.objects.filter(ticket_id=_ticket_id(ticket), client_msg_id=key).first()
         if existing is None:
             raise
-        return _same_message(existing, text), False
+        return _same_message(existing, text, author=(AuthorKind.STAFF, user.pk)), False
     return message, True
 
 
