@@ -78,7 +78,13 @@ def ticket_new(request: HttpRequest) -> HttpResponse:
     subject = request.POST.get("subject", "")
     body = request.POST.get("body", "")
     # Generated per form render: a double submit of the same form opens one ticket.
-    client_ref = request.POST.get("client_ref", "").strip()[: services.CLIENT_REF_MAX_CHARS] or None
+    client_ref = request.POST.get("client_ref", "").strip() or None
+    if client_ref is not None and len(client_ref) > services.CLIENT_REF_MAX_CHARS:
+        # Not cut short: two references sharing a prefix would open one ticket and lose a message.
+        return _new_form(
+            request, client_ref=uuid.uuid4().hex, subject=subject, body=body, status=400,
+            error=f"The form's reference is longer than {services.CLIENT_REF_MAX_CHARS} characters; send it again.",
+        )  # fmt: skip
     existing = selectors.ticket_for_client_ref(customer=customer, client_ref=client_ref) if client_ref else None
     if existing is not None:
         return redirect("tickets:chat", ticket_id=existing.pk)  # a retried submit: the same ticket, not counted

@@ -149,8 +149,18 @@ def test_submitting_the_same_new_ticket_form_twice_opens_one_ticket(signed_in, c
     assert first.url == second.url
 
 
+def test_a_form_reference_too_long_to_key_the_first_message_is_refused_not_cut_short(signed_in, customer):
+    first = signed_in.post(reverse("tickets:new"), {"subject": "Lid", "body": "Lid missing", "client_ref": "r" * 96})
+    second = signed_in.post(reverse("tickets:new"), {"subject": "Cup", "body": "Cup broken", "client_ref": "r" * 97})
+
+    assert (first.status_code, second.status_code) == (400, 400)
+    assert "reference is longer than 95 characters; send it again" in first.content.decode()
+    assert "Lid missing" in first.content.decode()  # the customer's words are still in the form
+    assert not Ticket.objects.filter(customer=customer).exists()
+
+
 def test_a_long_form_reference_opens_one_ticket_with_its_first_message(signed_in, customer):
-    form = {"subject": "Lid", "body": "The lid is missing", "client_ref": "r" * 100}
+    form = {"subject": "Lid", "body": "The lid is missing", "client_ref": "r" * 95}
 
     first = signed_in.post(reverse("tickets:new"), form)
     second = signed_in.post(reverse("tickets:new"), form)
