@@ -85,9 +85,17 @@ def _ensure_users(users: list[Row], report: RestoreReport) -> dict[str, int]:
     """Each bundled user's id here: the account of the same username, or a new one without a password."""
     model = get_user_model()
     ids: dict[str, int] = {}
+    strangers = []
     for row in users:
         user = model.objects.filter(**{model.USERNAME_FIELD: row["username"]}).first()
-        if user is not None:
+        if user is not None and user.is_staff != row["is_staff"]:
+            # A customer's login in the bundle is a member of staff here (or the reverse): the same
+            # name, not the same person. Linking them would hand one the other's tickets.
+            strangers.append(
+                f"the user {row['username']!r} is {'staff' if row['is_staff'] else 'a customer'} in the bundle "
+                f"and {'staff' if user.is_staff else 'not staff'} in this database"
+            )
+        elif user is not None:
             report.users_matched.append(row["username"])
         else:
             user = model(
@@ -97,7 +105,10 @@ def _ensure_users(users: list[Row], report: RestoreReport) -> dict[str, int]:
             user.save()
             user.groups.set(Group.objects.filter(name__in=row["groups"]))
             report.users_created.append(row["username"])
-        ids[row["username"]] = user.pk
+        if user is not None:
+            ids[row["username"]] = user.pk
+    if strangers:
+        raise RestoreRefused(strangers)
     return ids
 
 

@@ -111,3 +111,17 @@ def test_an_export_taken_while_the_ticket_moves_on_is_one_consistent_snapshot(tm
 
     status, report = verify(path)
     assert status == 0, report  # the bundle's ticket says last_event_seq N but carries N+1 events
+
+
+def test_restore_refuses_a_customer_login_that_is_a_member_of_staff_here(tmp_path):
+    ticket, _ = paused_ticket()
+    username = ticket.customer.user.username
+    path = export(tmp_path, ticket, include_personal_data=True)
+    empty_the_ledger()
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user(username=username, password="x", is_staff=True)  # same name, not them
+
+    with pytest.raises(CommandError, match="a customer in the bundle and staff in this database"):
+        restore(path)
+    assert ledger_counts()["tickets.Ticket"] == 0
