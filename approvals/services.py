@@ -190,9 +190,15 @@ def approval_decide(
         approval.decided_at = now
         approval.note = note
         approval.save(update_fields=["status", "decided_by", "decided_at", "note"])
-        call_record_decision(
+        recorded = call_record_decision(
             call_id=approval.tool_call_id, decision=approval.status, note=note, digest=approval.arguments_digest
         )
+        if not recorded:
+            # The call no longer waits for this decision (its run ended meanwhile): a card that says
+            # "approved" over a call that carries no approval would tell staff something untrue.
+            raise ApprovalClosed(
+                "The agent no longer waits for this decision (its run ended); nothing was changed.", code="withdrawn"
+            )
         # Who has the ticket, read while holding its row (the locks in the order the agent takes them:
         # request, call, ticket): a take-over in flight lands first and is seen, or waits for this
         # decision. A refusal here rolls the decision back.
