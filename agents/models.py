@@ -134,9 +134,11 @@ class AgentRun(models.Model):
     class Meta:
         ordering = ["ticket", "started_at", "id"]
         constraints = [
-            # At most one unfinished run per ticket.
+            # At most one unfinished run per ticket (running, or paused for staff or for the customer).
             models.UniqueConstraint(
-                fields=["ticket"], condition=Q(status__in=["running", "waiting_approval"]), name="one_active_run"
+                fields=["ticket"],
+                condition=Q(status__in=["running", "waiting_approval", "waiting_confirmation"]),
+                name="one_active_run",
             )
         ]
 
