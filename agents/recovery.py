@@ -30,7 +30,7 @@ from typing import Any
 from agents import calls
 from agents import services as agent_services
 from agents.approval import may_execute, pause_for_approval
-from agents.execution import ToolCrashed, execute
+from agents.execution import Stop, execute
 from agents.llm import wasted_tokens
 from agents.models import FINAL_CALL_STATUSES, AgentRun, CallStatus, ReplayPolicy, StepStatus, ToolCall
 from agents.pass_state import Pass, stream_position
@@ -99,15 +99,18 @@ def _run_again(p: Pass, call: ToolCall, tool: Any, entry: dict[str, Any], found:
     worker's memory, a crash in a library) is not run again forever. At the limit it is written
     down as it stands (done if its key proves it, else failed or uncertain by its policy) and the
     run fails: the ticket is parked with a person."""
-    failures = agent_services.run_record_failure(
-        lease=p.lease, run=p.run, error=f"the worker stopped during the {call.name} call"
-    )
+    error = f"the worker stopped during the {call.name} call"
+    failures = agent_services.run_record_failure(lease=p.lease, run=p.run, error=error)
     if failures >= agent_services.max_failures():
         why = f"the worker stopped during this call {call.attempts} time(s); not run again"
         _record_only(p, call, tool, entry, found, why=why)
-        raise ToolCrashed(f"{call.name}: {why}")
-    execute(p, call, again=True)
+        agent_services.park(lease=p.lease, run=p.run, error=f"{call.name}: {why}", failures=failures)
+        raise Stop()
+    done = execute(p, call, again=True)
     found["rerun"].append(entry)
+    if done.status == CallStatus.SUCCEEDED:
+        # Progress: the stop was a worker's (a deploy, a restart), not this call's; not in a row.
+        agent_services.run_reset_failures(lease=p.lease, run=p.run)
 
 
 def _reached(p: Pass, call: ToolCall) -> bool:

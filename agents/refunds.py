@@ -572,8 +572,10 @@ def refund_reconcile(*, refund: Refund, older_than_seconds: int | None = None) -
             actor_kind=ActorKind.SYSTEM,
             payload={"refund_id": locked.pk, "status": RefundStatus.FAILED},
         )
+        # In the same transaction: a worker that takes the ticket after it finds a person has it, and
+        # never tries the refund again after the customer was told it could not be confirmed.
+        refund_escalate(refund=locked, reason="the payment provider has no refund under its key")
     refund.refresh_from_db()
-    refund_escalate(refund=refund, reason="the payment provider has no refund under its key")
     return RefundStatus.FAILED
 
 
