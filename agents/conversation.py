@@ -86,8 +86,8 @@ def build_conversation(
     placed: list[tuple[tuple[int, ...], list[dict[str, Any]]]] = []
     messages, files = _conversation_messages(ticket.pk, message_rows)
     for message, seq in messages:
-        if message.client_msg_id in posted_by_tools and message.author_kind != AuthorKind.CUSTOMER:
-            continue  # posted by a tool call: the call and its result already say so
+        if message.author_kind == AuthorKind.AGENT and message.client_msg_id in posted_by_tools:
+            continue  # posted by a tool call: the call and its result already say so (never a person's)
         if message.author_kind == AuthorKind.CUSTOMER:
             entry = {"role": "user", "content": customer_text(message, files.get(message.pk, []))}
         else:
