@@ -221,11 +221,18 @@ class TicketLeaseAdmin(ReadOnlyAdmin):
     search_fields = ["ticket__id", "owner"]
 
 
-@admin.action(description="Reconcile with the payment provider now")
+# Reconciling writes (a refund settled or failed, the customer told, the ticket handed to a person):
+# offered to, and done for, staff who may change refunds only; each change names who asked for it.
+RECONCILE_PERMISSION = "agents.change_refund"
+
+
+@admin.action(description="Reconcile with the payment provider now", permissions=["reconcile"])
 def reconcile_refunds(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Refund]) -> None:
+    if not request.user.has_perm(RECONCILE_PERMISSION):
+        raise PermissionDenied
     results: dict[str, int] = {}
     for refund in queryset.select_related("order"):
-        status = refund_reconcile(refund=refund)
+        status = refund_reconcile(refund=refund, by=request.user)
         results[status] = results.get(status, 0) + 1
     summary = ", ".join(f"{count} {status}" for status, count in sorted(results.items()))
     messages.success(request, f"Reconciled: {summary or 'nothing selected'}.")
@@ -248,10 +255,13 @@ class RefundAdmin(ReadOnlyAdmin):
     def amount(self, refund: Refund) -> str:
         return refund_amount(refund)
 
+    def has_reconcile_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(RECONCILE_PERMISSION)
+
     def get_actions(self, request: HttpRequest) -> dict:
-        # Read-only admins still get the reconcile action (it only asks the provider).
+        # The refunds are read-only here; the reconcile action is offered to those who may use it.
         actions = super().get_actions(request)
-        if "reconcile_refunds" not in actions:
+        if "reconcile_refunds" not in actions and self.has_reconcile_permission(request):
             actions["reconcile_refunds"] = self.get_action(reconcile_refunds)
         return actions
 

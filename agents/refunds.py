@@ -43,6 +43,7 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -287,8 +288,16 @@ def _customer_text(refund: Refund, *, uncertain: bool) -> str:
     )
 
 
-def _record_provider_state(refund: Refund, found: ProviderRefund) -> str:
-    """Write what the provider says about this refund into the ledger. Returns the refund's status after."""
+def _staff_or(by: AbstractBaseUser | None, **otherwise: Any) -> dict[str, Any]:
+    """The actor of an event: the member of staff who asked for it (an admin action), else ``otherwise``."""
+    if by is not None:
+        return {"actor_kind": ActorKind.STAFF, "actor_user": by}
+    return otherwise
+
+
+def _record_provider_state(refund: Refund, found: ProviderRefund, *, by: AbstractBaseUser | None = None) -> str:
+    """Write what the provider says about this refund into the ledger. Returns the refund's status after.
+    ``by``: the member of staff who asked (the admin's reconcile action), named as the actor."""
     if found.status in PROVIDER_SUCCEEDED:
         wanted = RefundStatus.SUCCEEDED
     elif found.status in PROVIDER_FAILED:
@@ -325,8 +334,11 @@ def _record_provider_state(refund: Refund, found: ProviderRefund) -> str:
         ticket_services.event_append(
             ticket=locked.ticket_id,
             kind=kind,
-            actor_kind=ActorKind.AGENT if wanted != RefundStatus.FAILED else ActorKind.SYSTEM,
-            actor_ref=f"run:{locked.tool_call.run_id}",
+            **_staff_or(
+                by,
+                actor_kind=ActorKind.AGENT if wanted != RefundStatus.FAILED else ActorKind.SYSTEM,
+                actor_ref=f"run:{locked.tool_call.run_id}",
+            ),
             payload={**payload, "label": label},
             is_public=public,
         )
@@ -526,7 +538,9 @@ def reconcile_call(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | N
     return None
 
 
-def refund_reconcile(*, refund: Refund, older_than_seconds: int | None = None) -> str:
+def refund_reconcile(
+    *, refund: Refund, older_than_seconds: int | None = None, by: AbstractBaseUser | None = None
+) -> str:
     """Settle an open refund (submitted, pending, uncertain) from the provider's records.
 
     Returns its status after. A refund that fails, or that the provider has no
@@ -542,14 +556,14 @@ def refund_reconcile(*, refund: Refund, older_than_seconds: int | None = None) -
         )
     except ProviderError as exc:
         if age >= bound:
-            refund_escalate(refund=refund, reason=f"the payment provider could not be asked about it: {exc}")
+            refund_escalate(refund=refund, reason=f"the payment provider could not be asked about it: {exc}", by=by)
         return refund.status
     if found is not None:
-        status = _record_provider_state(refund, found)
+        status = _record_provider_state(refund, found, by=by)
         if status == RefundStatus.FAILED:
-            refund_escalate(refund=refund, reason=f"the payment provider reports it {found.status}")
+            refund_escalate(refund=refund, reason=f"the payment provider reports it {found.status}", by=by)
         elif status == RefundStatus.PENDING and age >= bound:
-            refund_escalate(refund=refund, reason=f"the payment provider still reports it {found.status}")
+            refund_escalate(refund=refund, reason=f"the payment provider still reports it {found.status}", by=by)
         return status
     if age < bound or ticket_lease_held(refund.ticket_id):
         # A request may still be in flight: a worker holds the ticket (one paused past the bound still
@@ -569,17 +583,17 @@ def refund_reconcile(*, refund: Refund, older_than_seconds: int | None = None) -
         ticket_services.event_append(
             ticket=locked.ticket_id,
             kind="refund_reconciled",
-            actor_kind=ActorKind.SYSTEM,
+            **_staff_or(by, actor_kind=ActorKind.SYSTEM),
             payload={"refund_id": locked.pk, "status": RefundStatus.FAILED},
         )
         # In the same transaction: a worker that takes the ticket after it finds a person has it, and
         # never tries the refund again after the customer was told it could not be confirmed.
-        refund_escalate(refund=locked, reason="the payment provider has no refund under its key")
+        refund_escalate(refund=locked, reason="the payment provider has no refund under its key", by=by)
     refund.refresh_from_db()
     return RefundStatus.FAILED
 
 
-def refund_escalate(*, refund: Refund, reason: str) -> None:
+def refund_escalate(*, refund: Refund, reason: str, by: AbstractBaseUser | None = None) -> None:
     """A refund that failed or stays unknown: the customer is told once, a person takes the ticket."""
     with transaction.atomic():
         locked = Refund.objects.select_for_update().select_related("order").get(pk=refund.pk)
@@ -607,10 +621,12 @@ def refund_escalate(*, refund: Refund, reason: str) -> None:
         ticket_services.event_append(
             ticket=locked.ticket_id,
             kind="refund_escalated",
-            actor_kind=ActorKind.SYSTEM,
+            **_staff_or(by, actor_kind=ActorKind.SYSTEM),
             payload={"refund_id": locked.pk, "status": locked.status, "reason": reason},
         )
-        ticket_services.ticket_hand_to_person(ticket=locked.ticket_id, reason=f"refund {locked.status}: {reason}")
+        ticket_services.ticket_hand_to_person(
+            ticket=locked.ticket_id, reason=f"refund {locked.status}: {reason}", **_staff_or(by)
+        )
     refund.refresh_from_db()
 
 

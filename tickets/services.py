@@ -621,21 +621,23 @@ def ticket_transition_locked(
 
 
 def ticket_hand_to_person(
-    *, ticket: Ticket | int, reason: str, actor_ref: str = "", actor_kind: str = ActorKind.SYSTEM
+    *,
+    ticket: Ticket | int,
+    reason: str,
+    actor_ref: str = "",
+    actor_kind: str = ActorKind.SYSTEM,
+    actor_user: AbstractBaseUser | None = None,
 ) -> bool:
     """Give the ticket to a person (status ``with_human``) from any open status; False if it is closed or
     a person has it already. A resolved ticket is reopened on the way."""
+    actor = {"actor_kind": actor_kind, "actor_ref": actor_ref, "actor_user": actor_user}
     with transaction.atomic():
         locked = Ticket.objects.select_for_update().get(pk=_ticket_id(ticket))
         if locked.status in {TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}:
             return False
         if TicketStatus.WITH_HUMAN not in TICKET_TRANSITIONS[locked.status]:
-            locked = ticket_transition(
-                ticket=locked, to_status=TicketStatus.OPEN, actor_kind=actor_kind, actor_ref=actor_ref
-            )
-        ticket_transition(
-            ticket=locked, to_status=TicketStatus.WITH_HUMAN, actor_kind=actor_kind, actor_ref=actor_ref, reason=reason
-        )
+            locked = ticket_transition(ticket=locked, to_status=TicketStatus.OPEN, **actor)
+        ticket_transition(ticket=locked, to_status=TicketStatus.WITH_HUMAN, reason=reason, **actor)
     return True
 
 
