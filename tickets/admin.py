@@ -87,6 +87,15 @@ class OrderAdmin(admin.ModelAdmin):
     ]  # fmt: skip
     readonly_fields = ["total_amount"]
     inlines = [OrderLineInline]
+    # What a refund on the order was (or may be) paid against: the provider is asked about it under
+    # these (the reconciler, a retry under the same key), so they stay as they were once one exists.
+    PAID_AGAINST = ["number", "customer", "currency", "payment_reference"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Order | None = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and getattr(obj, "refunds", None) is not None and obj.refunds.exists():
+            fields += self.PAID_AGAINST
+        return fields
 
     @admin.display(description="total", ordering="total_cents")
     def total_amount(self, order: Order) -> str:

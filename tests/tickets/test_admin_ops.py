@@ -466,3 +466,21 @@ def test_changing_the_assignee_on_the_ticket_page_is_recorded_with_who_did_it(ad
     assert admin_ticket.assignee == colleague
     event = admin_ticket.events.get(kind="assigned")
     assert event.actor_user == admin_user and event.payload["assignee"] == "colleague"
+
+
+def test_an_order_with_a_refund_keeps_what_the_refund_was_paid_against(admin_client, sandbox):
+    from agents.runner import advance
+    from tests.agents.test_money_gates import Refunds
+    from tests.agents.test_money_path import order_for
+    from tickets import services as ticket_services
+
+    customer = make_customer()
+    order = order_for(customer, "OA-1001", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund OA-1001")
+    advance(ticket.pk, model=Refunds(("OA-1001", 1000)))
+    assert order.refunds.count() == 1
+
+    page = admin_client.get(f"/admin/tickets/order/{order.pk}/change/")
+    form = page.context["adminform"].form
+    assert not {"number", "customer", "currency", "payment_reference"} & set(form.fields)
+    assert {"status", "total_cents"} <= set(form.fields)  # the rest stays editable
