@@ -119,7 +119,9 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
             outcome.runs += 1
             waiting = None
             try:
-                state, waiting = _drive(lease, ticket, run, chosen or model_of(profile_of(run)), person)
+                # A run a person has had since it started only ends: no model is built for it.
+                model = None if person else chosen or model_of(profile_of(run))
+                state, waiting = _drive(lease, ticket, run, model, person)
             except (LeaseLost, RetryLater, Stop):
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure is recorded and counted, none loops
@@ -216,7 +218,7 @@ def _current_run(
 
 
 def _drive(
-    lease: Lease, ticket: Ticket, run: AgentRun, model: ChatModel, person: bool = False
+    lease: Lease, ticket: Ticket, run: AgentRun, model: ChatModel | None, person: bool = False
 ) -> tuple[str, bool | None]:
     """Carry the run on until it replies, pauses, hands off or fails: its state, and whether a
     customer message was waiting when it replied (None if the pass does not know). ``person``:
@@ -225,7 +227,7 @@ def _drive(
     return _carry_on(p, model, person), p.customer_waiting
 
 
-def _carry_on(p: Pass, model: ChatModel, person: bool = False) -> str:
+def _carry_on(p: Pass, model: ChatModel | None, person: bool = False) -> str:
     """Reads top to bottom: recover, then step by step: run the calls the last step asked for,
     check the limits, ask the model, store its answer (with the reply, when it is one)."""
     lease, ticket, run = p.lease, p.ticket, p.run

@@ -26,7 +26,7 @@ from tests.agents.conftest import retry_time_comes
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer
 from tickets import services as ticket_services
-from tickets.models import AuthorKind, Message, TicketStatus
+from tickets.models import AuthorKind, Message, Ticket, TicketStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -235,3 +235,29 @@ def test_a_message_sent_while_the_run_is_pausing_is_acknowledged(monkeypatch):
     assert acknowledged.exists() or outcome.more_work or ticket.pk in tickets_with_agent_work(), (
         "the message sent during the pausing pass is never acknowledged: no ring, and the sweeper skips it"
     )
+
+
+def test_a_run_a_person_took_over_ends_without_building_its_model(monkeypatch, person):  # noqa: ANN001
+    """The run only ends (a person has the ticket): a model this deployment cannot build is not asked
+    for, so the run ends handed off instead of failing and parking over the person's head."""
+    monkeypatch.setitem(REGISTRY, "gated_a", _gated("gated_a", lambda ctx, args: {"ok": True}))
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Do it, please")
+
+    class AsksForIt:
+        name = "asks-for-it"
+
+        def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+            return ModelResponse(text="", tool_calls=[ToolCallRequest("a1", "gated_a", "{}")], usage=Usage(10, 5))
+
+    assert advance(ticket.pk, model=AsksForIt()).state == RunStatus.WAITING_APPROVAL
+    run = AgentRun.objects.get(ticket=ticket)
+    AgentProfile.objects.filter(pk=run.profile_id).update(
+        model="tests.agents.test_never_stuck_outside_the_loop.ModelThatCannotBeBuilt"
+    )
+    ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
+
+    outcome = advance(ticket.pk)  # the profile's model, as in production
+
+    run.refresh_from_db()
+    assert (outcome.state, run.status, run.failures) == (RunStatus.HANDED_OFF, RunStatus.HANDED_OFF, 0)
+    assert Ticket.objects.get(pk=ticket.pk).status == TicketStatus.WITH_HUMAN
