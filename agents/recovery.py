@@ -32,7 +32,7 @@ from agents import services as agent_services
 from agents.approval import may_execute, pause_for_approval
 from agents.execution import Stop, execute
 from agents.llm import wasted_tokens
-from agents.models import FINAL_CALL_STATUSES, AgentRun, CallStatus, ReplayPolicy, StepStatus, ToolCall
+from agents.models import FINAL_CALL_STATUSES, AgentRun, CallStatus, ReplayPolicy, RunStatus, StepStatus, ToolCall
 from agents.pass_state import Pass, stream_position
 from agents.tools import REGISTRY, ToolContext
 from tickets import realtime
@@ -55,11 +55,14 @@ def recover(p: Pass, *, rerun: bool = True) -> None:
         c for c in p.calls.values()
         if c.run_id == run.pk and c.status == CallStatus.STARTED and lease.took_over_from and _reached(p, c)
     ]  # fmt: skip
+    limit = None
+    if rerun and lease.took_over_from and run.status == RunStatus.RUNNING:
+        limit = _owner_stopped(p)
     for call in sorted(started, key=lambda c: (_step_index(p, c), c.index)):
         tool = REGISTRY.get(call.name)
         entry = {"tool": call.name, "arguments": call.arguments, "idempotency_key": call.idempotency_key}
-        if not rerun:
-            _record_only(p, call, tool, entry, found)
+        if not rerun or limit:
+            _record_only(p, call, tool, entry, found, **({"why": limit} if limit else {}))
             continue
         if tool is not None and not may_execute(call):
             # Never runs without its approval, whatever left it started: ask for it (again).
@@ -80,11 +83,14 @@ def recover(p: Pass, *, rerun: bool = True) -> None:
                 calls.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=proven)
                 found["reconciled"].append(entry)
             else:
-                _run_again(p, call, tool, entry, found)
+                _run_again(p, call, entry, found)
         else:
             # safe: run it again; keyed without a reconcile hook: retry under the same key.
-            _run_again(p, call, tool, entry, found)
+            _run_again(p, call, entry, found)
 
+    if limit:
+        agent_services.park(lease=lease, run=run, error=limit, failures=run.failures)
+        raise Stop()
     touched = any(found.values()) or bool(started)
     note = _recovery_note(p, run, found) if resumed or any(found.values()) else None
     if note is not None or lease.epoch not in run.epochs:
@@ -93,23 +99,26 @@ def recover(p: Pass, *, rerun: bool = True) -> None:
         p.reload()
 
 
-def _run_again(p: Pass, call: ToolCall, tool: Any, entry: dict[str, Any], found: dict[str, list[Any]]) -> None:
-    """Run an interrupted call again. Its worker stopped during it: a failure of the run, counted
-    like any other, so a call that stops every worker that runs it (its result too large for the
-    worker's memory, a crash in a library) is not run again forever. At the limit it is written
-    down as it stands (done if its key proves it, else failed or uncertain by its policy) and the
-    run fails: the ticket is parked with a person."""
-    error = f"the worker stopped during the {call.name} call"
-    failures = agent_services.run_record_failure(lease=p.lease, run=p.run, error=error)
-    if failures >= agent_services.max_failures():
-        why = f"the worker stopped during this call {call.attempts} time(s); not run again"
-        _record_only(p, call, tool, entry, found, why=why)
-        agent_services.park(lease=p.lease, run=p.run, error=f"{call.name}: {why}", failures=failures)
-        raise Stop()
+def _owner_stopped(p: Pass) -> str | None:
+    """The worker that carried this run on stopped without releasing it (a crash, a kill, the
+    memory limit, a restart), during a model step or a call: a failure of the run, counted in a row
+    like any other, so a step or a call that stops every worker that takes it on (a conversation
+    too large for the worker's memory, a crash in a library) is not taken on forever. Progress (a
+    call done) resets the count, as for every failure. At the limit: why the run stops (it is parked)."""
+    failures = agent_services.run_record_failure(
+        lease=p.lease, run=p.run, error="the worker carrying this run on stopped before it finished"
+    )
+    if failures < agent_services.max_failures():
+        return None
+    return f"the workers carrying this run on stopped {failures} time(s) in a row; not tried again"
+
+
+def _run_again(p: Pass, call: ToolCall, entry: dict[str, Any], found: dict[str, list[Any]]) -> None:
+    """Run an interrupted call again (its worker's stop was counted by ``_owner_stopped``); a call
+    that succeeds is progress: the stop was a worker's (a deploy, a restart), not this call's."""
     done = execute(p, call, again=True)
     found["rerun"].append(entry)
-    if done.status == CallStatus.SUCCEEDED:
-        # Progress: the stop was a worker's (a deploy, a restart), not this call's; not in a row.
+    if done.status == CallStatus.SUCCEEDED and p.run.failures:
         agent_services.run_reset_failures(lease=p.lease, run=p.run)
 
 

@@ -53,7 +53,7 @@ def test_a_worker_taking_the_ticket_as_the_reconciler_fails_a_refund_sends_nothi
     real_escalate = refund_module.refund_escalate
     worker: dict = {}
 
-    def a_worker_takes_the_ticket_meanwhile(*, refund, reason):  # noqa: ANN001, ANN202
+    def a_worker_takes_the_ticket_meanwhile(*, refund, reason, **more):  # noqa: ANN001, ANN003, ANN202
         # The reconciler has decided (failed, under its locks); a worker takes the ticket now, on its
         # own connection, and recovery tries the refund again under its key.
         def take_it() -> None:
@@ -65,7 +65,7 @@ def test_a_worker_taking_the_ticket_as_the_reconciler_fails_a_refund_sends_nothi
         worker["thread"] = threading.Thread(target=take_it)
         worker["thread"].start()
         worker["thread"].join(timeout=1.0)  # it waits for the reconciler's locks (or would pay now)
-        return real_escalate(refund=refund, reason=reason)
+        return real_escalate(refund=refund, reason=reason, **more)
 
     monkeypatch.setattr(refund_module, "refund_escalate", a_worker_takes_the_ticket_meanwhile)
     refund_module.refund_reconcile(refund=refund)
