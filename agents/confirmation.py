@@ -129,6 +129,9 @@ def apply_confirmation(*, lease: Lease, run: AgentRun, call: ToolCall, ticket: T
     """Apply the customer's answer. Returns a run state to stop at, or None to go on (the call is
     then ``started``, to run, or final, for the model to read)."""
     decision = call.confirmation_decision
+    if call.confirmation_expires_at is None:
+        # Marked behind an earlier call of its step, not asked yet (any answer is not to this question).
+        decision = None
     if decision is None:
         if call.confirmation_expires_at is None:  # marked behind an approval, not asked yet
             tool = REGISTRY[call.name]
@@ -215,6 +218,10 @@ def confirmation_decide(
             )
         if call.status != CallStatus.AWAITING_CONFIRMATION:
             raise ConfirmationClosed("This question is no longer waiting for an answer.", code="closed")
+        if call.confirmation_expires_at is None or not call.confirmation_text:
+            # Marked to be asked (behind a call of its step that waits), not asked yet: only the
+            # question the customer was shown can be answered.
+            raise ConfirmationClosed("This question has not been asked yet.", code="not_asked")
         ticket_services.ticket_hold(ticket_id)  # a take-over in flight lands first, or after this answer
         if person_took_the_ticket_since(AgentRun(pk=call.run_id, ticket_id=ticket_id)):
             raise ConfirmationClosed(

@@ -237,10 +237,14 @@ def present_events(events: Iterable[TicketEvent]) -> tuple[list[dict[str, Any]],
 def mark_answered(items: list[dict[str, Any]]) -> None:
     """A question in the chat (``kind="confirm"``) that a later item answers is shown answered:
     its buttons are gone on a page loaded after the answer."""
-    answered = {item["answers"] for item in items if item.get("answers") is not None}
+    latest: dict[Any, dict[str, Any]] = {}  # each call's latest question so far, in timeline order
     for item in items:
         if item["kind"] == "confirm":
-            item["answered"] = item.get("call_id") in answered
+            item["answered"] = False
+            latest[item.get("call_id")] = item
+        elif item.get("answers") is not None and item["answers"] in latest:
+            # An answer is to the question shown before it; a call asked again has a new one.
+            latest[item["answers"]]["answered"] = True
 
 
 def chat_state(*, ticket: Ticket, items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -278,8 +278,17 @@
     insertBySeq(li, item.seq);
   }
 
-  function answered(callId, words) {
-    var card = log.querySelector('li.confirm[data-call-id="' + Number(callId) + '"]');
+  // The question an answer (at ``seq``) is to: the latest one on that call shown before it (a call
+  // asked again, for another amount, has a question of its own, still to answer).
+  function questionBefore(callId, seq) {
+    var found = null;
+    log.querySelectorAll('li.confirm[data-call-id="' + Number(callId) + '"]').forEach(function (card) {
+      if (Number(card.getAttribute("data-seq")) < seq) found = card;
+    });
+    return found;
+  }
+
+  function answered(card, words) {
     if (!card) return;
     card.classList.add("answered");
     card.querySelectorAll("button[data-answer]").forEach(function (b) { b.disabled = true; b.hidden = true; });
@@ -303,8 +312,8 @@
     })
       .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); })
       .then(function (res) {
-        if (res.ok) answered(card.getAttribute("data-call-id"), res.body.decision === "confirmed" ? "Confirmed." : "Cancelled.");
-        else answered(card.getAttribute("data-call-id"), res.body.error || "This question cannot be answered now.");
+        if (res.ok) answered(card, res.body.decision === "confirmed" ? "Confirmed." : "Cancelled.");
+        else answered(card, res.body.error || "This question cannot be answered now.");
       })
       .catch(function () {
         delete card.dataset.sending;
@@ -320,7 +329,7 @@
     if (item.kind === "message") onMessage(item);
     else if (item.kind === "notice") onNotice(item);
     else if (item.kind === "confirm") onConfirm(item);
-    if (item.answers) answered(item.answers, item.text);
+    if (item.answers) answered(questionBefore(item.answers, item.seq), item.text);
     if (typeof item.status === "string") {
       state.status = item.status;
       if (PERSON_HAS_IT[item.status]) dropStream();
