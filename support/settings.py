@@ -192,7 +192,22 @@ def database_keepalive_options(options: dict[str, object]) -> dict[str, object]:
     return options
 
 
+# A session idle inside an open transaction this long is ended by the server: a worker stopped
+# between a fenced write and its COMMIT (SIGSTOP, a frozen VM; its TCP session stays alive) would
+# otherwise hold the ticket's lease row, and every worker rung for the ticket would wait behind it.
+# Nothing of ours waits inside a transaction (model and provider calls run outside one).
+DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env_int("DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 30_000)
+
+
+def database_session_limits(options: dict[str, object]) -> dict[str, object]:
+    if DB_IDLE_IN_TRANSACTION_TIMEOUT_MS > 0:
+        limit = f"-c idle_in_transaction_session_timeout={DB_IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+        options["options"] = f"{options['options']} {limit}" if options.get("options") else limit
+    return options
+
+
 database_keepalive_options(_db["OPTIONS"])
+database_session_limits(_db["OPTIONS"])
 
 
 def database_pool_options(db: dict[str, Any]) -> None:
