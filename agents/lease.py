@@ -29,12 +29,10 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.utils import timezone
 
 from support import reads, rows
 from tickets.services import Fence, FenceRefused, events_batched
@@ -71,11 +69,11 @@ def ticket_lease_held(ticket_id: int) -> bool:
     """Is a worker on this ticket now, or may it be: its lease taken and not expired, or its advisory
     lock held by a live session (an owner paused past its lease's expiry may wake and go on)?"""
     sql = (
-        "SELECT EXISTS (SELECT 1 FROM agents_ticketlease WHERE ticket_id = %s AND owner <> '' AND expires_at > %s) "
+        "SELECT EXISTS (SELECT 1 FROM agents_ticketlease WHERE ticket_id = %s AND owner <> '' AND expires_at > now()) "
         f'OR EXISTS (SELECT 1 FROM tickets_ticket WHERE "tickets_ticket"."id" = %s AND {LOCK_HELD_SQL})'
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [ticket_id, timezone.now(), ticket_id])
+        cursor.execute(sql, [ticket_id, ticket_id])
         return bool(cursor.fetchone()[0])
 
 
@@ -113,9 +111,9 @@ class Lease:
             return
         fence = Fence(
             ticket_id=self.ticket_id,
-            sql="UPDATE agents_ticketlease SET expires_at = GREATEST(expires_at, %s) "
+            sql="UPDATE agents_ticketlease SET expires_at = GREATEST(expires_at, now() + interval '1 second') "
             "WHERE ticket_id = %s AND epoch = %s AND owner = %s RETURNING 1",
-            params=[timezone.now() + timedelta(seconds=1), self.ticket_id, self.epoch, self.owner],
+            params=[self.ticket_id, self.epoch, self.owner],
         )
         outermost = not connection.in_atomic_block
         try:
@@ -137,8 +135,9 @@ class Lease:
         """Move the expiry on; False if the lease is no longer this worker's."""
         with connection.cursor() as cursor:
             cursor.execute(
-                "UPDATE agents_ticketlease SET expires_at = %s WHERE ticket_id = %s AND epoch = %s AND owner = %s",
-                [timezone.now() + timedelta(seconds=lease_seconds()), self.ticket_id, self.epoch, self.owner],
+                "UPDATE agents_ticketlease SET expires_at = now() + make_interval(secs => %s) "
+                "WHERE ticket_id = %s AND epoch = %s AND owner = %s",
+                [lease_seconds(), self.ticket_id, self.epoch, self.owner],
             )
             return cursor.rowcount == 1
 
@@ -168,11 +167,11 @@ class Lease:
         with connection.cursor() as cursor:
             try:
                 cursor.execute(
-                    "WITH released AS (UPDATE agents_ticketlease SET owner = '', expires_at = %s "
+                    "WITH released AS (UPDATE agents_ticketlease SET owner = '', expires_at = now() "
                     "WHERE ticket_id = %s AND epoch = %s AND owner = %s RETURNING 1) "
                     f"SELECT {unlock}, ({question}) FROM (SELECT count(*) FROM released) AS done",
                     [
-                        timezone.now(), self.ticket_id, self.epoch, self.owner,
+                        self.ticket_id, self.epoch, self.owner,
                         *([lock_key(self.ticket_id)] if self.locked else []), *params,
                     ],
                 )  # fmt: skip
@@ -278,7 +277,8 @@ def lease_acquire_and_read(
     """``lease_acquire``, with the reads ``then`` sent in the same round trip right after it: they see the
     ledger as it is once the lease is taken. Their rows are returned in order (read whether or
     not the lease was taken; the caller uses them only with a lease)."""
-    now = timezone.now()
+    # Expiry is written and compared on the database's clock, one clock for every host (a worker whose
+    # clock runs ahead would take a live owner's lease; one behind would write leases already expired).
     # The advisory lock first (the INSERT reads it), then the row, in one statement. Free only
     # if no live session holds the lock: then a lease still marked as held by a locking owner
     # belongs to a dead one, and may be taken over before it expires. No row for a ticket that
@@ -289,19 +289,19 @@ def lease_acquire_and_read(
         taken AS (
             INSERT INTO agents_ticketlease
                    (ticket_id, owner, epoch, expires_at, acquired_at, previous_owner, session_locked)
-            SELECT %s, %s, 1, %s, %s, '', advisory.locked FROM advisory
+            SELECT %s, %s, 1, now() + make_interval(secs => %s), now(), '', advisory.locked FROM advisory
              WHERE EXISTS (SELECT 1 FROM tickets_ticket WHERE id = %s)
             ON CONFLICT (ticket_id) DO UPDATE
                SET owner = EXCLUDED.owner, epoch = agents_ticketlease.epoch + 1,
                    expires_at = EXCLUDED.expires_at, acquired_at = EXCLUDED.acquired_at,
                    previous_owner = agents_ticketlease.owner, session_locked = EXCLUDED.session_locked
-             WHERE agents_ticketlease.owner = '' OR agents_ticketlease.expires_at < %s
+             WHERE agents_ticketlease.owner = '' OR agents_ticketlease.expires_at < now()
                 OR (EXCLUDED.session_locked AND agents_ticketlease.session_locked)
             RETURNING epoch, previous_owner
         )
         SELECT advisory.locked, taken.epoch, taken.previous_owner FROM advisory LEFT JOIN taken ON TRUE
         """,
-        [lock_key(ticket_id), ticket_id, owner, now + timedelta(seconds=lease_seconds()), now, ticket_id, now],
+        [lock_key(ticket_id), ticket_id, owner, lease_seconds(), ticket_id],
     )
     if then:
         found, *read = reads.fetch_together([acquire, *then])

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from agents.lease import LOCK_HELD_SQL
@@ -143,8 +143,8 @@ def messages_not_told_to_wait(*, ticket_id: int) -> bool:
 
 def tickets_with_agent_work(*, limit: int = 500) -> list[int]:
     """Tickets with work for the agent whose lease is free or expired (the sweeper rings them)."""
-    now = timezone.now()
-    held = TicketLease.objects.filter(ticket=OuterRef("pk"), expires_at__gt=now).exclude(owner="")
+    # Expiry on the database's clock, as the lease writes it (agents.lease).
+    held = TicketLease.objects.filter(ticket=OuterRef("pk"), expires_at__gt=Now()).exclude(owner="")
     # A lease whose owner took the advisory lock is held only while that session lives.
     held_unlocked = held.filter(session_locked=False)
     held_locked = held.filter(session_locked=True)
