@@ -5,7 +5,6 @@ paid after the customer was told it could not be confirmed (a person might refun
 
 from __future__ import annotations
 
-import json
 import threading
 
 import pytest
@@ -14,10 +13,8 @@ from django.db import connection
 from agents import refunds as refund_module
 from agents.models import Refund, RefundStatus
 from agents.runner import advance
-from tests.agents.test_money_path import order_for, paid
-from tests.agents.test_refunds import ScriptedRefund
-from tests.conftest import make_customer
-from tickets import services as ticket_services
+from tests.agents.test_money_path import paid
+from tests.agents.test_reconciler_races_worker import refund_submitted_long_ago_never_sent
 from tickets.models import Message, Ticket, TicketStatus
 
 pytestmark = [
@@ -27,28 +24,8 @@ pytestmark = [
 ]
 
 
-class WorkerStopped(BaseException):
-    pass
-
-
 def test_a_worker_taking_the_ticket_as_the_reconciler_fails_a_refund_sends_nothing(sandbox, monkeypatch):  # noqa: ANN001, E501
-    customer = make_customer()
-    order = order_for(customer, "RW-1001", 10000, sandbox)
-    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund $40 of RW-1001")
-    model = ScriptedRefund(json.dumps({"order_number": "RW-1001", "amount_cents": 4000}))
-    provider = refund_module.provider()
-    create = provider.create_refund
-
-    def stop(**kwargs):  # noqa: ANN003, ANN202
-        raise WorkerStopped()
-
-    monkeypatch.setattr(provider, "create_refund", stop)
-    with pytest.raises(WorkerStopped):
-        advance(ticket.pk, model=model)
-    monkeypatch.setattr(provider, "create_refund", create)
-    Refund.objects.update(updated_at=Refund.objects.get().created_at.replace(year=2000))
-    refund = Refund.objects.select_related("order").get()
-    assert refund.status == RefundStatus.SUBMITTED
+    ticket, order, model, refund = refund_submitted_long_ago_never_sent(sandbox, monkeypatch, "RW-1001")
 
     real_escalate = refund_module.refund_escalate
     worker: dict = {}

@@ -33,11 +33,14 @@ class WorkerStopped(BaseException):
     """The worker stops between committing the refund's intent and calling the provider."""
 
 
-def test_the_reconciler_does_not_escalate_a_refund_a_worker_paid_after_it_looked(sandbox, monkeypatch):  # noqa: ANN001
+def refund_submitted_long_ago_never_sent(sandbox, monkeypatch, number: str):  # noqa: ANN001, ANN201
+    """A $40 refund on a $100 order whose worker stopped after committing its intent, before the
+    provider heard of it, long enough ago for the reconciler to give up on it. Returns (ticket,
+    order, model, refund as the reconciler reads it)."""
     customer = make_customer()
-    order = order_for(customer, "RC-1001", 10000, sandbox)
-    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund $40 of RC-1001")
-    model = ScriptedRefund(json.dumps({"order_number": "RC-1001", "amount_cents": 4000}))
+    order = order_for(customer, number, 10000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body=f"Refund $40 of {number}")
+    model = ScriptedRefund(json.dumps({"order_number": number, "amount_cents": 4000}))
     provider = refund_module.provider()
     create = provider.create_refund
 
@@ -48,10 +51,14 @@ def test_the_reconciler_does_not_escalate_a_refund_a_worker_paid_after_it_looked
     with pytest.raises(WorkerStopped):
         advance(ticket.pk, model=model)
     monkeypatch.setattr(provider, "create_refund", create)
-    # Submitted long ago, never sent: old enough for the reconciler to give up on.
     Refund.objects.update(updated_at=Refund.objects.get().created_at.replace(year=2000))
     refund = Refund.objects.select_related("order").get()  # the reconciler's read
     assert refund.status == RefundStatus.SUBMITTED
+    return ticket, order, model, refund
+
+
+def test_the_reconciler_does_not_escalate_a_refund_a_worker_paid_after_it_looked(sandbox, monkeypatch):  # noqa: ANN001
+    ticket, order, model, refund = refund_submitted_long_ago_never_sent(sandbox, monkeypatch, "RC-1001")
 
     real_held = refund_module.ticket_lease_held
 
