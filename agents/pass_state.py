@@ -63,6 +63,9 @@ class Pass:
     unsaved_outcomes: list[ToolCall] = field(default_factory=list)
     # Whether a customer message was waiting when this pass posted its reply (None: no reply posted).
     customer_waiting: bool | None = None
+    # This pass took the run over from a worker that stopped and counted it a failure (recovery):
+    # the first step or call it gets done is the progress that shows the stop was the worker's.
+    counted_a_stop: bool = False
 
     @classmethod
     def load(cls, lease: Lease, ticket: Ticket, run: AgentRun) -> Pass:

@@ -103,11 +103,13 @@ def _owner_stopped(p: Pass) -> str | None:
     """The worker that carried this run on stopped without releasing it (a crash, a kill, the
     memory limit, a restart), during a model step or a call: a failure of the run, counted in a row
     like any other, so a step or a call that stops every worker that takes it on (a conversation
-    too large for the worker's memory, a crash in a library) is not taken on forever. Progress (a
-    call done) resets the count, as for every failure. At the limit: why the run stops (it is parked)."""
+    too large for the worker's memory, a crash in a library) is not taken on forever. Progress
+    after it (a call done, or a step stored by the pass that took over) resets the count. At the
+    limit: why the run stops (it is parked)."""
     failures = agent_services.run_record_failure(
         lease=p.lease, run=p.run, error="the worker carrying this run on stopped before it finished"
     )
+    p.counted_a_stop = True
     if failures < agent_services.max_failures():
         return None
     return f"the workers carrying this run on stopped {failures} time(s) in a row; not tried again"
