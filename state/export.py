@@ -62,6 +62,9 @@ def _one_snapshot() -> Iterator[None]:
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            # A read-only snapshot holds no row lock: a large export may work on its rows (pseudonyms,
+            # secrets) longer than DB_IDLE_IN_TRANSACTION_TIMEOUT_MS between its reads.
+            cursor.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
         yield
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from django.core.management.base import CommandError
@@ -125,3 +126,20 @@ def test_restore_refuses_a_customer_login_that_is_a_member_of_staff_here(tmp_pat
     with pytest.raises(CommandError, match="a customer in the bundle and staff in this database"):
         restore(path)
     assert ledger_counts()["tickets.Ticket"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_export_that_works_on_its_rows_longer_than_the_idle_in_transaction_limit_completes(tmp_path, monkeypatch):
+    ticket, _ = paused_ticket()
+    with connection.cursor() as cursor:  # a limit far below the deployment's, for the test's sake
+        cursor.execute("SET idle_in_transaction_session_timeout = 500")
+    pseudonymise = state_export_module.pseudonymise
+
+    def slow_pseudonyms(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        time.sleep(1.5)  # a large bundle's customers, worked on between the snapshot's reads
+        return pseudonymise(*args, **kwargs)
+
+    monkeypatch.setattr(state_export_module, "pseudonymise", slow_pseudonyms)
+    path = export(tmp_path, ticket)
+
+    assert verify(path)[0] == 0
