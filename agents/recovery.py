@@ -120,7 +120,7 @@ def _run_again(p: Pass, call: ToolCall, entry: dict[str, Any], found: dict[str, 
     that succeeds is progress: the stop was a worker's (a deploy, a restart), not this call's."""
     done = execute(p, call, again=True)
     found["rerun"].append(entry)
-    if done.status == CallStatus.SUCCEEDED and p.run.failures:
+    if done.status == CallStatus.SUCCEEDED:
         agent_services.run_reset_failures(lease=p.lease, run=p.run)
 
 

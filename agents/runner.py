@@ -319,8 +319,7 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
             # The step the stopped worker was on is done: the stop was the worker's (a deploy, a cut
             # network), not this step's. (Other failures are reset by a call done, not by a step.)
             p.counted_a_stop = False
-            if run.failures:
-                agent_services.run_reset_failures(lease=lease, run=run)
+            agent_services.run_reset_failures(lease=lease, run=run)
         if step.tool_calls:
             state = record_intents(p, step)
         else:

@@ -404,6 +404,9 @@ def run_retry_after(*, lease: Lease, run: AgentRun, seconds: float) -> None:
 
 
 def run_reset_failures(*, lease: Lease, run: AgentRun) -> None:
+    """Progress (a call done, a step stored after a take-over): the failures so far were not in a row."""
+    if not run.failures and run.retry_not_before is None:
+        return
     with lease.guard():
         AgentRun.objects.filter(pk=run.pk).update(failures=0, retry_not_before=None)
     run.failures, run.retry_not_before = 0, None

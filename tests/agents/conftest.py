@@ -40,3 +40,30 @@ def person(db):  # noqa: ANN001, ANN201
     from tests.approvals.conftest import make_staff
 
     return make_staff("ticket-person", can_decide=False)
+
+
+class WorkerDied(BaseException):
+    """Stands in for SIGKILL (the OOM killer, a segfault in a C extension): nothing after it runs in
+    this worker, not even its ``finally`` blocks' lease release."""
+
+
+def rung_again_and_again(ticket_id: int, model, *, rings: int, before_each=None, until_settled: bool = False) -> int:  # noqa: ANN001
+    """The sweeper rings the ticket ``rings`` times, each ring taken by the next worker (which takes a
+    dead one's lease over); a retry's backoff is over at the next ring. ``until_settled``: stop at the
+    first ring that ends neither dead, busy nor retrying. Returns how many workers died."""
+    from agents.runner import advance
+
+    deaths = 0
+    for _ in range(rings):
+        if before_each is not None:
+            before_each()
+        try:
+            outcome = advance(ticket_id, model=model)
+        except WorkerDied:
+            deaths += 1
+            continue
+        if outcome.state == "retry":
+            retry_time_comes(ticket_id)
+        elif until_settled and outcome.state != "busy":
+            break
+    return deaths

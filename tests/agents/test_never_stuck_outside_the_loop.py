@@ -22,7 +22,7 @@ from agents.services import WAITING_NOTE
 from agents.tools import REGISTRY, Tool
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest
-from tests.agents.conftest import retry_time_comes
+from tests.agents.conftest import WorkerDied, retry_time_comes, rung_again_and_again
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer
 from tickets import services as ticket_services
@@ -134,11 +134,6 @@ def test_a_run_waiting_out_its_backoff_is_not_rung_again_and_again_for_an_approv
 # --- A call that takes its worker down, every time ---------------------------------------------
 
 
-class WorkerDied(BaseException):
-    """Stands in for SIGKILL (the OOM killer, a segfault in a C extension): nothing after it runs in
-    this worker, not even its ``finally`` blocks' lease release."""
-
-
 class AsksForTheBigLookup:
     name = "asks-big-lookup"
 
@@ -184,16 +179,9 @@ def test_a_call_that_kills_its_worker_every_time_is_not_run_again_forever(monkey
     monkeypatch.setattr("agents.faults.hit", hit)
     ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Show me everything")
 
-    deaths = 0
-    for _ in range(8):  # the sweeper gives the ticket to the next worker, which takes the dead one's lease
-        dying["now"] = False
-        try:
-            outcome = advance(ticket.pk, model=AsksForTheBigLookup())
-        except WorkerDied:
-            deaths += 1
-            continue
-        if outcome.state == "retry":
-            retry_time_comes(ticket.pk)
+    deaths = rung_again_and_again(
+        ticket.pk, AsksForTheBigLookup(), rings=8, before_each=lambda: dying.update(now=False)
+    )
 
     ticket.refresh_from_db()
     run = AgentRun.objects.get(ticket=ticket)

@@ -8,18 +8,13 @@ import pytest
 
 from agents.llm import ModelResponse, ToolCallRequest, Usage
 from agents.models import AgentRun, CallStatus, ReplayPolicy, RunStatus, ToolCall
-from agents.runner import advance
 from agents.tools import REGISTRY, Tool
-from tests.agents.conftest import retry_time_comes
+from tests.agents.conftest import WorkerDied, rung_again_and_again
 from tests.conftest import make_customer
 from tickets import services as ticket_services
 from tickets.models import TicketStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class WorkerDied(BaseException):
-    """SIGKILL stand-in: nothing after it runs in this worker, not even the lease release."""
 
 
 class ThreeLookups:
@@ -62,18 +57,9 @@ def test_three_deploy_restarts_each_followed_by_a_successful_rerun_do_not_park_t
 
     monkeypatch.setattr("agents.faults.hit", hit)
     ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Look up three things")
-    deaths = 0
-    for _ in range(10):
-        state["dying"] = False
-        try:
-            outcome = advance(ticket.pk, model=ThreeLookups())
-        except WorkerDied:
-            deaths += 1
-            continue
-        if outcome.state == "retry":
-            retry_time_comes(ticket.pk)
-        elif outcome.state != "busy":
-            break
+    deaths = rung_again_and_again(
+        ticket.pk, ThreeLookups(), rings=10, before_each=lambda: state.update(dying=False), until_settled=True
+    )
 
     ticket.refresh_from_db()
     run = AgentRun.objects.get(ticket=ticket)
