@@ -15,19 +15,43 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
+from babel.numbers import get_currency_precision
 from django.conf import settings
 
 from agents.llm import Message, ModelResponse, TokenCallback, ToolCallRequest, ToolSpec, Usage
 from tickets.money import format_money
 
 ORDER_NUMBER = re.compile(r"\b([A-Z]-\d{3,6}|T-\d{3,6})\b", re.IGNORECASE)
-AMOUNT = re.compile(r"\$\s?(\d{1,3}(?:,\d{3})+(?:\.\d{1,2})?|\d+(?:\.\d{1,2})?)")
 THANKS = re.compile(r"^\W*(thanks?|thank you|thx|ok(ay)?|great|perfect|cheers|got it)\b[\w\s,.!]*$", re.IGNORECASE)
 AGAIN = re.compile(r"\b(another|again|more|second|also|additional)\b", re.IGNORECASE)
 BENCH = re.compile(r"^bench:(\d{1,3})$")
+# A request is read clause by clause: "A-1 arrived fine, but please refund B-2" asks about B-2 only.
+CLAUSE = re.compile(r"[.;!?]+(?=\s|$)|\n+|\bbut\b", re.IGNORECASE)  # not the point in "$87.25"
+REFUND_WORD = re.compile(r"\brefund", re.IGNORECASE)
+# "I don't want a refund", "no refund", "not asking for any refund": the customer asks for none.
+NO_REFUND = re.compile(
+    r"(?:\b(?:no|not|never|without|dont)|n't)\s+"
+    r"(?:(?:want|wanted|need|needed|asking|ask|asked|looking|request|requesting|expect|expecting|require|get"
+    r"|a|an|any|the|for|to|me|my|it|i)\s+){0,4}refund",
+    re.IGNORECASE,
+)
+# An amount as customers write it: "$1,200.00", "€20", "20 EUR", "EUR 20", "20 euros", "¥500".
+_NUMBER = r"\d[\d,]*(?:\.\d+)?"
+_CODES = r"usd|eur|gbp|jpy|chf|cad|aud|dollars?|euros?|pounds?|yen"
+MONEY = re.compile(
+    rf"(?P<symbol>[$€£¥])\s?(?P<n1>{_NUMBER})|(?P<n2>{_NUMBER})\s?(?P<after>{_CODES})\b|\b(?P<before>{_CODES})\s?(?P<n3>{_NUMBER})",
+    re.IGNORECASE,
+)
+_CURRENCY_OF = {"€": "eur", "£": "gbp", "¥": "jpy", "euro": "eur", "euros": "eur", "pound": "gbp", "pounds": "gbp"}
+_CURRENCY_OF.update({"yen": "jpy", "$": "$", "dollar": "$", "dollars": "$"})  # "$": any dollar
+DOLLARS = frozenset({"usd", "cad", "aud", "nzd", "hkd", "sgd"})
+# The amount named with the verb: "refund $10.00", "refund me €10", "refund of 10 EUR".
+AMOUNT_ASKED = re.compile(rf"\brefund\w*\s+(?:(?:me|of|for|just|only)\s+)*(?={MONEY.pattern})", re.IGNORECASE)
+PART = re.compile(r"\b(part|partial|partly|half|some)\b", re.IGNORECASE)
 
 
 @dataclass
@@ -35,6 +59,74 @@ class Done:
     name: str
     args: dict[str, Any]
     result: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Written:
+    """An amount as the customer wrote it: the number, and the currency it names ("$": any dollar)."""
+
+    number: Decimal
+    currency: str
+
+    def cents_in(self, currency: str) -> int | None:
+        """In ``currency``'s minor unit, or None when it names another currency or has more digits than it."""
+        currency = currency.lower()
+        if self.currency != currency and not (self.currency == "$" and currency in DOLLARS):
+            return None
+        cents = self.number.scaleb(get_currency_precision(currency.upper()))
+        return int(cents) if cents == cents.to_integral_value() else None
+
+
+def _written(match: re.Match[str]) -> Written:
+    number = match["n1"] or match["n2"] or match["n3"]
+    named = (match["symbol"] or match["after"] or match["before"]).lower()
+    return Written(Decimal(number.replace(",", "")), _CURRENCY_OF.get(named, named))
+
+
+@dataclass
+class RefundAsk:
+    """What a customer's words ask to refund: the order (None when no order, or several, are named for
+    it: ``orders`` then lists them) and the amount as written (None: the whole order, unless
+    ``how_much`` says the customer wants part of it without saying how much, or named several)."""
+
+    order_number: str | None
+    orders: list[str] = field(default_factory=list)
+    amount: Written | None = None
+    how_much: bool = False
+
+    def cents(self, order: dict[str, Any]) -> int | None:
+        """What to refund of the looked-up order, in its minor unit: the amount asked, or all that is left
+        when none was named; None when the customer must be asked how much (part of it without an
+        amount, or an amount in another currency than the order's)."""
+        if self.how_much:
+            return None
+        if self.amount is None:
+            return int(order.get("refundable_cents", 0)) or None
+        return self.amount.cents_in(str(order.get("currency", "")))
+
+
+def _distinct(found: list[str]) -> list[str]:
+    return list(dict.fromkeys(number.upper() for number in found))
+
+
+def refund_asked(request: str) -> RefundAsk | None:
+    """The refund the customer's words ask for, or None when they ask for none (no "refund", or
+    "I don't want a refund"). Read from the clauses that ask for it: an order or an amount named
+    elsewhere in the message ("it cost $80.00; please refund $10.00") is not what is refunded."""
+    clauses = [c for c in CLAUSE.split(request) if REFUND_WORD.search(c) and not NO_REFUND.search(c)]
+    if not clauses:
+        return None
+    asked = " ".join(clauses)
+    orders = _distinct(ORDER_NUMBER.findall(asked)) or _distinct(ORDER_NUMBER.findall(request))
+    if len(orders) != 1:
+        return RefundAsk(order_number=None, orders=orders)
+    with_the_verb = AMOUNT_ASKED.search(asked)
+    amounts = list(dict.fromkeys(_written(m) for m in MONEY.finditer(asked)))
+    if with_the_verb:
+        return RefundAsk(orders[0], orders, amount=_written(MONEY.match(asked, with_the_verb.end())))
+    if len(amounts) == 1:
+        return RefundAsk(orders[0], orders, amount=amounts[0])
+    return RefundAsk(orders[0], orders, how_much=len(amounts) > 1 or bool(PART.search(asked)))
 
 
 def _words(text: str) -> int:
@@ -105,7 +197,7 @@ class OfflineDeterministicModel:
                 except json.JSONDecodeError:
                     result = {"text": message.get("content")}
                 done.append(Done(name, args, result if isinstance(result, dict) else {"value": result}))
-        return " ".join(request_parts).strip(), done, "\n".join(notes), steps, earlier
+        return "\n".join(request_parts).strip(), done, "\n".join(notes), steps, earlier
 
     @staticmethod
     def _calls(messages: list[Message]) -> list[Done]:
@@ -136,6 +228,7 @@ class OfflineDeterministicModel:
         names_done = [d.name for d in done]
         order_match = ORDER_NUMBER.search(request)
         order_number = order_match.group(1).upper() if order_match else None
+        refund = refund_asked(request)
 
         bench = BENCH.match(text.strip())
         if bench:
@@ -159,23 +252,24 @@ class OfflineDeterministicModel:
         if THANKS.match(text) and not order_number:
             return None
 
-        if "refund" in text and order_number:
-            if _refunded_before(earlier or [], order_number) and not AGAIN.search(text):
+        if refund is not None and refund.orders:
+            if refund.order_number is None:
+                return None  # several orders named for it: ask which one
+            if _refunded_before(earlier or [], refund.order_number) and not AGAIN.search(text):
                 return None  # already refunded for this request: say so, do not pay twice
             if "lookup_order" not in names_done:
-                return ("lookup_order", {"order_number": order_number})
+                return ("lookup_order", {"order_number": refund.order_number})
             lookup = next(d for d in done if d.name == "lookup_order")
             if "error" in lookup.result or "issue_refund" not in tool_names or "issue_refund" in names_done:
                 return None
             if "issue_refund" in notes and "may have" in notes:
                 return None
-            amount = AMOUNT.search(request)
-            cents = round(float(amount.group(1)) * 100) if amount else int(lookup.result.get("refundable_cents", 0))
-            if cents <= 0 and not amount:
-                return None
+            cents = refund.cents(lookup.result)
+            if cents is None or cents <= 0:
+                return None  # how much is not clear (or nothing is left): ask, or say so
             return (
                 "issue_refund",
-                {"order_number": order_number, "amount_cents": cents, "reason": request[:300]},
+                {"order_number": refund.order_number, "amount_cents": cents, "reason": request[:300]},
             )
 
         if order_number:
@@ -194,8 +288,11 @@ class OfflineDeterministicModel:
         order_match = ORDER_NUMBER.search(request)
         if not done and THANKS.match(request.lower()) and not order_match:
             return "You're welcome! Is there anything else I can help you with?"
-        if not done and order_match and "refund" in request.lower():
-            previous = _refunded_before(earlier or [], order_match.group(1).upper())
+        refund = refund_asked(request)
+        if refund is not None and refund.order_number is None and refund.orders:
+            return f"Which order would you like me to refund: {' or '.join(refund.orders)}?"
+        if not done and refund is not None and refund.order_number:
+            previous = _refunded_before(earlier or [], refund.order_number)
             if previous is not None and not AGAIN.search(request):
                 amount = _amount(previous.result)
                 return (
@@ -259,6 +356,14 @@ class OfflineDeterministicModel:
                 parts.append("I've passed your ticket to a member of our team; they will reply here shortly.")
             elif item.name == "notify_customer_by_email":
                 parts.append("I've emailed you a summary." if not error else f"I couldn't send the email: {error}")
+        lookup = next((d.result for d in done if d.name == "lookup_order" and "error" not in d.result), None)
+        if refund is not None and refund.order_number and lookup and "issue_refund" not in {d.name for d in done}:
+            if refund.cents(lookup) is None:
+                example = format_money(min(2000, int(lookup.get("total_cents", 0))), str(lookup.get("currency")))
+                parts.append(
+                    f"How much of order {refund.order_number} would you like refunded? Tell me the amount in "
+                    f'{str(lookup.get("currency")).upper()}, for example "refund {example} on {refund.order_number}".'
+                )
         if "notify_customer_by_email" in notes and "email" in request.lower():
             parts.append(
                 "An email to you may already have gone out before a restart on our side; "
