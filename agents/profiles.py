@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,13 +165,38 @@ def profile_new_version(
     return profile
 
 
-def profile_follow_policy_tables(*, user: AbstractBaseUser | None, note: str) -> AgentProfile:
-    """The next version, with the approval policy and per-tool rules as the admin's ApprovalPolicy and
-    ToolApprovalRule pages now say (an operator edited one of them)."""
-    always = set(ToolApprovalRule.objects.filter(requires_approval=True).values_list("tool_name", flat=True))
-    tools = [{**t, "requires_approval": t["name"] in always} for t in active_profile().tools]
-    changes = {"approval_policy": _policy_snapshot(ApprovalPolicy.current()), "tools": tools}
-    return profile_new_version(changes=changes, user=user, note=note)
+def profile_follow_policy_tables(
+    *, user: AbstractBaseUser | None, note: str, policy_fields: Iterable[str] = (), tools: Iterable[str] = ()
+) -> AgentProfile | None:
+    """The next version, with what an operator just changed on the admin's ApprovalPolicy page
+    (``policy_fields``) or ToolApprovalRule rows (``tools``), and everything else as the active version
+    has it: editing one value there never undoes a rule set on the profile itself. None when
+    nothing the agent uses changed."""
+    base = active_profile()
+    policy = ApprovalPolicy.current()
+    fields = [name for name in policy_fields if name in POLICY_FIELDS]
+    rules = dict(
+        ToolApprovalRule.objects.filter(tool_name__in=list(tools)).values_list("tool_name", "requires_approval")
+    )
+    if not fields and not rules:
+        return None
+    approval_policy = {**(base.approval_policy or {}), **{name: getattr(policy, name) for name in fields}}
+    tool_rules = [{**t, "requires_approval": rules.get(t["name"], t.get("requires_approval", False))} for t in base.tools]
+    return profile_new_version(
+        changes={"approval_policy": approval_policy, "tools": tool_rules}, user=user, note=note
+    )
+
+
+def _tables_follow(profile: AgentProfile) -> None:
+    """The admin's ApprovalPolicy and ToolApprovalRule pages show the rules of the active version."""
+    values = {name: value for name, value in (profile.approval_policy or {}).items() if name in POLICY_FIELDS}
+    policy = ApprovalPolicy.current()
+    ApprovalPolicy.objects.filter(pk=policy.pk).update(**values)
+    for tool in profile.tools or []:
+        if tool.get("requires_approval"):
+            ToolApprovalRule.objects.update_or_create(tool_name=tool["name"], defaults={"requires_approval": True})
+        else:
+            ToolApprovalRule.objects.filter(tool_name=tool["name"]).update(requires_approval=False)
 
 
 def profile_activate(*, version: int, user: AbstractBaseUser | None) -> AgentProfile:
@@ -181,6 +207,7 @@ def profile_activate(*, version: int, user: AbstractBaseUser | None) -> AgentPro
         if not profile.is_active:
             profile.is_active = True
             profile.save(update_fields=["is_active"])
+        _tables_follow(profile)
     return profile
 
 

@@ -1,15 +1,46 @@
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 
 from agents.models import ApprovalPolicy, ToolApprovalRule
-from agents.profiles import profile_follow_policy_tables
+from agents.profiles import active_profile, profile_follow_policy_tables
 from approvals.models import ApprovalRequest
 from tickets.admin import TicketAdmin
 
 
+class FollowsTheActiveVersion(forms.ModelForm):
+    """A page of approval rules, saved only if the agent profile version it was read under is still the
+    active one: saved after another version became active, it would put back the values that version
+    changed (the page showed them)."""
+
+    profile_version = forms.IntegerField(widget=forms.HiddenInput)
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.fields["profile_version"].initial = active_profile().version
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        active = active_profile().version
+        if cleaned.get("profile_version") != active:
+            raise forms.ValidationError(
+                f"The agent profile changed since this page was opened (version {active} is active now). "
+                "Reload the page and make your change again."
+            )
+        return cleaned
+
+
+def _tell_the_version(request, version) -> None:  # noqa: ANN001
+    if version is None:
+        messages.info(request, "Nothing the agent uses changed; no new profile version.")
+    else:
+        messages.info(request, f"New runs use agent profile version {version.version}; runs started keep theirs.")
+
+
 @admin.register(ApprovalPolicy)
 class ApprovalPolicyAdmin(admin.ModelAdmin):
+    form = FollowsTheActiveVersion
     list_display = [
         "__str__",
         "refund_threshold_cents",
@@ -24,19 +55,24 @@ class ApprovalPolicyAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001
         super().save_model(request, obj, form, change)
-        version = profile_follow_policy_tables(user=request.user, note="approval policy edited in the admin")
-        messages.info(request, f"New runs use agent profile version {version.version}; runs started keep theirs.")
+        # Only what this page changed: the rest stays as the active version has it.
+        version = profile_follow_policy_tables(
+            user=request.user, note="approval policy edited in the admin", policy_fields=form.changed_data
+        )
+        _tell_the_version(request, version)
 
 
 @admin.register(ToolApprovalRule)
 class ToolApprovalRuleAdmin(admin.ModelAdmin):
+    form = FollowsTheActiveVersion
     list_display = ["tool_name", "requires_approval"]
-    list_editable = ["requires_approval"]
 
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001
         super().save_model(request, obj, form, change)
-        version = profile_follow_policy_tables(user=request.user, note=f"approval rule for {obj.tool_name} edited")
-        messages.info(request, f"New runs use agent profile version {version.version}; runs started keep theirs.")
+        version = profile_follow_policy_tables(
+            user=request.user, note=f"approval rule for {obj.tool_name} edited", tools=[obj.tool_name]
+        )
+        _tell_the_version(request, version)
 
 
 def _fields_with_amount() -> list[str]:

@@ -184,6 +184,8 @@ def test_a_run_decides_with_its_versions_policy_not_the_table(sandbox):  # noqa:
     active_profile()
     lower = {**active_profile().approval_policy, "refund_threshold_cents": 1000}
     profile_new_version(changes={"approval_policy": lower}, user=None)
+    assert ApprovalPolicy.current().refund_threshold_cents == 1000  # the admin's table shows the active rules
+    ApprovalPolicy.objects.update(refund_threshold_cents=20000)  # the table written behind the admin's back
     ticket, _ = refund_ticket(sandbox, total_cents=4999, number="V-4001")
     advance(ticket.pk)
     assert ApprovalPolicy.current().refund_threshold_cents == 20000  # the table says $200...
