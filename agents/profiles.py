@@ -181,10 +181,10 @@ def profile_follow_policy_tables(
     if not fields and not rules:
         return None
     approval_policy = {**(base.approval_policy or {}), **{name: getattr(policy, name) for name in fields}}
-    tool_rules = [{**t, "requires_approval": rules.get(t["name"], t.get("requires_approval", False))} for t in base.tools]
-    return profile_new_version(
-        changes={"approval_policy": approval_policy, "tools": tool_rules}, user=user, note=note
-    )
+    tool_rules = [
+        {**t, "requires_approval": rules.get(t["name"], t.get("requires_approval", False))} for t in base.tools
+    ]
+    return profile_new_version(changes={"approval_policy": approval_policy, "tools": tool_rules}, user=user, note=note)
 
 
 def _tables_follow(profile: AgentProfile) -> None:

@@ -165,7 +165,9 @@ def test_an_amount_written_with_a_thousands_separator_is_asked_for_not_a_crash(s
 def test_an_amount_in_another_currency_than_the_orders_is_asked_again(sandbox):  # noqa: ANN001
     """ "$20" on an order paid in euros: not converted, not refunded in full; the agent asks in EUR."""
     customer, order = order_in(sandbox, number="E-7201", total_cents=15000, currency="eur")
-    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Please refund $20 of order E-7201")
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $20 of order E-7201"
+    )
 
     advance(ticket.pk)
 
