@@ -310,8 +310,16 @@ class AgentProfileForm(forms.ModelForm):
         return spec
 
 
-@admin.action(description="Make this version active (new runs start with it)")
+# Changing what the agent is, or which version a run is on, is for staff who may change profiles or
+# runs; the admin's read-only ledger access (the support group) sees neither action.
+PROFILE_PERMISSION = "agents.change_agentprofile"
+MOVE_RUN_PERMISSION = "agents.change_agentrun"
+
+
+@admin.action(description="Make this version active (new runs start with it)", permissions=["change"])
 def activate_profile(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[AgentProfile]) -> None:
+    if not request.user.has_perm(PROFILE_PERMISSION):
+        raise PermissionDenied
     if queryset.count() != 1:
         messages.error(request, "Choose one version to make active.")
         return
@@ -369,8 +377,10 @@ class AgentProfileAdmin(admin.ModelAdmin):
         return redirect("admin:agents_agentprofile_change", obj.pk)
 
 
-@admin.action(description="Move paused runs to the active profile version")
+@admin.action(description="Move paused runs to the active profile version", permissions=["move"])
 def move_runs_to_active(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
+    if not request.user.has_perm(MOVE_RUN_PERMISSION):
+        raise PermissionDenied
     moved, refused = 0, []
     for run in queryset:
         try:
@@ -395,5 +405,6 @@ def profile_version(run: AgentRun) -> str:
 AgentRunAdmin.list_display = [*AgentRunAdmin.list_display, profile_version]
 AgentRunAdmin.list_select_related = ["ticket", "profile"]
 AgentRunAdmin.actions = [move_runs_to_active]
+AgentRunAdmin.has_move_permission = lambda self, request: request.user.has_perm(MOVE_RUN_PERMISSION)
 AgentRunInline.fields = [*AgentRunInline.fields, "profile"]
 AgentRunInline.readonly_fields = AgentRunInline.fields

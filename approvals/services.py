@@ -150,6 +150,11 @@ def approval_requests_withdraw(*, call_ids: list[int], reason: str) -> int:
     return withdrawn
 
 
+class OwnRequest(PermissionDenied):
+    """A member of staff who is also a customer asked to decide a request on their own ticket: the
+    review the policy asks for is a second person's."""
+
+
 def can_decide(user: AbstractBaseUser) -> bool:
     return bool(user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION))
 
@@ -167,6 +172,8 @@ def approval_decide(
     with transaction.atomic():
         # No join here: a row re-read after waiting for the lock would come with the join as it was.
         approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
+        if Ticket.objects.filter(pk=approval.ticket_id, customer__user_id=user.pk).exists():
+            raise OwnRequest("This request is on your own ticket: a colleague decides it. Nothing was changed.")
         wanted = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
         if approval.status == wanted and approval.decided_by_id == user.pk:
             return approval  # the same decision sent again (a retried POST): the original result

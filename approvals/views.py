@@ -99,6 +99,9 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
         return _conflict(request, exc)
+    except services.OwnRequest as exc:
+        messages.error(request, str(exc))
+        return render(request, "approvals/dashboard.html", _pending_context(), status=403)
     verb = "Approved" if decision == "approve" else "Rejected"
     messages.success(request, f"{verb} request #{approval.pk} for ticket #{approval.ticket_id}.")
     return redirect("approvals:dashboard")
