@@ -117,6 +117,10 @@ def _printable_name(value: object, what: str, limit: int) -> str:
     return value
 
 
+# Finish reasons that say the endpoint stopped the answer before the model finished it.
+CUT_OFF = frozenset({"length", "content_filter"})
+
+
 def validate_response(response: ModelResponse) -> ModelResponse:
     """The adapter boundary: what the model said, made safe to store, or ModelOutputInvalid.
 
@@ -126,6 +130,10 @@ def validate_response(response: ModelResponse) -> ModelResponse:
     refused whole, so no half of a poison answer is acted on.
     """
     usage = response.usage if isinstance(response.usage, Usage) else Usage()
+    if response.finish_reason in CUT_OFF:
+        # Stopped by the token limit or a filter, not by the model: half a sentence, or a tool call's
+        # arguments cut short, is not an answer to post or act on.
+        raise ModelOutputInvalid(f"the answer was cut off (finish_reason {response.finish_reason!r})", usage=usage)
     if not isinstance(response.text, str):
         raise ModelOutputInvalid(f"the reply is {type(response.text).__name__}, not text", usage=usage)
     text = _storable(response.text)

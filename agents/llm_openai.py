@@ -142,6 +142,8 @@ class OpenAIChatModel:
         try:
             with stream:
                 return self._assemble(stream, on_token, request["messages"])
+        except _CallerRaised as raised:
+            raise raised.original from None  # the caller's own, unchanged
         except openai.OpenAIError as exc:
             # The connection dropped, timed out, or the server sent an error
             # event after the response had started; a new generation may well
@@ -150,6 +152,10 @@ class OpenAIChatModel:
             raise ModelError(
                 f"{self.name}: stream interrupted: {exc}", retryable=True, status_code=status_code
             ) from exc
+        except Exception as exc:
+            # A chunk that could not be read (not JSON: a proxy cut a line; a shape the SDK or
+            # this adapter does not expect): like a cut stream, a new generation may succeed.
+            raise ModelError(f"{self.name}: unreadable stream: {exc!r}", retryable=True) from exc
 
     def _assemble(
         self, stream: openai.Stream[ChatCompletionChunk], on_token: TokenCallback | None, messages: list[Message]
@@ -181,7 +187,10 @@ class OpenAIChatModel:
                     if piece:
                         text_parts.append(piece)
                         if on_token is not None:
-                            on_token(piece)
+                            try:
+                                on_token(piece)
+                            except BaseException as exc:
+                                raise _CallerRaised(exc) from exc
                 for call in delta.tool_calls or ():
                     parts = calls.setdefault(call.index, _ToolCallParts())
                     if call.id and not parts.id:
@@ -211,6 +220,14 @@ class OpenAIChatModel:
                 estimated=True,
             )
         return ModelResponse(text=text, tool_calls=tool_calls, usage=usage, model=model, finish_reason=finish_reason)
+
+
+class _CallerRaised(Exception):
+    """What ``on_token`` raised, carried out of the stream unchanged."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(repr(original))
+        self.original = original
 
 
 def _compatible(message: Message) -> Message:

@@ -96,6 +96,16 @@ POISON = {
     "an empty answer": (ModelResponse(text=""), "the answer has no text and asks for no tool call"),
     "an answer of blanks": (ModelResponse(text=" \n\t "), "the answer has no text and asks for no tool call"),
     "an answer of only NULs": (ModelResponse(text="\x00\x00"), "the answer has no text and asks for no tool call"),
+    "an answer cut off at the token limit": (
+        ModelResponse(text="Your refund will reach the card you paid with within", finish_reason="length"),
+        "the answer was cut off (finish_reason 'length')",
+    ),
+    "tool arguments cut off by a filter": (
+        ModelResponse(
+            text="", tool_calls=[ToolCallRequest("c1", "search_help", '{"query": "ref')], finish_reason="content_filter"
+        ),
+        "the answer was cut off (finish_reason 'content_filter')",
+    ),
     "a NUL in tool arguments": (
         calls(ToolCallRequest("c1", "search_help", '{"query": "a\x00b"}')),
         "arguments contain NUL",
