@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import BooleanField, CharField, Exists, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Coalesce, Now
+from django.db.models.functions import Cast, Coalesce, Concat, Now
 from django.utils import timezone
 
 from agents.lease import LOCK_HELD_SQL
@@ -114,20 +114,29 @@ def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
     paused = AgentRun.objects.filter(ticket=OuterRef("pk"), status__in=PAUSED_RUN_STATUSES)
     # Messages sent while a run waits out its backoff are answered by that run when its wait is over.
     backing_off = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING, retry_not_before__gt=now)
+    # A message sent during a pause whose writer was not told it waits (its doorbell was lost).
+    told = Message.objects.filter(
+        ticket_id=OuterRef("ticket_id"), client_msg_id=Concat(Value("waiting:"), Cast(OuterRef("pk"), CharField()))
+    )
+    untold = unanswered_messages().filter(ticket=OuterRef("pk")).exclude(Exists(told))
     return tickets.annotate(
         unhandled=Exists(unhandled),
         running=Exists(running),
         paused=Exists(paused),
         decided=Exists(decided),
         backing_off=Exists(backing_off),
+        untold=Exists(untold),
     ).filter(  # fmt: skip
         Q(running=True)
         # A person has the ticket: a run still waiting on it is ended (by the pass that finds it).
         | Q(paused=True, status__in=AGENT_STAYS_OUT)
         | (
-            # A paused run waits for its decision; messages sent meanwhile wait with it. A run waiting
-            # out its backoff is carried on by its scheduled retry, decisions and messages with it.
-            (Q(decided=True) | Q(unhandled=True, paused=False)) & Q(backing_off=False) & ~Q(status__in=AGENT_STAYS_OUT)
+            # A paused run waits for its decision; messages sent meanwhile wait with it, once their
+            # writers are told so. A run waiting out its backoff is carried on by its scheduled retry,
+            # decisions and messages with it.
+            (Q(decided=True) | Q(unhandled=True, paused=False) | Q(untold=True, paused=True))
+            & Q(backing_off=False)
+            & ~Q(status__in=AGENT_STAYS_OUT)
         )
     )
 
