@@ -15,7 +15,10 @@ a pause) makes the pass read the ledger again (``reload``) instead of guessing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
+
+from django.utils import timezone
 
 from agents import calls
 from agents.conversation import assistant_message, build_conversation, conversation_messages_query, tool_message
@@ -66,6 +69,8 @@ class Pass:
     # This pass took the run over from a worker that stopped and counted it a failure (recovery):
     # the first step or call it gets done is the progress that shows the stop was the worker's.
     counted_a_stop: bool = False
+    # When the conversation was read: a person's reply after it is in no request of this pass.
+    read_at: datetime | None = None
 
     @classmethod
     def load(cls, lease: Lease, ticket: Ticket, run: AgentRun) -> Pass:
@@ -76,6 +81,7 @@ class Pass:
     def reload(self) -> None:
         """Read the run's ledger again and rebuild the conversation from it."""
         ticket_id = self.ticket.pk
+        self.read_at = timezone.now()
         steps, calls, messages = reads.fetch_together(
             [
                 reads.select_sql(ModelStep, "ticket_id = %s", [ticket_id], tail='ORDER BY run_id, "index", attempt'),

@@ -40,6 +40,7 @@ from agents.selectors import (
     decided_calls,
     in_backoff,
     messages_not_told_to_wait,
+    person_spoke_since,
     person_took_the_ticket_since,
     ticket_has_agent_work,
 )
@@ -239,10 +240,12 @@ def _carry_on(p: Pass, model: ChatModel | None, person: bool = False) -> str:
         agent_services.run_end_for_person(lease=lease, run=run)
         return RunStatus.HANDED_OFF
     recover(p)
+    read_just_now = True  # the conversation: nothing has happened since it was read
     try:
         while True:
             last = p.last_completed()
             if last is not None and last.tool_calls:
+                read_just_now = False
                 state = run_calls(p, last)
                 if state is not None:
                     return state
@@ -257,6 +260,12 @@ def _carry_on(p: Pass, model: ChatModel | None, person: bool = False) -> str:
                 p.flush_outcomes()
                 agent_services.hand_off(lease=lease, run=run, reason=limit)
                 return RunStatus.HANDED_OFF
+            if not read_just_now and person_spoke_since(ticket_id=ticket.pk, since=p.read_at):
+                # A person answered the customer (and handed the ticket back) since the conversation
+                # was read: the next step is written with their reply in it (DESIGN.md, invariant 12).
+                p.flush_outcomes()
+                p.reload()
+            read_just_now = False
             state = _ask_model(p, model)
             if state is not None:
                 return state
@@ -324,7 +333,7 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
             state = record_intents(p, step)
         else:
             reply = step.response_text.strip() and agent_services.reply_post(
-                lease=lease, run=run, step=step, stream=stream if streamed else None, fresh=True
+                lease=lease, run=run, step=step, stream=stream if streamed else None, fresh=True, read_at=p.read_at
             )
             replied = not reply or reply.message is not None
             p.customer_waiting = reply.customer_waiting if reply else None

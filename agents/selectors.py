@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import BooleanField, CharField, Exists, OuterRef, Q, QuerySet, Subquery, Sum, Value
@@ -25,7 +25,7 @@ from agents.models import (
     ToolCall,
 )
 from support import reads
-from tickets.models import AGENT_STAYS_OUT, Message, Order, Ticket, TicketEvent, TicketStatus
+from tickets.models import AGENT_STAYS_OUT, AuthorKind, Message, Order, Ticket, TicketEvent, TicketStatus
 from tickets.selectors import unanswered_messages
 
 
@@ -68,6 +68,12 @@ def decided_calls(*, run: AgentRun | None = None) -> QuerySet[ToolCall]:
         return calls.filter(run=run)
     # A decision on a call whose run has ended (handed off to a person) has nothing left to apply.
     return calls.filter(run__status__in=ACTIVE_RUN_STATUSES)
+
+
+def person_spoke_since(*, ticket_id: int, since: datetime | None) -> bool:
+    """Has a member of staff written to the customer on this ticket after ``since``?"""
+    replies = Message.objects.filter(ticket_id=ticket_id, author_kind=AuthorKind.STAFF, is_public=True)
+    return replies.filter(created_at__gt=since).exists() if since is not None else replies.exists()
 
 
 def person_took_the_ticket_since(run: AgentRun) -> bool:

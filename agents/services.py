@@ -247,10 +247,18 @@ class Reply:
 
 
 def reply_post(
-    *, lease: Lease, run: AgentRun, step: ModelStep, stream: int | None = None, fresh: bool = False
+    *,
+    lease: Lease,
+    run: AgentRun,
+    step: ModelStep,
+    stream: int | None = None,
+    fresh: bool = False,
+    read_at: datetime | None = None,
 ) -> Reply:
     """Post the model's final answer; keyed by the step, so a crash and retry posts it once.
-    Nothing is posted when a person has taken the ticket (or closed it) meanwhile.
+    Nothing is posted when a person has taken the ticket (or closed it) meanwhile, or answered
+    the customer after the conversation the answer was written from was read (``read_at``; else
+    when the step started).
 
     An answer longer than one message may be is posted whole, as consecutive messages.
     ``stream``: the id its text was streamed under, so a watcher drops that stream's bubble.
@@ -260,7 +268,7 @@ def reply_post(
     with lease.guard():
         # A customer who wrote while this answer was being written is not waited on: their turn comes next.
         status, unanswered, person_answered, key = ticket_locked_for_reply(
-            ticket_id=run.ticket_id, since=step.started_at
+            ticket_id=run.ticket_id, since=min(read_at or step.started_at, step.started_at)
         )
         if status in AGENT_STAYS_OUT or person_answered:
             # A person has the ticket, or answered the customer while this answer was being written
