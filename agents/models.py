@@ -34,6 +34,10 @@ class TicketLease(models.Model):
         return f"lease on #{self.ticket_id}: {self.owner or 'free'} (epoch {self.epoch})"
 
 
+# The outcome of a run that ended because a person took the ticket over, resolved or closed it.
+PERSON_TOOK_OVER = "a person took the ticket over"
+
+
 class RunStatus(models.TextChoices):
     RUNNING = "running", "Running"
     WAITING_APPROVAL = "waiting_approval", "Waiting for approval"

@@ -56,6 +56,7 @@ from agents.models import (
     ACTIVE_RUN_STATUSES,
     FINAL_CALL_STATUSES,
     OPEN_REFUND_STATUSES,
+    PERSON_TOOK_OVER,
     REFUND_TRANSITIONS,
     RESERVING_REFUND_STATUSES,
     AgentRun,
@@ -154,20 +155,22 @@ def refund_commitments(
     return count, cents
 
 
-def _declined_before(*, customer_id: int, order: Order) -> int | None:
-    """The ticket in which staff last rejected a refund on this order, in any ticket of the customer, or
-    None. A refund staff said no to is not paid unreviewed by asking again, in a new ticket or after
-    the reason it was reviewed for has gone (DESIGN.md, invariant 11)."""
-    rejected = (
-        ToolCall.objects.filter(
-            name="issue_refund", ticket__customer_id=customer_id, approval_decision=ApprovalDecision.REJECTED
-        )
-        .order_by("-pk")
-        .values_list("arguments", "ticket_id")
-    )
-    for arguments, ticket_id in rejected:
-        if str(arguments.get("order_number", "")).strip().upper() == order.number.upper():
-            return ticket_id
+def _stopped_before(*, customer_id: int, order: Order) -> str | None:
+    """Why a refund on this order was stopped by a person before, in any ticket of the customer, or
+    None: staff rejected one, or a person took over, resolved or closed a ticket while one waited to
+    be paid. Asking again, in a new ticket, a reopened one or once the first reason has gone, is not
+    paid unreviewed (DESIGN.md, invariant 11)."""
+    number = order.number.upper()
+    mine = ToolCall.objects.filter(name="issue_refund", ticket__customer_id=customer_id)
+    stopped = mine.filter(
+        Q(approval_decision=ApprovalDecision.REJECTED) | Q(run__outcome=PERSON_TOOK_OVER, result__status="not_run")
+    ).order_by("-pk")
+    for arguments, ticket_id, decision in stopped.values_list("arguments", "ticket_id", "approval_decision"):
+        if str(arguments.get("order_number", "")).strip().upper() != number:
+            continue
+        if decision == ApprovalDecision.REJECTED:
+            return f"staff declined a refund on order {order.number} before (ticket #{ticket_id})"
+        return f"a person stopped a refund on order {order.number} before (ticket #{ticket_id})"
     return None
 
 
@@ -208,12 +211,9 @@ def refund_approval_reason(ctx: ToolContext, args: dict[str, Any]) -> str | None
         return "every refund for this customer is reviewed by staff"
     order = customer_order(ctx.ticket, args["order_number"])
     amount = int(args["amount_cents"])
-    declined = _declined_before(customer_id=customer.pk, order=order)
-    if declined is not None:
-        return (
-            f"staff declined a refund on order {order.number} before (ticket #{declined}): "
-            "asking again needs a staff approval"
-        )
+    stopped = _stopped_before(customer_id=customer.pk, order=order)
+    if stopped is not None:
+        return f"{stopped}: asking again needs a staff approval"
     # A second refund on one order, whichever ticket asked for the first (the same request asked
     # again in a new ticket is not paid twice unreviewed); partial refunds stay possible, reviewed.
     earlier, on_order = refund_commitments(customer_id=customer.pk, order=order)

@@ -20,6 +20,7 @@ from agents.lease import Lease
 from agents.llm import ModelResponse
 from agents.models import (
     ENDED_RUN_STATUSES,
+    PERSON_TOOK_OVER,
     RUN_TRANSITIONS,
     AgentProfile,
     AgentRun,
@@ -296,9 +297,6 @@ def reply_post(
                 actor_ref=_actor(run),
             )
     return Reply(posted[0] if posted else None, unanswered)
-
-
-PERSON_TOOK_OVER = "a person took the ticket over"
 
 
 def run_end_for_person(
