@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -53,8 +54,12 @@ def arguments_digest(arguments: dict[str, Any]) -> str:
 
 
 def idempotency_key(*, ticket_id: int, run_id: int, step_index: int, call_index: int) -> str:
-    """Stable across retries and workers: derived only from where the call sits in the ledger."""
-    return f"t{ticket_id}-r{run_id}-s{step_index}-c{call_index}"
+    """Where the call sits in the ledger, and a random part: made once, when the intent is recorded,
+    and read from the call's row ever after, so stable across retries and workers. The random part
+    keeps it unique beyond this database: a deployment moved to a new database (its ids start again
+    past the tickets it carried), or two deployments on one payment provider account, never send a
+    refund under a key the provider already holds for another one."""
+    return f"t{ticket_id}-r{run_id}-s{step_index}-c{call_index}-{secrets.token_hex(4)}"
 
 
 def call_start(

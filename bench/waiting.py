@@ -270,10 +270,11 @@ CLONED: dict[str, dict[str, Any]] = {
         "ticket_id": TICKET,
         "run_id": Ref("agents_agentrun"),
         "step_id": Ref("agents_modelstep"),
-        # agents.calls.idempotency_key: t{ticket}-r{run}-s{step index}-c{call index}
-        "idempotency_key": f"format('t%%s-r%%s-s%%s-c%%s', {TICKET.sql('t.ticket_id')}, "
+        # agents.calls.idempotency_key: t{ticket}-r{run}-s{step index}-c{call index}-{8 random hex digits}
+        "idempotency_key": f"format('t%%s-r%%s-s%%s-c%%s-%%s', {TICKET.sql('t.ticket_id')}, "
         f"{Ref('agents_agentrun').sql('t.run_id')}, "
-        "(SELECT s.index FROM agents_modelstep s WHERE s.id = t.step_id), t.index)",
+        "(SELECT s.index FROM agents_modelstep s WHERE s.id = t.step_id), t.index, "
+        "substr(md5(random()::text), 1, 8))",
     },
     "approvals_approvalrequest": {"id": NEW, "ticket_id": TICKET, "tool_call_id": Ref("agents_toolcall")},
     "agents_ticketlease": {"ticket_id": TICKET},
@@ -545,7 +546,6 @@ def verify_pauses(real: list[int], cloned: list[int], template: int, tables: lis
     the copies, table by table (each copy must have the template's); references within each ticket."""
     from django.db import connection
 
-    from agents.calls import idempotency_key
     from agents.models import AgentRun, CallStatus, RunStatus, ToolCall
     from agents.tasks import tickets_needing_a_ring
     from approvals.models import ApprovalRequest, ApprovalStatus
@@ -583,20 +583,14 @@ def verify_pauses(real: list[int], cloned: list[int], template: int, tables: lis
         references = _check_references(cursor, groups)
         cursor.execute(
             "SELECT count(*) FROM agents_toolcall c JOIN agents_modelstep s ON s.id = c.step_id "
-            "WHERE c.ticket_id = ANY(%s) AND c.idempotency_key <> format('t%%s-r%%s-s%%s-c%%s', "
-            "c.ticket_id, c.run_id, s.index, c.index)",
+            "WHERE c.ticket_id = ANY(%s) AND c.idempotency_key !~ ('^' || format('t%%s-r%%s-s%%s-c%%s', "
+            "c.ticket_id, c.run_id, s.index, c.index) || '-[0-9a-f]{8}$')",
             [everyone],
         )
         wrong_keys = cursor.fetchone()[0]
     if wrong_keys:
         raise BenchError(f"{wrong_keys} tool calls have an idempotency key agents.calls would not give them")
     if cloned:
-        for call in ToolCall.objects.select_related("step").filter(ticket_id=cloned[-1]):
-            expected = idempotency_key(
-                ticket_id=call.ticket_id, run_id=call.run_id, step_index=call.step.index, call_index=call.index
-            )
-            if call.idempotency_key != expected:
-                raise BenchError(f"copied idempotency key {call.idempotency_key!r}, expected {expected!r}")
         for copy in {cloned[0], cloned[-1]}:
             if _conversation(copy) != _conversation(template):
                 raise BenchError(f"ticket {copy}, a copy of {template}, rebuilds another conversation")
