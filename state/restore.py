@@ -143,13 +143,17 @@ def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreR
     plan = _Plan(insert={}, conflicts=[], ticket_conflicts={})
     owners = _owners(rows)
     present_tickets: set[int] = set()  # the bundled tickets already here, from the Ticket part
+    tickets_here: set[int] = set()  # the bundled tickets' ids taken here, by them or by others
     for part in PARTS:
         model = part.model
         pk_key = model._meta.pk.attname
         bundled = rows.get(part.label, [])
         here = {r[pk_key]: r for r in dump(model.objects.filter(pk__in=[r[pk_key] for r in bundled]))}
         if part.label == "tickets.Ticket":
-            present_tickets = set(here)
+            # The bundle's ticket is here only if the row under its id is that ticket (its customer,
+            # made at that moment); another ticket under that id is a conflict skipping cannot settle.
+            present_tickets = {row[pk_key] for row in bundled if _same_ticket(here.get(row[pk_key]), row)}
+            tickets_here = set(here)
         to_insert = []
         kept: set[Any] = set()  # shared rows of this deployment kept instead of the bundle's (skip)
         for row in bundled:
@@ -210,7 +214,8 @@ def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreR
             skip.add(ticket)
             continue
         if on_conflict == "skip":
-            whats = [f"{w} (ticket #{ticket} is not here, so skipping it does not resolve this; " for w in whats]
+            why = "is not here" if ticket not in tickets_here else "here is another ticket"
+            whats = [f"{w} (ticket #{ticket} {why}, so skipping it does not resolve this; " for w in whats]
             whats = [w + "restoring under new ids is not supported)" for w in whats]
         plan.conflicts.extend(whats)
     if skip:
@@ -221,6 +226,11 @@ def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreR
                     r for r in plan.insert[part.label] if _ticket_of(part, r, owners) not in skip
                 ]
     return plan
+
+
+def _same_ticket(here: Row | None, bundled: Row) -> bool:
+    """Is the ticket row here the bundle's ticket (not another one that happens to have its id)?"""
+    return here is not None and all(here.get(key) == bundled.get(key) for key in ("customer_id", "created_at"))
 
 
 def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
