@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agents.models import AgentProfile
+from agents.profiles import CONTENT_FIELDS
 from agents.tools import REGISTRY
 from state import bundle
 from state.parts import PARTS, USERS_FILE, USERS_LABEL, Selection
@@ -117,6 +119,14 @@ def tools_in_force() -> dict[str, dict[str, Any]]:
     }
 
 
+def active_profile_content() -> dict[str, Any] | None:
+    """The active agent profile version's number and content (its rules), or None when none is."""
+    active = AgentProfile.objects.filter(is_active=True).first()
+    if active is None:
+        return None
+    return {"version": active.version, **{name: getattr(active, name) for name in CONTENT_FIELDS}}
+
+
 def state_export(*, selection: Selection, personal_data: bool, output: Path, every: bool, open_only: bool) -> dict:
     """Write the bundle of ``selection`` at ``output``; returns its manifest."""
     collected = collect(selection, personal_data=personal_data)
@@ -150,6 +160,8 @@ def state_export(*, selection: Selection, personal_data: bool, output: Path, eve
         },
         # The agent profile versions the runs are pinned to (their rows are a part of the bundle).
         "profiles": sorted({row["version"] for row in collected.rows.get("agents.AgentProfile", [])}),
+        # The version new runs started with here: made active by a restore into a deployment with none.
+        "active_profile": active_profile_content(),
     }
     bundle.write(output, manifest, files)
     return manifest

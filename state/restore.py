@@ -27,6 +27,8 @@ from django.db import DataError, IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
 
+from agents.models import AgentProfile
+from agents.profiles import CONTENT_FIELDS, profile_activate
 from state import bundle
 from state.parts import PARTS, USERS_LABEL, Part
 from state.rows import Row, columns, dump, instance, is_user_column, key_of, row_problems, unknown_keys
@@ -228,6 +230,37 @@ def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreR
     return plan
 
 
+def _profile_content_ok(active: Any) -> bool:
+    types = {"version": int, "system_prompt": str, "model": str, "model_parameters": dict, "tools": list}
+    return (
+        isinstance(active, dict)
+        and set(active) == {"version", *CONTENT_FIELDS}
+        and all(isinstance(active[name], kind) and not isinstance(active[name], bool) for name, kind in types.items())
+        and isinstance(active["approval_policy"], dict)
+        and active["version"] > 0
+    )
+
+
+def _keep_the_active_version(active: dict[str, Any], report: RestoreReport) -> None:
+    """A deployment with no active agent profile version (a new one) takes the one that was active
+    where the bundle was made: its rules (the approval threshold, the tools that always need an
+    approval) stay in force after a move, rather than those of whichever restored version is newest."""
+    if AgentProfile.objects.filter(is_active=True).exists():
+        return
+    content = {name: active[name] for name in CONTENT_FIELDS}
+    here = AgentProfile.objects.filter(version=active["version"]).first()
+    if here is None:
+        AgentProfile.objects.create(
+            version=active["version"], note="active where the restored bundle was made", **content
+        )
+    elif any(getattr(here, name) != value for name, value in content.items()):
+        raise RestoreRefused(
+            [f"agent profile version {active['version']}, active where the bundle was made, is another version here"]
+        )
+    profile_activate(version=active["version"], user=None)
+    report.warnings.append(f"agent profile version {active['version']}, active where the bundle was made, is active")
+
+
 def _same_ticket(here: Row | None, bundled: Row) -> bool:
     """Is the ticket row here the bundle's ticket (not another one that happens to have its id)?"""
     return here is not None and all(here.get(key) == bundled.get(key) for key in ("customer_id", "created_at"))
@@ -275,8 +308,11 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
         report.warnings.append(
             "this bundle was written without personal data: customers have pseudonyms and their words are withheld"
         )
+    active = b.manifest.get("active_profile")
+    if active is not None and not _profile_content_ok(active):
+        raise RestoreRefused(["the manifest's active agent profile version is not a version's number and content"])
     try:
-        _write(rows, users, report, on_conflict)
+        _write(rows, users, report, on_conflict, active)
     except (IntegrityError, DataError) as exc:
         # A constraint the plan does not check beforehand (one spanning several columns, or a
         # condition): the database refused the rows and the transaction rolled back.
@@ -284,7 +320,9 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
     return report
 
 
-def _write(rows: dict[str, Any], users: list[Row], report: RestoreReport, on_conflict: str) -> None:
+def _write(
+    rows: dict[str, Any], users: list[Row], report: RestoreReport, on_conflict: str, active: dict[str, Any] | None
+) -> None:
     with transaction.atomic():
         user_ids = _ensure_users(users, report)
         plan = _plan(rows, user_ids, report, on_conflict)
@@ -294,6 +332,8 @@ def _write(rows: dict[str, Any], users: list[Row], report: RestoreReport, on_con
             objects = [instance(part.model, row, user_ids) for row in plan.insert[part.label]]
             part.model.objects.bulk_create(objects, batch_size=500)
             report.inserted[part.label] = len(objects)
+        if active is not None:
+            _keep_the_active_version(active, report)
         with connection.cursor() as cursor:
             for sql in connection.ops.sequence_reset_sql(no_style(), [p.model for p in PARTS]):
                 cursor.execute(sql)
