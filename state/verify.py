@@ -194,25 +194,36 @@ def _one_refund_per_key(rows: dict[str, list[Row]]) -> Check:
 def _approved_before_paid(rows: dict[str, list[Row]]) -> Check:
     """No refund that may have moved money needed an approval without an approved request for its exact arguments.
 
-    Whether it needed one is judged from the policy and the rules, not only from the call's own flag.
+    Whether it needed one is judged from the rules it was paid under, not only from the call's own
+    flag: its run's pinned profile version (the threshold, the tools that always need an approval),
+    or the policy and rules in the bundle for a run pinned to none. A rule made stricter since (a
+    lower threshold) does not make a refund paid rightly under the old one a violation. A customer
+    flagged "every refund reviewed" is not dated in the ledger: the call's own flag records it.
     """
     check = Check("no refund paid without an approval for its exact arguments")
     calls = {c["id"]: c for c in rows["agents.ToolCall"]}
     approvals = {a["tool_call_id"]: a for a in rows["approvals.ApprovalRequest"]}
-    tickets = {t["id"]: t for t in rows["tickets.Ticket"]}
-    flagged = {c["id"] for c in rows["tickets.Customer"] if c["requires_refund_approval"]}
+    run_profile = {r["id"]: r.get("profile_id") for r in rows["agents.AgentRun"]}
+    profiles = {p["id"]: p for p in rows.get("agents.AgentProfile", [])}
     ruled = {r["tool_name"] for r in rows["agents.ToolApprovalRule"] if r["requires_approval"]}
     policies = rows["agents.ApprovalPolicy"]
     threshold = policies[0]["refund_threshold_cents"] if policies else None
+
+    def rules_of(call: Row) -> tuple[set[str], int | None]:
+        profile = profiles.get(run_profile.get(call.get("run_id")))
+        if profile is None:
+            return ruled, threshold
+        always = {t["name"] for t in profile.get("tools") or [] if isinstance(t, dict) and t.get("requires_approval")}
+        return always, (profile.get("approval_policy") or {}).get("refund_threshold_cents", threshold)
+
     paid = [r for r in rows["agents.Refund"] if r["status"] in MONEY_MOVED_STATUSES or r["provider_refund_id"]]
     for refund in paid:
         call = calls.get(refund["tool_call_id"], {})
-        ticket = tickets.get(refund["ticket_id"], {})
+        always, limit = rules_of(call)
         needed = (
             call.get("approval_required")
-            or ticket.get("customer_id") in flagged
-            or call.get("name") in ruled
-            or (threshold is not None and refund["amount_cents"] > threshold)
+            or call.get("name") in always
+            or (limit is not None and refund["amount_cents"] > limit)
         )
         if not needed:
             continue
