@@ -31,7 +31,17 @@ from agents.models import AgentProfile
 from agents.profiles import CONTENT_FIELDS, profile_activate
 from state import bundle
 from state.parts import PARTS, USERS_LABEL, Part
-from state.rows import Row, columns, dump, instance, is_user_column, key_of, row_problems, unknown_keys
+from state.rows import (
+    Row,
+    columns,
+    dump,
+    instance,
+    is_user_column,
+    key_of,
+    row_problems,
+    unknown_keys,
+    user_row_problems,
+)
 from state.verify import references
 
 ON_CONFLICT = ("fail", "skip")
@@ -282,6 +292,9 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
     malformed: list[str] = []
     for part in PARTS:
         for row in rows.setdefault(part.label, []):
+            if not isinstance(row, dict):
+                malformed.append(f"{part.label}: a row that is not an object ({type(row).__name__})")
+                continue
             extra = unknown_keys(part.model, row)
             if extra:
                 problems.append(
@@ -289,9 +302,12 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
                 )
                 break
             malformed += row_problems(part.model, row)
+    for user in rows.setdefault(USERS_LABEL, []):
+        malformed += user_row_problems(user)
     if malformed:
         problems += malformed[:20] + ([f"and {len(malformed) - 20} more such problems"] if len(malformed) > 20 else [])
-    elif not missing:
+        raise RestoreRefused(problems)  # what follows reads the rows, which are not what they should be
+    if not missing:
         # Every row of a ticket points inside the bundle: none lands in a ticket of this database.
         problems += references({**rows, USERS_LABEL: rows.get(USERS_LABEL, [])}).violations
     users = rows.get(USERS_LABEL, [])

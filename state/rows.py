@@ -100,6 +100,27 @@ def user_rows(usernames: set[str]) -> list[Row]:
     ]
 
 
+def user_row_problems(row: Any) -> list[str]:
+    """Why ``row`` cannot be a user row of a bundle (``user_rows``): empty when it can."""
+    if not isinstance(row, dict):
+        return [f"auth.User: a row that is not an object ({type(row).__name__})"]
+    where = f"auth.User {row.get('username')!r}"
+    field = get_user_model()._meta.get_field(get_user_model().USERNAME_FIELD)
+    username = row.get("username")
+    problems = []
+    if set(row) != {"username", "is_staff", "is_active", "groups"}:
+        problems.append(f"{where}: its keys are {sorted(map(str, row))}, not username, is_staff, is_active, groups")
+    if not isinstance(username, str) or not username or len(username) > field.max_length or "\x00" in username:
+        problems.append(f"{where}: the username is not a name of at most {field.max_length} characters")
+    for flag in ("is_staff", "is_active"):
+        if flag in row and not isinstance(row[flag], bool):
+            problems.append(f"{where}: {flag} is {row[flag]!r}, not true or false")
+    groups = row.get("groups")
+    if "groups" in row and not (isinstance(groups, list) and all(isinstance(g, str) for g in groups)):
+        problems.append(f"{where}: groups is not a list of group names")
+    return problems
+
+
 def row_problems(model: type[Model], row: Row) -> list[str]:
     """Why ``row`` cannot be a row of ``model`` in this database (empty when it can): each value
     must be one its column takes (its type, length, choices, integer range), checked before
