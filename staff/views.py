@@ -82,6 +82,8 @@ def _ticket_page(
         "note_text": note,
         # Per render: a double-clicked (or retried) send carries the same id and posts once.
         "reply_id": uuid.uuid4().hex,
+        # Who has the ticket as this page shows it: a reply sent after a colleague took it is refused.
+        "holder": ticket.assignee_id if ticket.status == TicketStatus.WITH_HUMAN and ticket.assignee_id else "",
         "note_id": uuid.uuid4().hex,
         "orders": selectors.orders_beside(ticket=ticket),
         "refunds": selectors.refunds_of(ticket=ticket),
@@ -167,9 +169,11 @@ def _write(is_public: bool) -> Callable[..., HttpResponse]:
     def view(request: HttpRequest, ticket_id: int) -> HttpResponse:
         found = _ticket_or_404(ticket_id)
         body = request.POST.get("body", "")
+        seen = request.POST.get("holder", "")
+        extra = {"holder_seen": int(seen) if seen.isascii() and seen.isdigit() else None} if is_public else {}
         try:
             _, created = post(
-                ticket=found, user=request.user, body=body, client_msg_id=request.POST.get("client_msg_id", "")
+                ticket=found, user=request.user, body=body, client_msg_id=request.POST.get("client_msg_id", ""), **extra
             )
         except ValidationError as exc:
             return _refused(request, ticket_id, exc, **{field: body})

@@ -826,8 +826,27 @@ def client_key(client_msg_id: str | None) -> str:
     return key
 
 
+def _colleague_took_it_since(ticket: Ticket, user: AbstractBaseUser, holder_seen: int | None) -> None:
+    """Refuse a reply sent from a page read before a colleague took the ticket (``holder_seen``: who
+    had it, by the page; None: the agent or nobody). Sent again from the page that names them, the
+    reply takes it from them: that is then what was asked."""
+    holder = ticket.assignee if ticket.status == TicketStatus.WITH_HUMAN else None
+    if holder is not None and holder.pk != user.pk and holder.pk != holder_seen:
+        raise InvalidTransition(
+            f"{holder.get_username()} has taken ticket #{ticket.pk} since this page was opened; your reply was "
+            "not sent. Send it again to answer the customer and take the ticket from them.",
+            code="invalid_transition",
+        )
+
+
 def _staff_message(
-    *, ticket: Ticket | int, user: AbstractBaseUser, body: str, client_msg_id: str, is_public: bool
+    *,
+    ticket: Ticket | int,
+    user: AbstractBaseUser,
+    body: str,
+    client_msg_id: str,
+    is_public: bool,
+    holder_seen: int | None | object = ...,
 ) -> tuple[Message, bool]:
     text = _clean_body(body)
     key = client_key(client_msg_id)
@@ -837,6 +856,8 @@ def _staff_message(
     try:
         with transaction.atomic():
             locked = _locked(ticket)
+            if is_public and holder_seen is not ...:
+                _colleague_took_it_since(locked, user, holder_seen)  # type: ignore[arg-type]
             if is_public:
                 _with_person_locked(locked, user)
                 # What the customer asked so far is answered by a person: after a hand-back the
@@ -860,10 +881,21 @@ def _staff_message(
     return message, True
 
 
-def staff_reply(*, ticket: Ticket | int, user: AbstractBaseUser, body: str, client_msg_id: str) -> tuple[Message, bool]:
+def staff_reply(
+    *,
+    ticket: Ticket | int,
+    user: AbstractBaseUser,
+    body: str,
+    client_msg_id: str,
+    holder_seen: int | None | object = ...,
+) -> tuple[Message, bool]:
     """A person answers the customer, under their own name. Replying takes the ticket (the
-    agent stays out until it is handed back). Idempotent on ``client_msg_id``."""
-    return _staff_message(ticket=ticket, user=user, body=body, client_msg_id=client_msg_id, is_public=True)
+    agent stays out until it is handed back). Idempotent on ``client_msg_id``. ``holder_seen``:
+    who had the ticket on the page the reply was written on (the staff page sends it); a
+    colleague who took it since makes the reply a conflict, not a silent take-over."""
+    return _staff_message(
+        ticket=ticket, user=user, body=body, client_msg_id=client_msg_id, is_public=True, holder_seen=holder_seen
+    )
 
 
 def staff_note(*, ticket: Ticket | int, user: AbstractBaseUser, body: str, client_msg_id: str) -> tuple[Message, bool]:
