@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -182,8 +184,75 @@ def ticket_id_in(search_term: str) -> int | None:
     return int(term)
 
 
+class TicketAdminForm(forms.ModelForm):
+    """The ticket's page in the admin, with the editable values as the page showed them: a save
+    writes only what the person changed on the page, and refuses a change to a value someone
+    else changed since the page was read (a take-over meanwhile is never undone by a stale page)."""
+
+    page_read = forms.CharField(widget=forms.HiddenInput, required=False)
+
+    class Meta:
+        model = Ticket
+        fields = ("subject", "priority", "assignee")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["page_read"].initial = json.dumps(_editable_values(self.instance))
+        if "assignee" in self.fields:
+            self.fields["assignee"].queryset = (
+                self.fields["assignee"]
+                .queryset.filter(
+                    Q(is_superuser=True)
+                    | Q(user_permissions__codename="handle_ticket")
+                    | Q(groups__permissions__codename="handle_ticket"),
+                    is_active=True,
+                )
+                .distinct()
+            )
+
+    def page_values(self) -> dict[str, Any] | None:
+        try:
+            read = json.loads(self.cleaned_data.get("page_read") or "null")
+        except ValueError:
+            return None
+        return read if isinstance(read, dict) and set(read) == set(services.TICKET_EDITABLE_FIELDS) else None
+
+    def changed_on_the_page(self) -> list[str]:
+        """The editable fields the person changed on the page (what was posted against what it showed)."""
+        read = self.page_values()
+        if read is None:
+            return [name for name in self.changed_data if name in services.TICKET_EDITABLE_FIELDS]
+        posted = {
+            name: self.cleaned_data[name] for name in services.TICKET_EDITABLE_FIELDS if name in self.cleaned_data
+        }
+        if posted.get("assignee") is not None:
+            posted["assignee"] = posted["assignee"].pk
+        return [name for name, value in posted.items() if value != read[name]]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        read = self.page_values()
+        if read is None or not self.instance.pk:
+            return cleaned
+        now = _editable_values(Ticket.objects.get(pk=self.instance.pk))
+        for name in self.changed_on_the_page():
+            if now[name] != read[name]:
+                self.add_error(
+                    None,
+                    f"The {name} was changed by someone else since this page was opened; nothing was saved. "
+                    "Reload the page and make your change again.",
+                )
+        return cleaned
+
+
+def _editable_values(ticket: Ticket) -> dict[str, Any]:
+    return {"subject": ticket.subject, "priority": ticket.priority, "assignee": ticket.assignee_id}
+
+
 @admin.register(Ticket)
 class TicketAdmin(admin.ModelAdmin):
+    form = TicketAdminForm
     list_display = ["id", "subject", "customer", "status", "priority", "assignee", "updated_at"]
     list_filter = ["status", "priority"]
     list_select_related = ["customer", "assignee"]
@@ -206,7 +275,7 @@ class TicketAdmin(admin.ModelAdmin):
         if not change:
             super().save_model(request, obj, form, change)
             return
-        changes = {name: getattr(obj, name) for name in form.changed_data}
+        changes = {name: getattr(obj, name) for name in form.changed_on_the_page()}
         current = services.ticket_edit(ticket=obj.pk, user=request.user, changes=changes)
         for field in Ticket._meta.concrete_fields:
             setattr(obj, field.attname, getattr(current, field.attname))

@@ -25,6 +25,7 @@ from tickets import realtime
 from tickets.attachments import CheckedFile, IncomingFile, inspect_all
 from tickets.models import (
     AGENT_STAYS_OUT,
+    HANDLE_PERMISSION,
     RATING_COMMENT_MAX_CHARS,
     RATING_SCORES,
     TICKET_TRANSITIONS,
@@ -766,6 +767,12 @@ def ticket_edit(*, ticket: Ticket | int, user: AbstractBaseUser, changes: dict[s
     unknown = sorted(set(changes) - set(TICKET_EDITABLE_FIELDS))
     if unknown:
         raise ValidationError(f"These fields of a ticket cannot be edited: {', '.join(unknown)}.", code="not_editable")
+    assignee = changes.get("assignee")
+    if assignee is not None and not (assignee.is_active and assignee.has_perm(HANDLE_PERMISSION)):
+        # Only a person who can work tickets (active, with tickets.handle_ticket) is given one.
+        raise ValidationError(
+            f"{assignee.get_username()} cannot work tickets; nothing was changed.", code="cannot_work_tickets"
+        )
     with transaction.atomic():
         locked = _locked(ticket)
         if "assignee" in changes:

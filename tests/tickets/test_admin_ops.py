@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from django.contrib import admin
 from django.contrib.auth.models import Permission
+from django.core.exceptions import ValidationError
 from django.test import Client, RequestFactory
 from django.urls import reverse
 
@@ -448,19 +449,28 @@ def test_the_customer_autocomplete_finds_customers_by_email(admin_client, admin_
     assert [item["id"] for item in response.json()["results"]] == [str(erin.pk)]
 
 
-def test_changing_the_assignee_on_the_ticket_page_is_recorded_with_who_did_it(admin_client, admin_user, admin_ticket):
-    from django.contrib.auth import get_user_model
-
-    colleague = get_user_model().objects.create_user(username="colleague", password="x", is_staff=True)
-    page = admin_client.get(reverse("admin:tickets_ticket_change", args=[admin_ticket.pk]))
+def _ticket_page(admin_client, ticket) -> dict:  # noqa: ANN001
+    """The admin's ticket page as a browser would post it back, unchanged."""
+    page = admin_client.get(reverse("admin:tickets_ticket_change", args=[ticket.pk]))
     form = page.context["adminform"].form
     data = {name: form[name].value() or "" for name in form.fields}
-    data["assignee"] = colleague.pk
     for inline in page.context["inline_admin_formsets"]:
         management = inline.formset.management_form
         for name in management.fields:
             data[f"{inline.formset.prefix}-{name}"] = management[name].value()
-    response = admin_client.post(reverse("admin:tickets_ticket_change", args=[admin_ticket.pk]), data)
+    return data
+
+
+def _save_ticket_page(admin_client, ticket, data):  # noqa: ANN001, ANN202
+    return admin_client.post(reverse("admin:tickets_ticket_change", args=[ticket.pk]), data)
+
+
+def test_changing_the_assignee_on_the_ticket_page_is_recorded_with_who_did_it(admin_client, admin_user, admin_ticket):
+    from tests.staff.conftest import make_support_staff
+
+    colleague = make_support_staff("colleague")
+    data = {**_ticket_page(admin_client, admin_ticket), "assignee": colleague.pk}
+    response = _save_ticket_page(admin_client, admin_ticket, data)
     assert response.status_code == 302, response.content.decode()[:2000]
     admin_ticket.refresh_from_db()
     assert admin_ticket.assignee == colleague
@@ -484,3 +494,38 @@ def test_an_order_with_a_refund_keeps_what_the_refund_was_paid_against(admin_cli
     form = page.context["adminform"].form
     assert not {"number", "customer", "currency", "payment_reference"} & set(form.fields)
     assert {"status", "total_cents"} <= set(form.fields)  # the rest stays editable
+
+
+def test_saving_a_ticket_page_read_before_a_take_over_does_not_undo_it(admin_client, admin_ticket):
+    from tests.staff.conftest import make_support_staff
+
+    stale = _ticket_page(admin_client, admin_ticket)  # nobody assigned
+    maria = make_support_staff("maria-admin")
+    services.ticket_take_over(ticket=admin_ticket.pk, user=maria)
+
+    # Only the priority was changed on the page: it is saved, and Maria keeps the ticket.
+    response = _save_ticket_page(admin_client, admin_ticket, {**stale, "priority": "high"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    admin_ticket.refresh_from_db()
+    assert admin_ticket.priority == "high" and admin_ticket.assignee == maria
+
+    # The assignee changed on the stale page: refused, nothing saved.
+    li = make_support_staff("li-admin")
+    refused = _save_ticket_page(admin_client, admin_ticket, {**stale, "assignee": li.pk, "subject": "Renamed"})
+    assert (
+        refused.status_code == 200 and "changed by someone else since this page was opened" in refused.content.decode()
+    )
+    admin_ticket.refresh_from_db()
+    assert admin_ticket.assignee == maria and admin_ticket.subject != "Renamed"
+
+
+def test_a_ticket_is_not_assigned_to_someone_who_cannot_work_tickets(admin_client, admin_ticket):
+    customer = make_customer("assigned-customer")
+    response = _save_ticket_page(
+        admin_client, admin_ticket, {**_ticket_page(admin_client, admin_ticket), "assignee": customer.user.pk}
+    )
+    assert response.status_code == 200
+    admin_ticket.refresh_from_db()
+    assert admin_ticket.assignee is None
+    with pytest.raises(ValidationError, match="cannot work tickets"):
+        services.ticket_edit(ticket=admin_ticket.pk, user=customer.user, changes={"assignee": customer.user})

@@ -12,6 +12,7 @@ from django.db.models import Max
 from django.urls import reverse
 
 from tests.conftest import make_customer
+from tests.staff.conftest import make_support_staff
 from tickets import services
 from tickets.admin import TicketAdmin
 from tickets.models import Ticket, TicketStatus
@@ -32,7 +33,7 @@ def _post_data(client, ticket):  # noqa: ANN001, ANN202
 
 def test_changing_the_assignee_keeps_the_event_counter_and_take_over_still_works(admin_client, admin_user):
     ticket, _ = services.ticket_open(customer=make_customer(), subject="Kettle", body="Refund please")
-    colleague = get_user_model().objects.create_user(username="colleague2", password="x", is_staff=True)
+    colleague = make_support_staff("colleague2")
     data = _post_data(admin_client, ticket)
     data["assignee"] = colleague.pk
 
@@ -47,7 +48,7 @@ def test_changing_the_assignee_keeps_the_event_counter_and_take_over_still_works
 
 def test_after_an_assignee_change_in_the_admin_a_person_can_still_take_the_ticket(admin_client, admin_user):
     ticket, _ = services.ticket_open(customer=make_customer(), subject="Kettle", body="Refund please")
-    colleague = get_user_model().objects.create_user(username="colleague4", password="x", is_staff=True)
+    colleague = make_support_staff("colleague4")
     data = _post_data(admin_client, ticket)
     data["assignee"] = colleague.pk
     assert admin_client.post(reverse("admin:tickets_ticket_change", args=[ticket.pk]), data).status_code == 302
