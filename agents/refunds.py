@@ -61,6 +61,7 @@ from agents.models import (
     RESERVING_REFUND_STATUSES,
     AgentRun,
     ApprovalDecision,
+    CallStatus,
     Refund,
     RefundStatus,
     ReplayPolicy,
@@ -162,8 +163,11 @@ def _stopped_before(*, customer_id: int, order: Order) -> str | None:
     paid unreviewed (DESIGN.md, invariant 11)."""
     number = order.number.upper()
     mine = ToolCall.objects.filter(name="issue_refund", ticket__customer_id=customer_id)
+    # A call its run left unpaid when a person took the ticket: closed while it waited, or stopped
+    # next to the payment (a take-over that landed while the step was written).
     stopped = mine.filter(
-        Q(approval_decision=ApprovalDecision.REJECTED) | Q(run__outcome=PERSON_TOOK_OVER, result__status="not_run")
+        Q(approval_decision=ApprovalDecision.REJECTED)
+        | (Q(run__outcome=PERSON_TOOK_OVER) & ~Q(status=CallStatus.SUCCEEDED))
     ).order_by("-pk")
     for arguments, ticket_id, decision in stopped.values_list("arguments", "ticket_id", "approval_decision"):
         if str(arguments.get("order_number", "")).strip().upper() != number:
