@@ -463,9 +463,16 @@ def acknowledge_while_paused(*, lease: Lease, run: AgentRun, note: str = WAITING
     One system message per customer message (keyed by it), and the messages stay
     unhandled, so the turn after the decision answers them.
     """
-    waiting = unanswered_messages(ticket_id=run.ticket_id).values_list("pk", flat=True)
+    waiting = list(unanswered_messages(ticket_id=run.ticket_id).values_list("pk", flat=True))
+    # Told once per message, whatever the pause was (a message told during the staff review is not
+    # told again while the customer's Confirm is awaited).
+    told = set(
+        Message.objects.filter(
+            ticket_id=run.ticket_id, client_msg_id__in=[f"waiting:{pk}" for pk in waiting]
+        ).values_list("client_msg_id", flat=True)
+    )
     posted = 0
-    for message_id in waiting:
+    for message_id in (pk for pk in waiting if f"waiting:{pk}" not in told):
         with lease.guard():
             _, created = ticket_services.message_post(
                 ticket=run.ticket_id,
