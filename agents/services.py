@@ -29,6 +29,7 @@ from agents.models import (
     StepStatus,
     ToolCall,
 )
+from agents.selectors import person_took_the_ticket_since
 from support import reads, rows
 from tickets import services as ticket_services
 from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, Message, Ticket, TicketEvent, TicketStatus
@@ -271,10 +272,12 @@ def reply_post(
         status, unanswered, person_answered, key = ticket_locked_for_reply(
             ticket_id=run.ticket_id, since=min(read_at or step.started_at, step.started_at)
         )
-        if status in AGENT_STAYS_OUT or person_answered:
+        if status in AGENT_STAYS_OUT or person_answered or person_took_the_ticket_since(run):
             # A person has the ticket, or answered the customer while this answer was being written
             # (and handed the ticket back): written before their reply, it is not the customer's to
             # read any more. (One written after it, with their reply in its conversation, is posted.)
+            # Or a person resolved or closed it since the run started, and the customer reopened it
+            # by writing: the run ended with the resolve; a new run answers what they wrote.
             return Reply(None, unanswered)
         ticket = Ticket(pk=run.ticket_id, status=status)
         for n, part in enumerate(parts):

@@ -186,6 +186,13 @@ def test_the_sweeper_rings_tickets_with_work_and_leaves_paused_and_human_ones_al
     AgentRun.objects.create(ticket=crashed, status=RunStatus.RUNNING)
     TicketLease.objects.create(ticket=crashed, owner="dead-worker", epoch=3)  # expired at creation
 
+    # A message sent during the pause is rung until its writer is told it waits (its doorbell may be lost)...
+    assert set(tickets_needing_a_ring()) == {waiting.pk, paused.pk, crashed.pk}
+    for message in paused.messages.filter(author_kind=AuthorKind.CUSTOMER):  # as the pass tells them
+        ticket_services.message_post(
+            ticket=paused, author_kind=AuthorKind.SYSTEM, body="It waits.", client_msg_id=f"waiting:{message.pk}"
+        )
+    # ...then the paused ticket waits for its decision, unrung.
     assert set(tickets_needing_a_ring()) == {waiting.pk, crashed.pk}
 
 

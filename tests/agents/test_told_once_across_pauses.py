@@ -84,8 +84,10 @@ def test_with_real_workers_the_message_is_acknowledged_and_the_ticket_not_rung_f
 
     acknowledged = Message.objects.filter(ticket=ticket, client_msg_id=f"waiting:{second.pk}")
     told = _eventually(acknowledged.exists, 8)
-    failures = sum("raised unexpected" in line and "already used for a different message" in line
-                   for line in worker.log().splitlines())
+    failures = sum(
+        "raised unexpected" in line and "already used for a different message" in line
+        for line in worker.log().splitlines()
+    )
     assert told and failures == 0, (
         f"message written during the confirmation acknowledged: {told}; the worker's pass failed {failures} "
         "time(s) in 8 s, the sweeper ringing the ticket again after each"
