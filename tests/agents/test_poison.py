@@ -157,7 +157,7 @@ def test_nul_characters_and_lone_surrogates_in_a_reply_are_dropped_not_fatal():
     assert reply.body == "Hello there \ufffdfriend"
 
 
-def crashing_tool(raising: Exception) -> Tool:
+def crashing_tool(raising: Exception, replay_policy: str = ReplayPolicy.SAFE) -> Tool:
     def handler(ctx, args):  # noqa: ANN001, ANN202
         if isinstance(raising, str):
             with connection.cursor() as cursor:
@@ -168,7 +168,7 @@ def crashing_tool(raising: Exception) -> Tool:
         name="crashy",
         description="A tool that always fails.",
         parameters={"type": "object", "properties": {}, "additionalProperties": False},
-        replay_policy=ReplayPolicy.SAFE,
+        replay_policy=replay_policy,
         handler=handler,
     )
 
@@ -199,6 +199,21 @@ def test_a_tool_that_keeps_failing_parks_the_ticket(raising, monkeypatch):
     assert failed.count() == 3 and all(c.status == CallStatus.FAILED for c in failed)
     error = "the disk is full" if isinstance(raising, Exception) else "division by zero"
     assert_parked(ticket, model, error=error)
+
+
+def test_a_keyed_tool_that_keeps_crashing_is_reconciled_each_time_and_parks_the_ticket(monkeypatch):
+    """A keyed call that crashes stays started (its effect may have happened): each pass reconciles it
+    and runs it again under the same key; the failures are counted, and the ticket is parked."""
+    monkeypatch.setitem(REGISTRY, "crashy", crashing_tool(RuntimeError("the disk is full"), ReplayPolicy.KEYED))
+    ticket = open_ticket()
+    model = CallsCrashy()
+
+    states = drive_until_at_rest(ticket, model)
+
+    assert states == ["retry", "retry", "parked"]
+    (call,) = ToolCall.objects.filter(ticket=ticket, name="crashy")  # one intent, tried again under its key
+    assert call.status != CallStatus.SUCCEEDED
+    assert_parked(ticket, model, error="the disk is full")
 
 
 def test_a_failure_between_successes_is_not_counted_in_a_row(monkeypatch):
