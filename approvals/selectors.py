@@ -65,9 +65,9 @@ def tool_label(name: str) -> str:
     return name.replace("_", " ").capitalize()
 
 
-def _quoted(value: Any, limit: int = 120) -> str:
+def _quoted(value: Any, limit: int | None = 120) -> str:
     text = " ".join(str(value).split())
-    return f"“{text[: limit - 1]}…”" if len(text) > limit else f"“{text}”"
+    return f"“{text[: limit - 1]}…”" if limit is not None and len(text) > limit else f"“{text}”"
 
 
 def action_sentence(*, tool_name: str, arguments: dict[str, Any], currency: str) -> str:
@@ -77,7 +77,11 @@ def action_sentence(*, tool_name: str, arguments: dict[str, Any], currency: str)
         money = format_money(int(amount), arguments.get("currency") or currency) if isinstance(amount, int) else "?"
         number = arguments.get("order_number", "?")
         return f"Refund {money} of order {number} to the customer's original payment method"
-    details = "; ".join(f"{key.replace('_', ' ')}: {_quoted(value)}" for key, value in sorted(arguments.items()))
+    # Every argument whole: approving is bound to these exact arguments, so staff see all of what
+    # they approve (an email's whole body, not its opening).
+    details = "; ".join(
+        f"{key.replace('_', ' ')}: {_quoted(value, limit=None)}" for key, value in sorted(arguments.items())
+    )
     label = tool_label(tool_name)
     return f"{label} ({details})" if details else label
 
