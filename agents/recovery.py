@@ -56,7 +56,9 @@ def recover(p: Pass, *, rerun: bool = True) -> None:
         if c.run_id == run.pk and c.status == CallStatus.STARTED and lease.took_over_from and _reached(p, c)
     ]  # fmt: skip
     limit = None
-    if rerun and lease.took_over_from and run.status == RunStatus.RUNNING:
+    if rerun and resumed and run.status == RunStatus.RUNNING:
+        # The stopped worker carried this run (an earlier lease worked on it); a run this pass has
+        # just started owes nothing to a worker that stopped after finishing the one before.
         limit = _owner_stopped(p)
     for call in sorted(started, key=lambda c: (_step_index(p, c), c.index)):
         tool = REGISTRY.get(call.name)
