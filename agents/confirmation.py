@@ -216,19 +216,22 @@ def confirmation_decide(
                 f"You already {_WORDS[call.confirmation_decision]} this; it cannot be changed now.",
                 code="already_decided",
             )
-        if call.status != CallStatus.AWAITING_CONFIRMATION:
-            raise ConfirmationClosed("This question is no longer waiting for an answer.", code="closed")
-        if call.confirmation_expires_at is None or not call.confirmation_text:
-            # Marked to be asked (behind a call of its step that waits), not asked yet: only the
-            # question the customer was shown can be answered.
-            raise ConfirmationClosed("This question has not been asked yet.", code="not_asked")
         ticket_services.ticket_hold(ticket_id)  # a take-over in flight lands first, or after this answer
         if person_took_the_ticket_since(AgentRun(pk=call.run_id, ticket_id=ticket_id)):
+            # Said first: a question a person's take-over withdrew (its run ended) says why.
             raise ConfirmationClosed(
                 "A member of our team has taken this conversation over, so nothing was done here; "
                 "they will reply in this chat.",
                 code="person_has_ticket",
             )
+        if call.status != CallStatus.AWAITING_CONFIRMATION:
+            raise ConfirmationClosed(
+                "This question was withdrawn: the agent stopped waiting for it, so nothing was done.", code="closed"
+            )
+        if call.confirmation_expires_at is None or not call.confirmation_text:
+            # Marked to be asked (behind a call of its step that waits), not asked yet: only the
+            # question the customer was shown can be answered.
+            raise ConfirmationClosed("This question has not been asked yet.", code="not_asked")
         if _expired(call, timezone.now()):
             raise ConfirmationClosed(_expired_words(), code="expired")
         if digest != call.confirmation_digest or digest != arguments_digest(call.arguments):

@@ -18,6 +18,12 @@ def confirmation_answer(request: HttpRequest, ticket_id: int, call_id: int) -> J
     """POST {"answer": "confirm"|"cancel", "digest": ...}: 200 with the answer that stands (also on a
     repeat of the same answer), 400 bad input, 404 not the customer's ticket, 409 already answered
     otherwise, expired, or changed."""
+    if not request.user.is_authenticated:
+        # The session ended while the question was on screen: say so (the page offers to sign in).
+        return JsonResponse(
+            {"error": "You were signed out, so nothing was done. Sign in again to answer.", "code": "signed_out"},
+            status=401,
+        )
     ticket = ticket_get_for_customer(user=request.user, ticket_id=ticket_id)  # 404 for anyone else
     try:
         data = json.loads(request.body or b"{}")

@@ -162,8 +162,13 @@ class TicketConsumer(SafeJsonConsumer):
     async def _catch_up(self) -> None:
         await self._send_events()
         step, text = await sync_to_async(realtime.streamed_so_far)(self.ticket.pk)
-        if step is not None and text:
+        if step is not None and text and not await database_sync_to_async(self._posted)(step):
             await self.send_json({"type": "token", "step": step, "offset": 0, "text": text})
+
+    def _posted(self, step: int) -> bool:
+        """Is the answer streamed under ``step`` posted already (its buffer not yet cleared: the reply
+        commits first, or the worker stopped in between)? The page shows the message, not the stream."""
+        return selectors.stream_posted(ticket=self.ticket, stream=step)
 
     async def _send_events(self) -> None:
         async with self.read_lock:  # a doorbell's read and a resync's never send the same events twice

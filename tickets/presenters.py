@@ -243,8 +243,10 @@ def mark_answered(items: list[dict[str, Any]]) -> None:
             item["answered"] = False
             latest[item.get("call_id")] = item
         elif item.get("answers") is not None and item["answers"] in latest:
-            # An answer is to the question shown before it; a call asked again has a new one.
+            # An answer is to the question shown before it; a call asked again has a new one. Its words
+            # ("Confirmed", "The question expired, so nothing was done") are what the card then says.
             latest[item["answers"]]["answered"] = True
+            latest[item["answers"]]["answered_text"] = item.get("text") or "Answered."
 
 
 def chat_state(*, ticket: Ticket, items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -172,3 +172,8 @@ def tickets_attachments(*, ticket_ids: Iterable[int]) -> QuerySet[Attachment]:
     pages: no access check here)."""
     files = Attachment.objects.filter(message__ticket_id__in=list(ticket_ids)).select_related("message")
     return files.order_by("message__ticket_id", "message__created_at", "message_id", "position")
+
+
+def stream_posted(*, ticket: Ticket, stream: int) -> bool:
+    """Has a message replaced the answer streamed under ``stream`` (its event names the stream)?"""
+    return TicketEvent.objects.filter(ticket=ticket, kind="message", payload__stream=stream).exists()

@@ -67,6 +67,8 @@
   };
   var QUICK_RETRIES = 2;
   var UNSENT_KEY = "chat-unsent-" + config.ticketId;
+  // Messages not yet stored, by client message ID: kept across a reload, sent again under the same ID.
+  var PENDING_KEY = "chat-pending-" + config.ticketId;
   var connectionTimer = null;
 
   // --- small helpers --------------------------------------------------------------------
@@ -223,6 +225,7 @@
       el = state.pending[item.client_msg_id];
       delete state.pending[item.client_msg_id];
       delete state.unsent[item.client_msg_id];
+      keepUnsent();
     } else if (item.message_id) {
       el = log.querySelector('li.msg[data-message-id="' + Number(item.message_id) + '"]');
     }
@@ -310,10 +313,26 @@
       headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken },
       body: JSON.stringify({ answer: button.getAttribute("data-answer"), digest: card.getAttribute("data-digest") }),
     })
-      .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); })
+      .then(function (r) {
+        return r.json().then(
+          function (body) { return { ok: r.ok, status: r.status, body: body }; },
+          function () { return { ok: false, status: r.status, body: null }; } // not JSON: an error page
+        );
+      })
       .then(function (res) {
         if (res.ok) answered(card, res.body.decision === "confirmed" ? "Confirmed." : "Cancelled.");
-        else answered(card, res.body.error || "This question cannot be answered now.");
+        else if (res.status === 401) {
+          // Signed out: nothing was done; the buttons stay for when they are back.
+          delete card.dataset.sending;
+          card.querySelectorAll("button[data-answer]").forEach(function (b) { b.disabled = false; });
+          note.textContent = ((res.body && res.body.error) || "You were signed out, so nothing was done.") + " ";
+          note.appendChild(signInLink());
+        } else if (res.body && res.body.error) answered(card, res.body.error);
+        else {
+          delete card.dataset.sending;
+          card.querySelectorAll("button[data-answer]").forEach(function (b) { b.disabled = false; });
+          note.textContent = "Not sent: the server answered " + res.status + ". Please try again.";
+        }
       })
       .catch(function () {
         delete card.dataset.sending;
@@ -503,6 +522,41 @@
 
   // --- sending --------------------------------------------------------------------------
 
+  function keepUnsent() {
+    try {
+      var texts = {};
+      Object.keys(state.unsent).forEach(function (id) {
+        if (typeof state.unsent[id] === "string" && state.unsent[id]) texts[id] = state.unsent[id];
+      });
+      if (Object.keys(texts).length) window.sessionStorage.setItem(PENDING_KEY, JSON.stringify(texts));
+      else window.sessionStorage.removeItem(PENDING_KEY);
+    } catch (e) {
+      /* storage full or off: the page still has them */
+    }
+  }
+
+  // Messages a reload interrupted before they were stored: sent again under the same IDs (the server
+  // stores each once, and answers with the original if it had it).
+  function sendKeptMessages() {
+    var kept = {};
+    try {
+      kept = JSON.parse(window.sessionStorage.getItem(PENDING_KEY) || "{}") || {};
+    } catch (e) {
+      kept = {};
+    }
+    Object.keys(kept).forEach(function (clientMsgId) {
+      var text = kept[clientMsgId];
+      if (typeof text !== "string" || !text || state.pending[clientMsgId]) return;
+      var el = messageElement("customer", config.authorNames.customer, text, null);
+      el.classList.add("pending", "sending");
+      el.setAttribute("data-client-msg-id", clientMsgId);
+      state.pending[clientMsgId] = el;
+      state.unsent[clientMsgId] = text;
+      log.appendChild(el);
+      post(clientMsgId, text, el, 0);
+    });
+  }
+
   function signInLink() {
     var link = document.createElement("a");
     link.href = config.loginUrl;
@@ -542,6 +596,7 @@
   function markSignedOut(el, clientMsgId, text) {
     markFailed(el, clientMsgId, null, false);
     delete state.unsent[clientMsgId];
+    keepUnsent();
     var kept = window.sessionStorage.getItem(UNSENT_KEY);
     window.sessionStorage.setItem(UNSENT_KEY, kept ? kept + "\n\n" + text : text);
     var why = el.querySelector(".msg-error");
@@ -572,6 +627,7 @@
         function (result) {
           if (result.status === 200 || result.status === 201) {
             delete state.unsent[clientMsgId];
+            keepUnsent();
             el.classList.remove("sending", "failed");
             clearFailure(el);
             var id = result.data.message && result.data.message.id;
@@ -584,10 +640,16 @@
             }
           } else if (result.status === 401) {
             markSignedOut(el, clientMsgId, text);
-          } else if (result.status >= 500 || result.status === 429) {
+          } else if (result.status === 429) {
+            // Too many too fast: say so, with the wait, and send it when the wait is over.
+            var wait = Math.max(1, Number(result.data.retry_after) || 5);
+            markFailed(el, clientMsgId, (result.data.error || "too many messages at once.") + " It will be sent then.", true);
+            setTimeout(function () { resend(el); }, wait * 1000);
+          } else if (result.status >= 500) {
             return retry();
           } else {
             delete state.unsent[clientMsgId];
+            keepUnsent();
             markFailed(el, clientMsgId, result.data.error || "please try again.", false);
           }
         },
@@ -668,6 +730,7 @@
       attach().pending(el, files);
     }
     state.unsent[clientMsgId] = text;
+    keepUnsent();
     log.appendChild(el);
     input.value = "";
     autosize();
@@ -729,6 +792,7 @@
     autosize();
     note.textContent = "The message you wrote before you were signed out is back in the box: press Send to send it.";
   }
+  if (!input.disabled) sendKeptMessages();
   // Ready to type on open; not on a touch screen, where focus would open the keyboard over the conversation.
   if (!input.disabled && !window.matchMedia("(pointer: coarse)").matches) input.focus();
   connect();
