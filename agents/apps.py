@@ -13,3 +13,26 @@ class AgentsConfig(AppConfig):
         from agents.timeline_kinds import register_kinds
 
         register_kinds()
+        check_model_spec()
+
+
+def check_model_spec() -> None:
+    """AGENT_MODEL names a model this deployment can build: a malformed value stops the process at
+    start, naming the variable, rather than failing every ticket's run later."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+    from django.utils.module_loading import import_string
+
+    spec = (settings.AGENT_MODEL or "").strip()
+    if spec in {"", "offline"}:
+        return
+    if spec.startswith("openai:"):
+        if not spec.removeprefix("openai:").strip():
+            raise ImproperlyConfigured("AGENT_MODEL=openai: needs a model name, e.g. AGENT_MODEL=openai:gpt-4o-mini")
+        return
+    try:
+        import_string(spec)
+    except ImportError as exc:
+        raise ImproperlyConfigured(
+            f"AGENT_MODEL={spec!r} is not 'offline', 'openai:<model>' or an importable class path: {exc}"
+        ) from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,29 @@ def env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number") from None
+
+
+def env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise ImproperlyConfigured(f"{name}={raw!r} must be a positive number of seconds")
+    return value
+
+
+def env_rate(name: str, default: str) -> str:
+    """A rate as django-ratelimit reads it: a count per period, "8/10s", "10/h", "3/d"."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if not re.fullmatch(r"[1-9]\d*/(?:[1-9]\d*)?[smhd]", raw.strip()):
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a rate; write a count per period: 8/10s, 10/m, 10/h or 3/d")
+    return raw.strip()
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
@@ -407,7 +431,7 @@ LOGGING = {
 # --- Payments (the official stripe SDK; the local sandbox by default) ----------------------
 STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "sk_test_sandbox")
 STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "http://127.0.0.1:12111")
-PAYMENTS_TIMEOUT_SECONDS = os.environ.get("PAYMENTS_TIMEOUT_SECONDS", "10")
+PAYMENTS_TIMEOUT_SECONDS = env_seconds("PAYMENTS_TIMEOUT_SECONDS", 10.0)
 # Refunds left submitted/uncertain are settled from the provider's records this often.
 REFUND_RECONCILE_SECONDS = env_int("REFUND_RECONCILE_SECONDS", 60)
 # One execution of a refund tries the provider this many times under the same key, waiting
@@ -511,9 +535,9 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_VERBOSE = False
 # Per-customer limits (django-ratelimit rates, e.g. "8/10s", "20/h"): over them, 429 and Retry-After.
-CUSTOMER_MESSAGE_RATE = os.environ.get("CUSTOMER_MESSAGE_RATE", "8/10s")
-CUSTOMER_TICKET_RATE = os.environ.get("CUSTOMER_TICKET_RATE", "10/h")
+CUSTOMER_MESSAGE_RATE = env_rate("CUSTOMER_MESSAGE_RATE", "8/10s")
+CUSTOMER_TICKET_RATE = env_rate("CUSTOMER_TICKET_RATE", "10/h")
 # Password-reset requests, per address asked for and per client address.
-PASSWORD_RESET_RATE_PER_EMAIL = os.environ.get("PASSWORD_RESET_RATE_PER_EMAIL", "3/h")
-PASSWORD_RESET_RATE_PER_IP = os.environ.get("PASSWORD_RESET_RATE_PER_IP", "10/h")
+PASSWORD_RESET_RATE_PER_EMAIL = env_rate("PASSWORD_RESET_RATE_PER_EMAIL", "3/h")
+PASSWORD_RESET_RATE_PER_IP = env_rate("PASSWORD_RESET_RATE_PER_IP", "10/h")
 RATELIMIT_USE_CACHE = "default"

@@ -64,6 +64,22 @@ def start_django(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]
             },
             "ATTACHMENT_MAX_BYTES='10MB' is not a whole number",
         ),
+        *(
+            (
+                {"DATABASE_URL": "postgres://u@h/db", "REDIS_URL": "redis://h/0", "DEBUG": "1", name: value},
+                message,
+            )
+            for name, value, message in [
+                ("CUSTOMER_MESSAGE_RATE", "8 per 10s", "CUSTOMER_MESSAGE_RATE='8 per 10s' is not a rate"),
+                ("CUSTOMER_TICKET_RATE", "10/week", "CUSTOMER_TICKET_RATE='10/week' is not a rate"),
+                ("PASSWORD_RESET_RATE_PER_EMAIL", "0/h", "PASSWORD_RESET_RATE_PER_EMAIL='0/h' is not a rate"),
+                ("PASSWORD_RESET_RATE_PER_IP", "h", "PASSWORD_RESET_RATE_PER_IP='h' is not a rate"),
+                ("PAYMENTS_TIMEOUT_SECONDS", "ten", "PAYMENTS_TIMEOUT_SECONDS='ten' is not a number of seconds"),
+                ("PAYMENTS_TIMEOUT_SECONDS", "0", "PAYMENTS_TIMEOUT_SECONDS='0' must be a positive number"),
+                ("AGENT_MODEL", "opnai-gpt-4o-mini", "AGENT_MODEL='opnai-gpt-4o-mini' is not 'offline'"),
+                ("AGENT_MODEL", "openai:", "AGENT_MODEL=openai: needs a model name"),
+            ]
+        ),
     ],
 )
 def test_missing_or_malformed_configuration_fails_at_start_naming_what_to_set(tmp_path, env, message):
