@@ -23,6 +23,14 @@ def _customer_confirmation(request, settings):  # noqa: ANN001
 
 
 @pytest.fixture(autouse=True)
+def _live_updates_on() -> None:
+    """A test that made Redis fail leaves no pause of live updates to the next one."""
+    from tickets import realtime
+
+    realtime._paused_until = 0.0
+
+
+@pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):  # noqa: ANN001
     # Test users need real logins, not production-strength hashing (hundreds of ms each).
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

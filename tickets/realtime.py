@@ -86,9 +86,11 @@ class _Writer:
                 try:
                     self._connected().send_packed_command(self.connection.pack_commands(commands), check_health=False)
                     return
-                except redis.RedisError:
+                except redis.RedisError as exc:
                     self._drop()
-                    if attempt == 2:
+                    # Tried again on a connection Redis closed (a restart); not after a timeout: a
+                    # server that does not answer would only make the worker wait twice as long.
+                    if attempt == 2 or isinstance(exc, redis.TimeoutError):
                         raise
 
     def _connected(self) -> Any:
@@ -132,9 +134,28 @@ _writer: _Writer | None = None
 _writer_lock = threading.Lock()
 
 
+# After Redis failed a live update, the next ones are not tried for this long: a Redis that stalls
+# (stopped, overloaded, cut off without a reset) costs a worker one timeout, not one per streamed
+# word. Live updates are best effort; the answer is in the ledger.
+LIVE_UPDATES_PAUSE_SECONDS = 5.0
+_paused_until = 0.0
+
+
 def _write(commands: list[Command]) -> None:
     """Send the commands in one write on the no-reply connection (with replies, on a server that
-    refuses to turn them off)."""
+    refuses to turn them off). Raises at once, sending nothing, while live updates are paused after
+    a failure."""
+    global _paused_until
+    if time.monotonic() < _paused_until:
+        raise redis.ConnectionError("live updates are paused after Redis failed to answer")
+    try:
+        _write_now(commands)
+    except redis.RedisError:
+        _paused_until = time.monotonic() + LIVE_UPDATES_PAUSE_SECONDS
+        raise
+
+
+def _write_now(commands: list[Command]) -> None:
     global _writer
     writer = _writer
     if writer is None or writer.pid != os.getpid():  # a forked child opens its own

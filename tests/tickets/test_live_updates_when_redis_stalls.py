@@ -1,0 +1,77 @@
+"""Redis (the live updates and the streaming buffer) stalls while the agent answers.
+
+README: live updates are best effort, "the ledger has the truth"; the answer is a Message row in
+PostgreSQL. A Redis that stops answering (a stopped or overloaded server, a host cut off without a
+reset: connections open, nothing comes back) costs a worker one timeout, not one per streamed word
+and timeline event: after a live update fails, the next ones are not tried for
+``LIVE_UPDATES_PAUSE_SECONDS``. Counted here as the connections the stalled server is asked for.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from agents.llm import ModelResponse, Usage
+from agents.models import AgentRun, RunStatus
+from agents.runner import advance
+from tests.agents.test_money_path import public_words
+from tests.conftest import make_customer
+from tickets import realtime
+from tickets import services as ticket_services
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+ANSWER = "It shipped today, and it should reach you by Friday at the latest."
+
+
+class Streams:
+    name = "streams"
+
+    def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+        words = ANSWER.split(" ")
+        for n, word in enumerate(words):
+            if on_token is not None:
+                on_token(word + ("" if n == len(words) - 1 else " "))
+        return ModelResponse(text=ANSWER, usage=Usage(10, len(words)))
+
+
+@pytest.fixture
+def stalled_redis(settings) -> Iterator[list[socket.socket]]:  # noqa: ANN001
+    """A Redis that accepts connections and never answers; yields the connections it was asked for."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    settings.REDIS_URL = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    realtime._redis, realtime._writer, realtime._paused_until = None, None, 0.0
+    yield accepted
+    listener.close()
+    for connection in accepted:
+        connection.close()
+    realtime._redis, realtime._writer, realtime._paused_until = None, None, 0.0
+
+
+def test_an_answer_is_stored_while_redis_stalls_and_the_worker_waits_on_it_once(stalled_redis):  # noqa: ANN001
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Order", body="Where is my order?")
+
+    outcome = advance(ticket.pk, model=Streams())
+
+    assert outcome.state == RunStatus.COMPLETED
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.COMPLETED
+    assert public_words(ticket) == [ANSWER]
+    # Thirteen words streamed and several timeline events, each a live update: one connection was
+    # tried, timed out, and paused the rest (without the pause: two tries per update).
+    assert len(stalled_redis) == 1, f"{len(stalled_redis)} connections to a Redis that never answers"
