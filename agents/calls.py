@@ -142,6 +142,23 @@ def call_finish(
     return locked
 
 
+# The error a keyed call that crashed keeps while it stays started: it was tried, and its effect may
+# have happened (recovery reconciles it under its key; a run that ends records it uncertain).
+CRASHED_PREFIX = "crashed after it was tried: "
+
+
+def call_note_crash(*, lease: Lease, call: ToolCall, error: str) -> None:
+    """A keyed call crashed (not a tool error): it stays started, marked as tried."""
+    with lease.guard():
+        ToolCall.objects.filter(pk=call.pk, status=CallStatus.STARTED).update(error=(CRASHED_PREFIX + error)[:2000])
+    call.error = (CRASHED_PREFIX + error)[:2000]
+
+
+def was_tried(call: ToolCall) -> bool:
+    """A started call that crashed after it was tried (``call_note_crash``)."""
+    return call.status == CallStatus.STARTED and call.error.startswith(CRASHED_PREFIX)
+
+
 # Called, in the transaction that closes them, with the ids of calls that waited for a staff approval
 # when their run ended: the approvals app withdraws their requests (agents.calls.calls_close_waiting).
 WithdrawHook = Callable[..., None]
@@ -168,6 +185,16 @@ def calls_close_waiting(*, lease: Lease, run_id: int, reason: str) -> list[ToolC
             .order_by("step_id", "index")
         )
         for call in closing:
+            if was_tried(call):
+                # Tried, and it crashed before its outcome was recorded: it may have happened (the
+                # provider may have paid). Never "not run"; the reconciler settles a refund's row.
+                check_transition(call, CallStatus.UNCERTAIN)
+                call.status, call.finished_at = CallStatus.UNCERTAIN, timezone.now()
+                call.error = f"tried, then the run ended ({reason}): {call.error}"[:2000]
+                call.result = {"status": "uncertain", "note": "This was tried and may have happened."}
+                call.save(update_fields=["status", "result", "error", "finished_at"])
+                _call_finished_event(call, call.status, call.error)
+                continue
             status = CallStatus.CANCELLED if call.status == CallStatus.AWAITING_CONFIRMATION else CallStatus.FAILED
             check_transition(call, status)
             call.status, call.error, call.finished_at = status, f"not run: {reason}"[:2000], timezone.now()

@@ -310,9 +310,10 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
         error = f"{type(exc).__name__}: {exc}"
         if call.replay_policy == ReplayPolicy.KEYED:
             # Its effect may have happened (the provider paid, then the database went away): the call
-            # stays started, and the next pass reconciles it under its key, then completes it or runs
-            # it again under the same key (DESIGN.md, invariant 5). A crash every time is counted
-            # each time, and parks the ticket with a person.
+            # stays started, marked as tried, and the next pass reconciles it under its key, then
+            # completes it or runs it again under the same key (DESIGN.md, invariant 5). A crash every
+            # time is counted each time, and parks the ticket with a person (the call then uncertain).
+            calls.call_note_crash(lease=lease, call=call, error=error)
             raise ToolCrashed(f"the tool {call.name} failed: {error}") from exc
         status = CallStatus.UNCERTAIN if call.replay_policy == ReplayPolicy.NEVER else CallStatus.FAILED
         calls.call_finish(lease=lease, call=call, status=status, result=None, error=error)

@@ -51,9 +51,11 @@ def recover(p: Pass, *, rerun: bool = True) -> None:
 
     # Only a worker that stopped without releasing the lease leaves a call interrupted. After a clean
     # stop (a pause at a step's intents), a call recorded to run was never attempted: the loop runs it.
+    # So does a keyed call that crashed after it was tried (its worker lived on and released the lease).
     started = [
         c for c in p.calls.values()
-        if c.run_id == run.pk and c.status == CallStatus.STARTED and lease.took_over_from and _reached(p, c)
+        if c.run_id == run.pk and c.status == CallStatus.STARTED
+        and ((lease.took_over_from and _reached(p, c)) or calls.was_tried(c))
     ]  # fmt: skip
     limit = None
     if rerun and resumed and run.status == RunStatus.RUNNING:
