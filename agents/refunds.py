@@ -163,11 +163,12 @@ def _stopped_before(*, customer_id: int, order: Order) -> str | None:
     paid unreviewed (DESIGN.md, invariant 11)."""
     number = order.number.upper()
     mine = ToolCall.objects.filter(name="issue_refund", ticket__customer_id=customer_id)
-    # A call its run left unpaid when a person took the ticket: closed while it waited, or stopped
-    # next to the payment (a take-over that landed while the step was written).
+    # A call its run left unpaid because a person took the ticket: closed while it waited, or stopped
+    # next to the payment (a take-over that landed while the step was written). Its error says so; a
+    # refund refused by a rule (more than the order has left) in such a run was not stopped by them.
     stopped = mine.filter(
         Q(approval_decision=ApprovalDecision.REJECTED)
-        | (Q(run__outcome=PERSON_TOOK_OVER) & ~Q(status=CallStatus.SUCCEEDED))
+        | (Q(run__outcome=PERSON_TOOK_OVER, error__contains=PERSON_TOOK_OVER) & ~Q(status=CallStatus.SUCCEEDED))
     ).order_by("-pk")
     for arguments, ticket_id, decision in stopped.values_list("arguments", "ticket_id", "approval_decision"):
         if str(arguments.get("order_number", "")).strip().upper() != number:
