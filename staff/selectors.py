@@ -5,14 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 
 from agents.models import AgentRun, ModelStep, Refund, ToolCall
 from agents.selectors import orders_with_refunded_total
 from approvals.models import ApprovalRequest
-from tickets.models import HANDLE_PERMISSION, Message, Order, Ticket, TicketStatus
+from tickets.models import Message, Order, Ticket, TicketStatus
 
 FINISHED = [TicketStatus.RESOLVED, TicketStatus.CLOSED]
 
@@ -87,20 +86,6 @@ def inbox(
     )
     order = ["-rating__updated_at", "-id"] if view == "rated" else ["updated_at", "id"]
     return list(tickets.order_by(*order)[:limit])
-
-
-def assignable_staff() -> QuerySet[AbstractBaseUser]:
-    """People who can work tickets: the support staff group, direct grants, superusers."""
-    app_label, codename = HANDLE_PERMISSION.split(".")
-    granted = Q(groups__permissions__codename=codename, groups__permissions__content_type__app_label=app_label) | Q(
-        user_permissions__codename=codename, user_permissions__content_type__app_label=app_label
-    )
-    return (
-        get_user_model()
-        .objects.filter(Q(is_active=True) & (granted | Q(is_superuser=True)))
-        .distinct()
-        .order_by("username")
-    )
 
 
 def orders_beside(*, ticket: Ticket) -> list[Order]:

@@ -60,7 +60,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
         "assignee": assignee,
         "query": query,
         "statuses": TicketStatus.choices,
-        "staff_people": selectors.assignable_staff(),
+        "staff_people": ticket_selectors.assignable_staff(),
     }
     return render(request, "staff/inbox.html", context)
 
@@ -89,7 +89,7 @@ def _ticket_page(
         "refunds": selectors.refunds_of(ticket=ticket),
         "rating": ticket_selectors.ticket_rating(ticket=ticket),
         "trace": selectors.trace(ticket=ticket),
-        "staff_people": selectors.assignable_staff(),
+        "staff_people": ticket_selectors.assignable_staff(),
         "allowed": _allowed_actions(ticket),
         "counts": selectors.view_counts(user=request.user),
         "views": selectors.VIEWS,
@@ -220,7 +220,7 @@ def assign(request: HttpRequest, ticket_id: int) -> HttpResponse:
     if username == "me":
         assignee = request.user
     elif username:
-        assignee = selectors.assignable_staff().filter(username=username).first()
+        assignee = ticket_selectors.assignable_staff().filter(username=username).first()
         if assignee is None:
             exists = get_user_model().objects.filter(username=username).exists()
             reason = "cannot work tickets" if exists else "is not a user"

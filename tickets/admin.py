@@ -13,7 +13,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -33,6 +33,7 @@ from tickets.models import (
     TicketStatus,
 )
 from tickets.money import format_money
+from tickets.selectors import assignable_staff
 
 # Ticket ids are bigints; a longer number is not an id (and would overflow the query).
 _MAX_TICKET_ID = 2**63 - 1
@@ -200,16 +201,7 @@ class TicketAdminForm(forms.ModelForm):
         if self.instance.pk:
             self.fields["page_read"].initial = json.dumps(_editable_values(self.instance))
         if "assignee" in self.fields:
-            self.fields["assignee"].queryset = (
-                self.fields["assignee"]
-                .queryset.filter(
-                    Q(is_superuser=True)
-                    | Q(user_permissions__codename="handle_ticket")
-                    | Q(groups__permissions__codename="handle_ticket"),
-                    is_active=True,
-                )
-                .distinct()
-            )
+            self.fields["assignee"].queryset = assignable_staff()
 
     def page_values(self) -> dict[str, Any] | None:
         try:

@@ -6,8 +6,9 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Exists, JSONField, OuterRef, QuerySet, Subquery
+from django.db.models import Exists, JSONField, OuterRef, Q, QuerySet, Subquery
 from django.http import Http404
 
 from support import reads, rows
@@ -177,3 +178,17 @@ def tickets_attachments(*, ticket_ids: Iterable[int]) -> QuerySet[Attachment]:
 def stream_posted(*, ticket: Ticket, stream: int) -> bool:
     """Has a message replaced the answer streamed under ``stream`` (its event names the stream)?"""
     return TicketEvent.objects.filter(ticket=ticket, kind="message", payload__stream=stream).exists()
+
+
+def assignable_staff() -> QuerySet[AbstractBaseUser]:
+    """People who can work tickets: the support staff group, direct grants, superusers."""
+    app_label, codename = HANDLE_PERMISSION.split(".")
+    granted = Q(groups__permissions__codename=codename, groups__permissions__content_type__app_label=app_label) | Q(
+        user_permissions__codename=codename, user_permissions__content_type__app_label=app_label
+    )
+    return (
+        get_user_model()
+        .objects.filter(Q(is_active=True) & (granted | Q(is_superuser=True)))
+        .distinct()
+        .order_by("username")
+    )
