@@ -191,7 +191,7 @@ def test_only_the_tickets_customer_can_answer(sandbox):  # noqa: ANN001
     intruder = make_customer()
 
     assert answer(signed_in(intruder), ticket, call, "confirm").status_code == 404
-    assert answer(Client(), ticket, call, "confirm").status_code == 404
+    assert answer(Client(), ticket, call, "confirm").status_code == 401  # signed out: nothing is done
     bad = signed_in(alice).post(
         f"/tickets/{ticket.pk}/confirmations/{call.pk}", {"answer": "yes please"}, content_type="application/json"
     )
