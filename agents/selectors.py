@@ -80,22 +80,39 @@ def person_took_the_ticket_since(run: AgentRun) -> bool:
     """Does a person have the ticket now (with a person, resolved or closed), or have they had it since
     this run started without handing it back to the agent? A customer who writes on a resolved ticket
     reopens it, and that gives nothing back to the run that waited through it; a member of staff who
-    hands the ticket back does. Read from the timeline, where each status change is written with the
-    change itself (the ticket's own row says what it is now)."""
+    hands the ticket back gives back a run that was in the middle of a step (its worker carries on).
+    A run that was paused (waiting for staff or for the customer's Confirm) when a person took the
+    ticket is stopped for good: what it waited for was withdrawn by that take-over, whether or not a
+    worker ended the run before the hand-back. Read from the timeline, where each status change and
+    each pause and resume of the run is written with the change itself."""
     if Ticket.objects.filter(pk=run.ticket_id, status__in=AGENT_STAYS_OUT).exists():
         return True
     started = TicketEvent.objects.filter(
         ticket_id=run.ticket_id, kind="agent_run_started", payload__run_id=run.pk
     ).values("seq")[:1]
-    # The last change since the run started that took the ticket from the agent or handed it back.
-    last = (
-        TicketEvent.objects.filter(ticket_id=run.ticket_id, kind="status_changed", seq__gt=Subquery(started))
-        .filter(Q(payload__to__in=sorted(AGENT_STAYS_OUT)) | Q(payload__from=TicketStatus.WITH_HUMAN))
-        .order_by("-seq")
-        .values_list("payload__to", flat=True)
-        .first()
+    taking = Q(kind="status_changed") & (
+        Q(payload__to__in=sorted(AGENT_STAYS_OUT)) | Q(payload__from=TicketStatus.WITH_HUMAN)
     )
-    return last in AGENT_STAYS_OUT
+    pausing = Q(
+        kind__in=[f"agent_run_{status}" for status in (*PAUSED_RUN_STATUSES, RunStatus.RUNNING)], payload__run_id=run.pk
+    )
+    changes = (
+        TicketEvent.objects.filter(ticket_id=run.ticket_id, seq__gt=Subquery(started))
+        .filter(taking | pausing)
+        .order_by("seq")
+        .values_list("kind", "payload__to")
+    )
+    paused = taken = False
+    for kind, to in changes:
+        if kind != "status_changed":
+            paused = kind != f"agent_run_{RunStatus.RUNNING}"
+        elif to in AGENT_STAYS_OUT:
+            if paused:
+                return True  # taken while the run waited: what it waited for is withdrawn for good
+            taken = True
+        else:
+            taken = False  # handed back while the run was in the middle of a step
+    return taken
 
 
 # A backoff this close to its end is over for a worker that is rung: a worker whose clock runs a
