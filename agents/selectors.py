@@ -82,9 +82,10 @@ def person_took_the_ticket_since(run: AgentRun) -> bool:
     reopens it, and that gives nothing back to the run that waited through it; a member of staff who
     hands the ticket back gives back a run that was in the middle of a step (its worker carries on).
     A run that was paused (waiting for staff or for the customer's Confirm) when a person took the
-    ticket is stopped for good: what it waited for was withdrawn by that take-over, whether or not a
-    worker ended the run before the hand-back. Read from the timeline, where each status change and
-    each pause and resume of the run is written with the change itself."""
+    ticket, or that paused while a person had it, is stopped for good: what it waited for was
+    withdrawn by that take-over, whether or not a worker ended the run before the hand-back. Read
+    from the timeline, where each status change and each pause and resume of the run is written
+    with the change itself."""
     if Ticket.objects.filter(pk=run.ticket_id, status__in=AGENT_STAYS_OUT).exists():
         return True
     started = TicketEvent.objects.filter(
@@ -106,6 +107,8 @@ def person_took_the_ticket_since(run: AgentRun) -> bool:
     for kind, to in changes:
         if kind != "status_changed":
             paused = kind != f"agent_run_{RunStatus.RUNNING}"
+            if paused and taken:
+                return True  # it paused (its step written) while a person had the ticket: stopped too
         elif to in AGENT_STAYS_OUT:
             if paused:
                 return True  # taken while the run waited: what it waited for is withdrawn for good
