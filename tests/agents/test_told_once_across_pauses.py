@@ -43,7 +43,7 @@ def test_a_message_during_the_confirmation_after_an_approval_is_acknowledged(san
 
     # Staff approve: the same run now waits for the customer's Confirm.
     approval = ApprovalRequest.objects.get(ticket=ticket)
-    approval_services.approval_decide(approval_id=approval.pk, user=make_staff("r18-approver", can_decide=True),
+    approval_services.approval_decide(approval_id=approval.pk, user=make_staff("first-approver", can_decide=True),
                                       approve=True)  # fmt: skip
     advance(ticket.pk)
     assert AgentRun.objects.get(ticket=ticket).status == RunStatus.WAITING_CONFIRMATION
@@ -71,7 +71,7 @@ def test_with_real_workers_the_message_is_acknowledged_and_the_ticket_not_rung_f
     first = write(ticket, "Any news on my refund?")
     advance(ticket.pk)
     approval = ApprovalRequest.objects.get(ticket=ticket)
-    approval_services.approval_decide(approval_id=approval.pk, user=make_staff("r18-approver2", can_decide=True),
+    approval_services.approval_decide(approval_id=approval.pk, user=make_staff("second-approver", can_decide=True),
                                       approve=True)  # fmt: skip
     advance(ticket.pk)
     assert AgentRun.objects.get(ticket=ticket).status == RunStatus.WAITING_CONFIRMATION
