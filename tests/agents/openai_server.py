@@ -22,6 +22,7 @@ rather than an ordinary end of body.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import select
@@ -206,6 +207,22 @@ class OpenAIServer:
         with self._lock:
             self.requests.append(body)
             self.headers.append(headers)
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A handler of one test's own (a stream the scripted server has no item for) on a free loopback
+    port, while the block runs: yields its base URL."""
+    httpd = _QuietServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        host, port = httpd.server_address[:2]
+        yield f"http://{host}:{port}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
 
 
 class _QuietServer(ThreadingHTTPServer):

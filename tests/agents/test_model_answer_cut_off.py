@@ -7,14 +7,12 @@ tried again and, after the failure limit, handed to a person; never posted as th
 from __future__ import annotations
 
 import json
-import threading
-from http.server import ThreadingHTTPServer
 
 import pytest
 
 from agents.llm_openai import OpenAIChatModel
 from agents.runner import advance
-from tests.agents.openai_server import _Chunks, _Handler
+from tests.agents.openai_server import _Chunks, _Handler, serving
 from tests.conftest import make_customer
 from tickets import services as ticket_services
 from tickets.models import AuthorKind, Message
@@ -36,21 +34,11 @@ class _CutAtMaxTokens(_Handler):
         self._send_event("[DONE]")
         self._end_stream()
 
-    def log_message(self, format, *args):  # noqa: A002, ANN001
-        pass
-
 
 @pytest.fixture
 def cutting_server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _CutAtMaxTokens)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        host, port = httpd.server_address[:2]
-        yield f"http://{host}:{port}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(_CutAtMaxTokens) as url:
+        yield url
 
 
 def test_an_answer_cut_off_at_the_token_limit_is_not_posted_as_the_final_answer(cutting_server):

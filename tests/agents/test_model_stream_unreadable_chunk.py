@@ -10,8 +10,6 @@ will never be posted), and the next attempt streams under its own id, so nobody 
 from __future__ import annotations
 
 import json
-import threading
-from http.server import ThreadingHTTPServer
 
 import pytest
 
@@ -19,7 +17,7 @@ from agents.llm_openai import OpenAIChatModel
 from agents.models import ModelStep, StepStatus
 from agents.runner import advance
 from tests.agents.conftest import retry_time_comes
-from tests.agents.openai_server import _Chunks, _Handler
+from tests.agents.openai_server import _Chunks, _Handler, serving
 from tests.conftest import make_customer
 from tests.workers import purge_stream_buffers
 from tickets import realtime
@@ -56,22 +54,11 @@ class _Garbling(_Handler):
         self._send_event("[DONE]")
         self._end_stream()
 
-    def log_message(self, format, *args):  # noqa: A002, ANN001
-        pass
-
 
 @pytest.fixture
 def garbling_server():
-    handler = type("H", (_Garbling,), {"served": 0})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        host, port = httpd.server_address[:2]
-        yield f"http://{host}:{port}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(type("H", (_Garbling,), {"served": 0})) as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)
