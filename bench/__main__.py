@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster, base_url = start_stack(ctx, "site", workers=args.workers)
             try:
                 if "e2e" in args.parts:
-                    attempt("e2e", throughput.run, base_url, args.workers)
+                    attempt("e2e", throughput.run, cluster, base_url, args.workers)
                 if "waiting" in args.parts:
                     attempt("waiting", waiting.run, cluster, base_url)
             finally:

@@ -168,6 +168,10 @@ class Proc:
         except psutil.NoSuchProcess:
             return []
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds of this process and its children alive now."""
+        return cpu_seconds_of(self.processes())
+
     def rss_bytes(self) -> int:
         import psutil
 
@@ -195,6 +199,44 @@ class Proc:
             os.killpg(self.popen.pid, signum)
         except ProcessLookupError:
             pass
+
+
+def cpu_seconds_of(processes: list[Any]) -> float:
+    import psutil
+
+    total = 0.0
+    for proc in processes:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def cpu_by_role(cluster: Cluster) -> dict[str, float]:
+    """CPU seconds used so far, by role: the cluster's web, workers and beat, PostgreSQL and Redis
+    (their server processes alive now), this benchmark process, and the whole machine (busy time
+    of all cores, from /proc/stat). Read twice and subtract: a process that ends between the two
+    readings takes its seconds with it, which only the machine's figure still holds."""
+    import psutil
+
+    roles: dict[str, float] = {"web": 0.0, "workers": 0.0, "beat": 0.0}
+    for proc in cluster.procs:
+        role = "workers" if proc.name.startswith("worker") else "web" if proc.name.startswith("web") else "beat"
+        roles[role] += proc.cpu_seconds()
+    servers: dict[str, list[Any]] = {"postgres": [], "redis": []}
+    for proc in psutil.process_iter(["name"]):
+        name = proc.info["name"] or ""
+        if name.startswith("postgres"):
+            servers["postgres"].append(proc)
+        elif name.startswith("redis-server"):
+            servers["redis"].append(proc)
+    roles.update({role: cpu_seconds_of(procs) for role, procs in servers.items()})
+    roles["benchmark"] = cpu_seconds_of([psutil.Process()])
+    machine = psutil.cpu_times()
+    roles["machine"] = sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
+    return roles
 
 
 class Cluster:

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench.common import DEMO_QUESTIONS, Context, Customer, PartResult, latency_summary
+from bench.common import DEMO_QUESTIONS, Cluster, Context, Customer, PartResult, cpu_by_role, latency_summary
 from bench.overhead import BenchError
 
 POLL_SECONDS = 0.05
@@ -173,7 +174,7 @@ def verify(ticket_ids: list[int]) -> dict[str, float]:
     }
 
 
-def run(ctx: Context, base_url: str, workers: int) -> PartResult:
+def run(ctx: Context, cluster: Cluster, base_url: str, workers: int) -> PartResult:
     args = ctx.args
     part = PartResult("e2e")
     names = sorted(DEMO_QUESTIONS)
@@ -182,8 +183,10 @@ def run(ctx: Context, base_url: str, workers: int) -> PartResult:
 
     bodies = [(names[i % len(names)], DEMO_QUESTIONS[names[i % len(names)]]) for i in range(args.tickets)]
     before = ctx.server.probe()
+    cpu_before = cpu_by_role(cluster)
     closed = args.e2e_mode == "closed"
     results = serve(base_url, bodies, in_flight=args.concurrency, closed=closed, timeout=120 + 2 * args.tickets)
+    cpu_after = cpu_by_role(cluster)
     after = ctx.server.probe()
     ids = [r["ticket_id"] for r in results]
     rows = verify(ids)
@@ -212,6 +215,7 @@ def run(ctx: Context, base_url: str, workers: int) -> PartResult:
             "wal_bytes_per_ticket_serverwide": wal,
             "reply_detection": "Message.created_at of the reply (worker clock); the database polled every "
             f"{POLL_SECONDS * 1000:.0f} ms to learn that it is there",
+            "cpu_seconds_by_role": {role: cpu_after[role] - cpu_before[role] for role in cpu_after},
             "samples": results,
         }
     )
@@ -245,5 +249,19 @@ def run(ctx: Context, base_url: str, workers: int) -> PartResult:
         "ms",
         f"max {lat['max_ms']:.0f} ms; reply = agent Message.created_at",
         0,
+    )
+    cpu = part.raw["cpu_seconds_by_role"]
+    cores = os.cpu_count() or 1
+    per_ticket = {role: 1000 * seconds / len(results) for role, seconds in cpu.items()}
+    known = sum(v for role, v in per_ticket.items() if role != "machine")
+    shares = ", ".join(f"{role} {per_ticket[role]:.1f}" for role in ("web", "workers", "postgres", "redis", "beat"))
+    part.add(
+        "e2e_cpu_ms_per_ticket",
+        "E2E CPU per ticket, all cores",
+        per_ticket["machine"],
+        "ms CPU",
+        f"{shares}, this benchmark {per_ticket['benchmark']:.1f}, other {per_ticket['machine'] - known:.1f}; "
+        f"{cores} cores busy {100 * cpu['machine'] / (wall * cores):.0f}% of the run",
+        1,
     )
     return part
