@@ -159,6 +159,11 @@ def was_tried(call: ToolCall) -> bool:
     return call.status == CallStatus.STARTED and call.error.startswith(CRASHED_PREFIX)
 
 
+# A question closed by its run's end is said withdrawn in the chat, unless its answer already said
+# that nothing was done (cancelled, expired).
+_UNTOLD = (None, "", ConfirmationDecision.CONFIRMED)
+
+
 # Called, in the transaction that closes them, with the ids of calls that waited for a staff approval
 # when their run ended: the approvals app withdraws their requests (agents.calls.calls_close_waiting).
 WithdrawHook = Callable[..., None]
@@ -195,12 +200,20 @@ def calls_close_waiting(*, lease: Lease, run_id: int, reason: str) -> list[ToolC
                 call.save(update_fields=["status", "result", "error", "finished_at"])
                 _call_finished_event(call, call.status, call.error)
                 continue
-            status = CallStatus.CANCELLED if call.status == CallStatus.AWAITING_CONFIRMATION else CallStatus.FAILED
+            asked_the_customer = call.status == CallStatus.AWAITING_CONFIRMATION
+            status = CallStatus.CANCELLED if asked_the_customer else CallStatus.FAILED
             check_transition(call, status)
             call.status, call.error, call.finished_at = status, f"not run: {reason}"[:2000], timezone.now()
             call.result = {"status": "not_run", "note": f"The run ended before this call: {reason}"[:500]}
             call.save(update_fields=["status", "result", "error", "finished_at"])
             _call_finished_event(call, status, call.error)
+            if asked_the_customer and call.confirmation_text and call.confirmation_decision in _UNTOLD:
+                # The question in the chat loses its buttons now, live and on a page loaded later (and a
+                # Confirm that was never acted on is said to have done nothing).
+                ticket_services.event_append(
+                    ticket=call.ticket_id, kind="confirmation_withdrawn", actor_kind=ActorKind.AGENT,
+                    actor_ref=f"run:{call.run_id}", payload={"call_id": call.pk}, is_public=True,
+                )  # fmt: skip
     return closing
 
 

@@ -39,6 +39,11 @@ def _expired(event: object, payload: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "notice", "tone": "warn", "text": text, "answers": payload.get("call_id")}
 
 
+def _withdrawn(event: object, payload: dict[str, Any]) -> dict[str, Any]:
+    text = "This question was withdrawn, so nothing was done."
+    return {"kind": "notice", "tone": "info", "text": text, "answers": payload.get("call_id")}
+
+
 def register_kinds() -> None:
     def add(name: str, description: str, present: timeline.Presenter | None = None) -> None:
         timeline.register(name, app=APP, description=description, present=present)
@@ -64,6 +69,7 @@ def register_kinds() -> None:
     add("confirmation_requested", "The customer is asked to confirm a call (a refund) before it runs.", _question)
     add("confirmation_decided", "The customer confirmed or cancelled.", _answer)
     add("confirmation_expired", "The customer did not answer in time; nothing was done.", _expired)
+    add("confirmation_withdrawn", "The run ended before the customer answered; nothing was done.", _withdrawn)
     add("refund_succeeded", "The payment provider refunded.", notice("ok", "Your refund was issued."))
     add("refund_pending", "The provider accepted a refund and has not settled it yet.")
     add("refund_failed", "The provider refused or failed a refund.")
