@@ -134,6 +134,10 @@ class AgentRun(models.Model):
     retry_not_before = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # A paused run a person stopped (took the ticket while it waited, or it paused while they had it),
+    # and the ticket was given back before a pass ended it: the sweeper rings it until one does.
+    # Written by the transaction that gives the ticket back (agents.services.runs_note_stopped).
+    stopped_by_person = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["ticket", "started_at", "id"]
@@ -143,6 +147,13 @@ class AgentRun(models.Model):
                 fields=["ticket"],
                 condition=Q(status__in=["running", "waiting_approval", "waiting_confirmation"]),
                 name="one_active_run",
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["ticket"],
+                condition=Q(stopped_by_person=True, status__in=["waiting_approval", "waiting_confirmation"]),
+                name="run_paused_stopped_by_person",
             )
         ]
 

@@ -138,6 +138,8 @@ def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
     running = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING).exclude(retry_not_before__gt=now)
     decided = decided_calls().filter(ticket=OuterRef("pk"))
     paused = AgentRun.objects.filter(ticket=OuterRef("pk"), status__in=PAUSED_RUN_STATUSES)
+    # A paused run a person stopped, the ticket given back before a pass ended it (its ring lost).
+    stopped = paused.filter(stopped_by_person=True)
     # Messages sent while a run waits out its backoff are answered by that run when its wait is over.
     backing_off = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING, retry_not_before__gt=now)
     # A message sent during a pause whose writer was not told it waits (its doorbell was lost).
@@ -149,13 +151,15 @@ def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
         unhandled=Exists(unhandled),
         running=Exists(running),
         paused=Exists(paused),
+        stopped=Exists(stopped),
         decided=Exists(decided),
         backing_off=Exists(backing_off),
         untold=Exists(untold),
     ).filter(  # fmt: skip
         Q(running=True)
-        # A person has the ticket: a run still waiting on it is ended (by the pass that finds it).
+        # A person has the ticket, or had it: a run still waiting on it is ended (by the pass that finds it).
         | Q(paused=True, status__in=AGENT_STAYS_OUT)
+        | Q(stopped=True)
         | (
             # A paused run waits for its decision; messages sent meanwhile wait with it, once their
             # writers are told so. A run waiting out its backoff is carried on by its scheduled retry,
@@ -209,6 +213,8 @@ def _tickets_that_may_have_agent_work() -> QuerySet[Any]:
             AgentRun.objects.filter(status=RunStatus.RUNNING).order_by().values("ticket_id"),
             decided_calls().order_by().values("ticket_id"),
             AgentRun.objects.filter(status__in=PAUSED_RUN_STATUSES, ticket__status__in=AGENT_STAYS_OUT)
+            .order_by().values("ticket_id"),
+            AgentRun.objects.filter(status__in=PAUSED_RUN_STATUSES, stopped_by_person=True)
             .order_by().values("ticket_id"),
         )
     )  # fmt: skip

@@ -20,6 +20,7 @@ from agents.lease import Lease
 from agents.llm import ModelResponse
 from agents.models import (
     ENDED_RUN_STATUSES,
+    PAUSED_RUN_STATUSES,
     PERSON_TOOK_OVER,
     RUN_TRANSITIONS,
     AgentProfile,
@@ -32,7 +33,7 @@ from agents.models import (
 from agents.selectors import person_took_the_ticket_since
 from support import reads, rows
 from tickets import services as ticket_services
-from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, Message, Ticket, TicketEvent, TicketStatus
+from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, Message, Ticket, TicketStatus
 from tickets.selectors import ticket_locked_for_reply, unanswered_messages
 
 
@@ -313,33 +314,31 @@ def run_end_for_person(
             lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=PERSON_TOOK_OVER, tokens=tokens,
             nothing_waits=nothing_waits,
         )  # fmt: skip
-        if run.input_message_ids and not _handed_off_by_the_agent(run):
-            answered = Message.objects.filter(
-                ticket_id=run.ticket_id,
-                author_kind=AuthorKind.STAFF,
-                is_public=True,
-                created_at__gt=OuterRef("created_at"),
-            )
-            Message.objects.filter(pk__in=run.input_message_ids, agent_handled_at__isnull=False).exclude(
-                Exists(answered)
-            ).update(agent_handled_at=None)
+        _unanswered_again(run)
 
 
-def _handed_off_by_the_agent(run: AgentRun) -> bool:
-    """Was the last change that took the ticket from the agent since ``run`` started the agent's own
-    hand-off (its tool, or a limit), which told the customer a person will reply?"""
-    last = (
-        TicketEvent.objects.filter(
-            ticket_id=run.ticket_id,
-            kind="status_changed",
-            payload__to__in=sorted(AGENT_STAYS_OUT),
-            created_at__gte=run.started_at,
-        )
-        .order_by("-seq")
-        .values_list("actor_kind", flat=True)
-        .first()
+def runs_note_stopped(*, ticket_id: int) -> int:
+    """In the transaction that gives the ticket back to the agent: mark its paused run if a person
+    stopped it (``person_took_the_ticket_since``). The take-over's doorbell may have been lost, and
+    with the ticket back with the agent, nothing else would make a pass end that run: the sweeper
+    rings a marked run until one does (``selectors.tickets_with_agent_work``)."""
+    stopped = [run.pk for run in AgentRun.objects.filter(ticket_id=ticket_id, status__in=PAUSED_RUN_STATUSES)
+               if person_took_the_ticket_since(run)]  # fmt: skip
+    return AgentRun.objects.filter(pk__in=stopped).update(stopped_by_person=True) if stopped else 0
+
+
+def _unanswered_again(run: AgentRun) -> None:
+    """What ``run`` was answering that no person has answered since is unanswered again: if staff
+    hand the ticket back without a word, the agent answers it; once they reply, their reply has
+    answered it (``tickets.services.staff_reply`` marks what it answers)."""
+    if not run.input_message_ids:
+        return
+    answered = Message.objects.filter(
+        ticket_id=run.ticket_id, author_kind=AuthorKind.STAFF, is_public=True, created_at__gt=OuterRef("created_at")
     )
-    return last == ActorKind.AGENT
+    Message.objects.filter(pk__in=run.input_message_ids, agent_handled_at__isnull=False).exclude(
+        Exists(answered)
+    ).update(agent_handled_at=None)
 
 
 def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:
@@ -358,6 +357,7 @@ def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:
             ticket=run.ticket_id, reason=reason, actor_ref=_actor(run), actor_kind=ActorKind.AGENT
         )
         run_transition(lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=reason)
+        _unanswered_again(run)
 
 
 def _tell_customer(*, run: AgentRun, body: str, key: str, event: str, payload: dict[str, Any]) -> None:
@@ -448,8 +448,7 @@ def park(*, lease: Lease, run: AgentRun, error: str, failures: int) -> None:
             payload={"run_id": run.pk, "failures": failures, "error": error[:500]},
         )
         ticket_services.ticket_hand_to_person(ticket=run.ticket_id, reason=f"the agent failed: {error[:200]}")
-        # Unanswered again: after staff hand the ticket back, the agent answers them afresh.
-        Message.objects.filter(pk__in=run.input_message_ids).update(agent_handled_at=None)
+        _unanswered_again(run)  # after staff hand the ticket back, the agent answers them afresh
         run_transition(lease=lease, run=run, to_status=RunStatus.FAILED, outcome=f"parked: {error[:500]}")
 
 

@@ -13,7 +13,8 @@ from agents.confirmation import confirmations_expire_due
 from agents.refunds import reconcile_open_refunds
 from agents.runner import advance
 from agents.selectors import tickets_with_agent_work
-from tickets.signals import ticket_needs_agent
+from agents.services import runs_note_stopped
+from tickets.signals import ticket_given_back, ticket_needs_agent
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,11 @@ def ring(ticket_id: int) -> None:
 @receiver(ticket_needs_agent)
 def _on_ticket_needs_agent(sender: object, ticket_id: int, **kwargs: object) -> None:
     ring(ticket_id)
+
+
+@receiver(ticket_given_back)
+def _on_ticket_given_back(sender: object, ticket_id: int, **kwargs: object) -> None:
+    runs_note_stopped(ticket_id=ticket_id)
 
 
 def tickets_needing_a_ring(*, limit: int = 500) -> list[int]:

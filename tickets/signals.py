@@ -11,3 +11,7 @@ ticket_needs_agent = Signal()
 # Sent after commit when a transaction appended timeline events to a ticket (once per
 # transaction and ticket, a doorbell: watchers read what is new). Argument: ticket_id.
 ticket_event_appended = Signal()
+
+# Sent inside the transaction that gives a ticket back to the agent (from a person, resolved or
+# closed to a status the agent works in): receivers write in that transaction. Argument: ticket_id.
+ticket_given_back = Signal()
