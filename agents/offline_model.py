@@ -32,18 +32,42 @@ BENCH = re.compile(r"^bench:(\d{1,3})$")
 # A request is read clause by clause: "A-1 arrived fine, but please refund B-2" asks about B-2 only.
 CLAUSE = re.compile(r"[.;!?]+(?=\s|$)|\n+|\bbut\b", re.IGNORECASE)  # not the point in "$87.25"
 REFUND_WORD = re.compile(r"\brefund", re.IGNORECASE)
-# "I don't want a refund", "no refund", "not asking for any refund": the customer asks for none.
-NO_REFUND = re.compile(
-    r"(?:\b(?:no|not|never|without|dont)|n't)\s+"
-    r"(?:(?:want|wanted|need|needed|asking|ask|asked|looking|request|requesting|expect|expecting|require|get"
-    r"|a|an|any|the|for|to|me|my|it|i)\s+){0,4}refund",
+# A refund clause that does not ask for one: "no refund", "don't issue a refund", "rather a replacement
+# than a refund", "hold off on the refund". Read in the part of the clause (between commas) that names
+# the refund, so "it never came, please refund it" still asks; any of them there and nothing is refunded
+# (the customer is asked instead).
+NOT_ASKED = re.compile(
+    r"\b(?:no|not|never|without|dont|doesnt|instead|rather|hold(?:ing)?\s+off|wait\s+(?:on|with)"
+    r"|(?:cancel|stop|withdraw|drop)\w*\s+(?:the|my|that|this|a)?\s*refund)\b|n['’]t\b",
     re.IGNORECASE,
 )
-# An amount as customers write it: "$1,200.00", "€20", "20 EUR", "EUR 20", "20 euros", "¥500".
-_NUMBER = r"\d[\d,]*(?:\.\d+)?"
+# About refunds, not asking for one: "Is it eligible for a refund?", "What is your refund policy?",
+# "How long does a refund take?", "Where is my refund?".
+ABOUT_REFUNDS = re.compile(
+    r"\b(?:eligib\w*|qualif\w*|policy|policies|how\s+long|how\s+many|how\s+do(?:es)?|how\s+can|how\s+would"
+    r"|when\s+will|whether|wondering|status|where\s+is|any\s+news|possible\s+to|allowed|rules?|usually|normally)\b",
+    re.IGNORECASE,
+)
+# A question that asks us to do it: "Could you refund ...?", "Can I get a refund for ...?".
+ASKS_US = re.compile(
+    r"\b(?:can|could|would|will)\s+(?:you|u)\b|\b(?:can|could|may)\s+i\s+(?:please\s+)?(?:get|have|ask|request)\b"
+    r"|\bplease\b",
+    re.IGNORECASE,
+)
+# A later message that takes the request back or changes it: the agent asks before refunding anything.
+TAKEN_BACK = re.compile(
+    r"\b(?:never\s*mind|nevermind|ignore|disregard|forget\s+(?:it|that|about)|scratch\s+that|cancel\s+that"
+    r"|wrong\s+(?:order|number|one)|i\s+meant|my\s+mistake|my\s+bad|not\s+that\s+one|no\s+longer|changed\s+my\s+mind)\b",
+    re.IGNORECASE,
+)
+SUBCLAUSE = re.compile(r",|\band\b|\bso\b|\bbecause\b", re.IGNORECASE)
+# An amount as customers write it: "$1,200.00", "€20", "20 €", "20 EUR", "EUR 20", "20 euros", "¥500",
+# "1,50 EUR" (a decimal comma).
+_NUMBER = r"\d(?:[\d.,]*\d)?"
 _CODES = r"usd|eur|gbp|jpy|chf|cad|aud|dollars?|euros?|pounds?|yen"
 MONEY = re.compile(
-    rf"(?P<symbol>[$€£¥])\s?(?P<n1>{_NUMBER})|(?P<n2>{_NUMBER})\s?(?P<after>{_CODES})\b|\b(?P<before>{_CODES})\s?(?P<n3>{_NUMBER})",
+    rf"(?P<symbol>[$€£¥])\s?(?P<n1>{_NUMBER})|(?P<n2>{_NUMBER})\s?(?:(?P<after>{_CODES})\b|(?P<sign>[$€£¥]))"
+    rf"|\b(?P<before>{_CODES})\s?(?P<n3>{_NUMBER})",
     re.IGNORECASE,
 )
 _CURRENCY_OF = {"€": "eur", "£": "gbp", "¥": "jpy", "euro": "eur", "euros": "eur", "pound": "gbp", "pounds": "gbp"}
@@ -77,10 +101,28 @@ class Written:
         return int(cents) if cents == cents.to_integral_value() else None
 
 
-def _written(match: re.Match[str]) -> Written:
-    number = match["n1"] or match["n2"] or match["n3"]
-    named = (match["symbol"] or match["after"] or match["before"]).lower()
-    return Written(Decimal(number.replace(",", "")), _CURRENCY_OF.get(named, named))
+def _number(written: str) -> Decimal | None:
+    """A number as written: "1,200.00" and "1.200,00" (thousands and a decimal point or comma),
+    "1,50" (a decimal comma). None when it can be read two ways ("1,5000") or not at all."""
+    marks = [c for c in written if c in ".,"]
+    if not marks:
+        return Decimal(written)
+    decimal = marks[-1] if marks.count(marks[-1]) == 1 else None
+    whole, _, fraction = written.rpartition(decimal) if decimal else (written, "", "")
+    if decimal == "," and len(fraction) == 3 and "." not in written:
+        whole, fraction = written, ""  # "1,200": thousands, as English writes them
+    groups = re.split(r"[.,]", whole)
+    if len(groups) > 1 and (not 1 <= len(groups[0]) <= 3 or any(len(g) != 3 for g in groups[1:])):
+        return None
+    if decimal == "," and fraction and len(fraction) > 2:
+        return None
+    return Decimal("".join(groups) + (f".{fraction}" if fraction else ""))
+
+
+def _written(match: re.Match[str]) -> Written | None:
+    number = _number(match["n1"] or match["n2"] or match["n3"])
+    named = (match["symbol"] or match["after"] or match["sign"] or match["before"]).lower()
+    return Written(number, _CURRENCY_OF.get(named, named)) if number is not None else None
 
 
 @dataclass
@@ -93,6 +135,7 @@ class RefundAsk:
     orders: list[str] = field(default_factory=list)
     amount: Written | None = None
     how_much: bool = False
+    unsure: bool = False  # taken back or changed in a later message: asked again, nothing refunded
 
     def cents(self, order: dict[str, Any]) -> int | None:
         """What to refund of the looked-up order, in its minor unit: the amount asked, or all that is left
@@ -109,19 +152,53 @@ def _distinct(found: list[str]) -> list[str]:
     return list(dict.fromkeys(number.upper() for number in found))
 
 
+def _clauses(text: str) -> list[tuple[str, bool]]:
+    """The clauses of a message, each with whether it ends with a question mark."""
+    found, start = [], 0
+    for end in CLAUSE.finditer(text):
+        found.append((text[start : end.start()], "?" in end.group()))
+        start = end.end()
+    found.append((text[start:], False))
+    return [(clause.strip(), question) for clause, question in found if clause.strip()]
+
+
+def _asks_for_it(clause: str, question: bool) -> bool:
+    """Does this clause, which names a refund, ask for one? Not when the part that names it says no
+    (or would rather something else), not when it asks about refunds (eligibility, the policy, how
+    long), and a question only when it asks us to ("Could you refund ...?")."""
+    if any(NOT_ASKED.search(part) for part in SUBCLAUSE.split(clause) if REFUND_WORD.search(part)):
+        return False
+    if ABOUT_REFUNDS.search(clause):
+        return False
+    return not question or bool(ASKS_US.search(clause))
+
+
+def _unread_numbers(asked: str) -> bool:
+    """A number in the request that is neither an order number nor an amount read from it ("10%",
+    "20 bucks"): what it says about how much is not known, so the customer is asked."""
+    rest = MONEY.sub(" ", ORDER_NUMBER.sub(" ", asked))
+    return bool(re.search(r"\d|%|\b(?:bucks?|quid|cents?|percent)\b", rest, re.IGNORECASE))
+
+
 def refund_asked(request: str) -> RefundAsk | None:
-    """The refund the customer's words ask for, or None when they ask for none (no "refund", or
-    "I don't want a refund"). Read from the clauses that ask for it: an order or an amount named
-    elsewhere in the message ("it cost $80.00; please refund $10.00") is not what is refunded."""
-    clauses = [c for c in CLAUSE.split(request) if REFUND_WORD.search(c) and not NO_REFUND.search(c)]
+    """The refund the customer's words ask for, or None when they ask for none (no "refund", "I don't
+    want a refund", a question about refunds). Read from the clauses that ask for it: an order or an
+    amount named elsewhere in the message ("it cost $80.00; please refund $10.00") is not what is
+    refunded. Whatever is not clear is asked, never guessed: which order (several named, or the
+    request taken back or changed in a later message), or how much (part of it, an amount that
+    cannot be read, or several)."""
+    clauses = [c for c, question in _clauses(request) if REFUND_WORD.search(c) and _asks_for_it(c, question)]
     if not clauses:
         return None
     asked = " ".join(clauses)
     orders = _distinct(ORDER_NUMBER.findall(asked)) or _distinct(ORDER_NUMBER.findall(request))
-    if len(orders) != 1:
-        return RefundAsk(order_number=None, orders=orders)
+    if len(orders) != 1 or TAKEN_BACK.search(request):
+        return RefundAsk(order_number=None, orders=orders, unsure=len(orders) == 1 or not orders)
     with_the_verb = AMOUNT_ASKED.search(asked)
-    amounts = list(dict.fromkeys(_written(m) for m in MONEY.finditer(asked)))
+    matches = list(MONEY.finditer(asked))
+    amounts = list(dict.fromkeys(_written(m) for m in matches))
+    if None in amounts or _unread_numbers(asked):
+        return RefundAsk(orders[0], orders, how_much=True)
     if with_the_verb:
         return RefundAsk(orders[0], orders, amount=_written(MONEY.match(asked, with_the_verb.end())))
     if len(amounts) == 1:
@@ -252,9 +329,17 @@ class OfflineDeterministicModel:
         if THANKS.match(text) and not order_number:
             return None
 
-        if refund is not None and refund.orders:
+        if (
+            refund is None
+            and REFUND_WORD.search(text)
+            and ABOUT_REFUNDS.search(text)
+            and "search_help" not in names_done
+        ):
+            return ("search_help", {"query": "refund"})  # a question about refunds: what the policy says
+
+        if refund is not None and (refund.orders or refund.unsure):
             if refund.order_number is None:
-                return None  # several orders named for it: ask which one
+                return None  # several orders named for it, or the request changed: ask which one
             if _refunded_before(earlier or [], refund.order_number) and not AGAIN.search(text):
                 return None  # already refunded for this request: say so, do not pay twice
             if "lookup_order" not in names_done:
@@ -289,6 +374,11 @@ class OfflineDeterministicModel:
         if not done and THANKS.match(request.lower()) and not order_match:
             return "You're welcome! Is there anything else I can help you with?"
         refund = refund_asked(request)
+        if refund is not None and refund.unsure:
+            return (
+                "Just to be sure before I refund anything: which order would you like refunded, and how much? "
+                'Please tell me in one message, for example "please refund order A-1001".'
+            )
         if refund is not None and refund.order_number is None and refund.orders:
             return f"Which order would you like me to refund: {' or '.join(refund.orders)}?"
         if not done and refund is not None and refund.order_number:
