@@ -13,7 +13,8 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Exists, OuterRef, QuerySet
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Exists, Model, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -54,14 +55,6 @@ class ReadOnlyInline(admin.TabularInline):
 
     def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
         return False
-
-
-@admin.register(Customer)
-class CustomerAdmin(admin.ModelAdmin):
-    list_display = ["name", "email", "requires_refund_approval", "created_at"]
-    list_filter = ["requires_refund_approval"]
-    search_fields = ["name", "email"]
-    list_editable = ["requires_refund_approval"]
 
 
 class OrderLineInline(admin.TabularInline):
@@ -185,41 +178,42 @@ def ticket_id_in(search_term: str) -> int | None:
     return int(term)
 
 
-class TicketAdminForm(forms.ModelForm):
-    """The ticket's page in the admin, with the editable values as the page showed them: a save
-    writes only what the person changed on the page, and refuses a change to a value someone
-    else changed since the page was read (a take-over meanwhile is never undone by a stale page)."""
+def _plain(value: Any) -> Any:
+    """A value as it travels in the page (JSON): compared the same way when it comes back."""
+    return json.loads(json.dumps(value.pk if isinstance(value, Model) else value, cls=DjangoJSONEncoder))
+
+
+class PageReadForm(forms.ModelForm):
+    """A change page that carries its ``editable`` values as it showed them: a save writes only what
+    the person changed on the page, and refuses a change to a value someone else changed since the
+    page was read. (Django compares what is posted with the row as it is when it saves, so a page
+    read before a colleague's change would write its old value back over it, silently.)"""
 
     page_read = forms.CharField(widget=forms.HiddenInput, required=False)
-
-    class Meta:
-        model = Ticket
-        fields = ("subject", "priority", "assignee")
+    editable: tuple[str, ...] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk:
-            self.fields["page_read"].initial = json.dumps(_editable_values(self.instance))
-        if "assignee" in self.fields:
-            self.fields["assignee"].queryset = assignable_staff()
+            self.fields["page_read"].initial = json.dumps(self.values_of(self.instance))
+
+    @classmethod
+    def values_of(cls, obj: Model) -> dict[str, Any]:
+        return {name: _plain(getattr(obj, obj._meta.get_field(name).attname)) for name in cls.editable}
 
     def page_values(self) -> dict[str, Any] | None:
         try:
             read = json.loads(self.cleaned_data.get("page_read") or "null")
         except ValueError:
             return None
-        return read if isinstance(read, dict) and set(read) == set(services.TICKET_EDITABLE_FIELDS) else None
+        return read if isinstance(read, dict) and set(read) == set(self.editable) else None
 
     def changed_on_the_page(self) -> list[str]:
         """The editable fields the person changed on the page (what was posted against what it showed)."""
         read = self.page_values()
         if read is None:
-            return [name for name in self.changed_data if name in services.TICKET_EDITABLE_FIELDS]
-        posted = {
-            name: self.cleaned_data[name] for name in services.TICKET_EDITABLE_FIELDS if name in self.cleaned_data
-        }
-        if posted.get("assignee") is not None:
-            posted["assignee"] = posted["assignee"].pk
+            return [name for name in self.changed_data if name in self.editable]
+        posted = {name: _plain(self.cleaned_data[name]) for name in self.editable if name in self.cleaned_data}
         return [name for name, value in posted.items() if value != read[name]]
 
     def clean(self) -> dict[str, Any]:
@@ -227,19 +221,78 @@ class TicketAdminForm(forms.ModelForm):
         read = self.page_values()
         if read is None or not self.instance.pk:
             return cleaned
-        now = _editable_values(Ticket.objects.get(pk=self.instance.pk))
+        now = self.values_of(type(self.instance)._default_manager.get(pk=self.instance.pk))
         for name in self.changed_on_the_page():
             if now[name] != read[name]:
+                label = self.fields[name].label if name in self.fields else name
                 self.add_error(
                     None,
-                    f"The {name} was changed by someone else since this page was opened; nothing was saved. "
-                    "Reload the page and make your change again.",
+                    f"{str(label).capitalize()} was changed by someone else since this page was opened; nothing "
+                    "was saved. Reload the page and make your change again.",
                 )
         return cleaned
 
 
-def _editable_values(ticket: Ticket) -> dict[str, Any]:
-    return {"subject": ticket.subject, "priority": ticket.priority, "assignee": ticket.assignee_id}
+class TicketAdminForm(PageReadForm):
+    """The ticket's page in the admin: a take-over meanwhile is never undone by a stale page."""
+
+    editable = tuple(services.TICKET_EDITABLE_FIELDS)
+
+    class Meta:
+        model = Ticket
+        fields = ("subject", "priority", "assignee")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "assignee" in self.fields:
+            self.fields["assignee"].queryset = assignable_staff()
+
+
+class CustomerAdminForm(PageReadForm):
+    """A customer's page: a colleague's "every refund reviewed" is never undone by a page read before it."""
+
+    editable = ("user", "name", "email", "requires_refund_approval")
+
+    class Meta:
+        model = Customer
+        fields = ("user", "name", "email", "requires_refund_approval")
+
+
+@admin.register(Customer)
+class CustomerAdmin(admin.ModelAdmin):
+    form = CustomerAdminForm
+    list_display = ["name", "email", "requires_refund_approval", "created_at"]
+    list_filter = ["requires_refund_approval"]
+    search_fields = ["name", "email"]
+    readonly_fields = ["created_at"]
+    # The flag is set on the selected customers by an action, never by saving a whole list: a list
+    # read before a colleague flagged someone would write its old value back.
+    actions = ["review_every_refund", "stop_reviewing_every_refund"]
+
+    def save_model(self, request: HttpRequest, obj: Customer, form: Any, change: bool) -> None:
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        changed = form.changed_on_the_page()
+        if changed:
+            obj.save(update_fields=changed)
+        obj.refresh_from_db()
+
+    def _flag(self, request: HttpRequest, queryset: QuerySet[Customer], flagged: bool) -> None:
+        changing = list(queryset.exclude(requires_refund_approval=flagged))
+        Customer.objects.filter(pk__in=[c.pk for c in changing]).update(requires_refund_approval=flagged)
+        words = "Every refund reviewed" if flagged else "Refunds follow the usual rules"
+        for customer in changing:
+            self.log_change(request, customer, [{"changed": {"fields": ["requires_refund_approval"]}}])
+        self.message_user(request, f"{words}: {len(changing)} customer(s) changed.", messages.SUCCESS)
+
+    @admin.action(description="Review every refund of the selected customers", permissions=["change"])
+    def review_every_refund(self, request: HttpRequest, queryset: QuerySet[Customer]) -> None:
+        self._flag(request, queryset, True)
+
+    @admin.action(description="Stop reviewing every refund of the selected customers", permissions=["change"])
+    def stop_reviewing_every_refund(self, request: HttpRequest, queryset: QuerySet[Customer]) -> None:
+        self._flag(request, queryset, False)
 
 
 @admin.register(Ticket)
