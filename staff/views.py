@@ -160,6 +160,12 @@ def _refused(request: HttpRequest, ticket_id: int, exc: ValidationError, **typed
     return _ticket_page(request, _ticket_or_404(ticket_id), status=status, **typed)
 
 
+def _holder_seen(request: HttpRequest) -> int | None:
+    """Who had the ticket by the page the form was sent from (its hidden ``holder``)."""
+    seen = request.POST.get("holder", "")
+    return int(seen) if seen.isascii() and seen.isdigit() and len(seen) < 19 else None
+
+
 def _write(is_public: bool) -> Callable[..., HttpResponse]:
     post = services.staff_reply if is_public else services.staff_note
     field = "reply" if is_public else "note"
@@ -169,8 +175,7 @@ def _write(is_public: bool) -> Callable[..., HttpResponse]:
     def view(request: HttpRequest, ticket_id: int) -> HttpResponse:
         found = _ticket_or_404(ticket_id)
         body = request.POST.get("body", "")
-        seen = request.POST.get("holder", "")
-        extra = {"holder_seen": int(seen) if seen.isascii() and seen.isdigit() else None} if is_public else {}
+        extra = {"holder_seen": _holder_seen(request)} if is_public else {}
         try:
             _, created = post(
                 ticket=found, user=request.user, body=body, client_msg_id=request.POST.get("client_msg_id", ""), **extra
@@ -225,6 +230,9 @@ def assign(request: HttpRequest, ticket_id: int) -> HttpResponse:
             exists = get_user_model().objects.filter(username=username).exists()
             reason = "cannot work tickets" if exists else "is not a user"
             return _refused(request, ticket_id, ValidationError(f"{username!r} {reason}.", code="bad_assignee"))
-    services.ticket_assign_to(ticket=found, assignee=assignee, user=request.user)
+    try:
+        services.ticket_assign_to(ticket=found, assignee=assignee, user=request.user, holder_seen=_holder_seen(request))
+    except ValidationError as exc:
+        return _refused(request, ticket_id, exc)
     messages.success(request, f"Assigned to {assignee.get_username()}." if assignee else "Unassigned.")
     return _back(ticket_id)

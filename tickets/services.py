@@ -747,10 +747,23 @@ def ticket_close(*, ticket: Ticket | int, user: AbstractBaseUser) -> Ticket:
     return ticket_transition(ticket=ticket, to_status=TicketStatus.CLOSED, actor_kind=ActorKind.STAFF, actor_user=user)
 
 
-def ticket_assign_to(*, ticket: Ticket | int, assignee: AbstractBaseUser | None, user: AbstractBaseUser) -> Ticket:
-    """Assign (or unassign, with None) without changing who answers: the status stays."""
+def ticket_assign_to(
+    *,
+    ticket: Ticket | int,
+    assignee: AbstractBaseUser | None,
+    user: AbstractBaseUser,
+    holder_seen: int | None | object = ...,
+) -> Ticket:
+    """Assign (or unassign, with None) without changing who answers: the status stays. With
+    ``holder_seen`` (who had the ticket by the page the choice was made on), an assignment made on a
+    page read before a colleague took the ticket is refused, not a silent re-assignment."""
     with transaction.atomic():
         locked = _locked(ticket)
+        if holder_seen is not ...:
+            _colleague_took_it_since(
+                locked, user, holder_seen,  # type: ignore[arg-type]
+                refused="nothing was changed. Assign it again from this page to take it from them.",
+            )  # fmt: skip
         _set_assignee(locked, assignee, user)
     return locked
 
@@ -834,15 +847,19 @@ def client_key(client_msg_id: str | None) -> str:
     return key
 
 
-def _colleague_took_it_since(ticket: Ticket, user: AbstractBaseUser, holder_seen: int | None) -> None:
-    """Refuse a reply sent from a page read before a colleague took the ticket (``holder_seen``: who
-    had it, by the page; None: the agent or nobody). Sent again from the page that names them, the
-    reply takes it from them: that is then what was asked."""
+def _colleague_took_it_since(
+    ticket: Ticket,
+    user: AbstractBaseUser,
+    holder_seen: int | None,
+    refused: str = "your reply was not sent. Send it again to answer the customer and take the ticket from them.",
+) -> None:
+    """Refuse what was sent from a page read before a colleague took the ticket (``holder_seen``: who
+    had it, by the page; None: the agent or nobody): a reply, an assignment. Sent again from the page
+    that names them, it takes the ticket from them: that is then what was asked."""
     holder = ticket.assignee if ticket.status == TicketStatus.WITH_HUMAN else None
     if holder is not None and holder.pk != user.pk and holder.pk != holder_seen:
         raise InvalidTransition(
-            f"{holder.get_username()} has taken ticket #{ticket.pk} since this page was opened; your reply was "
-            "not sent. Send it again to answer the customer and take the ticket from them.",
+            f"{holder.get_username()} has taken ticket #{ticket.pk} since this page was opened; {refused}",
             code="invalid_transition",
         )
 
