@@ -131,6 +131,18 @@ def _read_files(path: Path) -> dict[str, bytes]:
         raise BundleError([f"{path} is not a readable bundle ({exc})"]) from None
 
 
+def _part_entry_problem(entry: object) -> str:
+    """Why ``entry`` cannot be a part of the manifest (its label, file, digest and row count); empty when it can."""
+    if not isinstance(entry, dict):
+        return f"a part that is not an object ({type(entry).__name__})"
+    wanted = {"label": str, "file": str, "sha256": str, "rows": int}
+    missing = sorted(set(wanted) - set(entry))
+    if missing:
+        return f"a part without {', '.join(missing)} ({sorted(map(str, entry))})"
+    wrong = [key for key, kind in wanted.items() if not isinstance(entry[key], kind) or isinstance(entry[key], bool)]
+    return f"part {entry.get('file')!r}: {', '.join(wrong)} of the wrong type" if wrong else ""
+
+
 def read(path: Path) -> Bundle:
     """Read a bundle and check every byte of it: the manifest's digest, the format, every part's
     digest and row count, no file missing and none unaccounted for. Raises ``BundleError``."""
@@ -140,7 +152,8 @@ def read(path: Path) -> Bundle:
     if body is None or recorded is None:
         raise BundleError([f"{path} has no {MANIFEST} and {MANIFEST_DIGEST}: not a state bundle"])
     if recorded.decode(errors="replace").split(" ")[0].strip() != sha256(body):
-        problems.append(f"{MANIFEST} does not match its SHA-256 in {MANIFEST_DIGEST}: the manifest was changed")
+        # Nothing it says can be trusted, not even the shape of what it lists: refused here.
+        raise BundleError([f"{MANIFEST} does not match its SHA-256 in {MANIFEST_DIGEST}: the manifest was changed"])
     try:
         manifest = json.loads(body)
     except ValueError:
@@ -154,8 +167,15 @@ def read(path: Path) -> Bundle:
                 f"format version {manifest.get('format_version')!r}; this release reads version {FORMAT_VERSION}",
             ]
         )
+    parts = manifest.get("parts", [])
+    if not isinstance(parts, list):
+        raise BundleError([*problems, f"{MANIFEST}: its parts are not a list"])
     listed = {MANIFEST, MANIFEST_DIGEST}
-    for entry in manifest.get("parts", []):
+    for entry in parts:
+        shape = _part_entry_problem(entry)
+        if shape:
+            problems.append(f"{MANIFEST}: {shape}")
+            continue
         name = entry["file"]
         listed.add(name)
         data = files.get(name)

@@ -93,6 +93,12 @@ def _check_release(b: bundle.Bundle) -> list[str]:
     return problems
 
 
+def _staff_here(user: Any) -> bool:
+    """Does this account work here (the admin, a staff group, a permission of its own)? A customer's
+    login has none of them."""
+    return bool(user.is_staff or user.is_superuser or user.groups.exists() or user.user_permissions.exists())
+
+
 def _ensure_users(users: list[Row], report: RestoreReport) -> dict[str, int]:
     """Each bundled user's id here: the account of the same username, or a new one without a password."""
     model = get_user_model()
@@ -100,12 +106,14 @@ def _ensure_users(users: list[Row], report: RestoreReport) -> dict[str, int]:
     strangers = []
     for row in users:
         user = model.objects.filter(**{model.USERNAME_FIELD: row["username"]}).first()
-        if user is not None and user.is_staff != row["is_staff"]:
+        bundled_staff = bool(row["is_staff"] or row["groups"])
+        if user is not None and _staff_here(user) != bundled_staff:
             # A customer's login in the bundle is a member of staff here (or the reverse): the same
-            # name, not the same person. Linking them would hand one the other's tickets.
+            # name, not the same person. Linking them would hand one the other's tickets (a support
+            # team member with no admin access is staff too: their group gives them the inbox).
             strangers.append(
-                f"the user {row['username']!r} is {'staff' if row['is_staff'] else 'a customer'} in the bundle "
-                f"and {'staff' if user.is_staff else 'not staff'} in this database"
+                f"the user {row['username']!r} is {'staff' if bundled_staff else 'a customer'} in the bundle "
+                f"and {'staff' if _staff_here(user) else 'not staff'} in this database"
             )
         elif user is not None:
             report.users_matched.append(row["username"])
