@@ -34,7 +34,7 @@ from agents.models import (
 )
 from support import rows
 from tickets import services as ticket_services
-from tickets.models import ActorKind
+from tickets.models import ActorKind, TicketEvent
 
 
 class InvalidCallTransition(ValueError):
@@ -207,7 +207,7 @@ def calls_close_waiting(*, lease: Lease, run_id: int, reason: str) -> list[ToolC
             call.result = {"status": "not_run", "note": f"The run ended before this call: {reason}"[:500]}
             call.save(update_fields=["status", "result", "error", "finished_at"])
             _call_finished_event(call, status, call.error)
-            if asked_the_customer and call.confirmation_text and call.confirmation_decision in _UNTOLD:
+            if asked_the_customer and call.confirmation_decision in _UNTOLD and _shown_to_the_customer(call):
                 # The question in the chat loses its buttons now, live and on a page loaded later (and a
                 # Confirm that was never acted on is said to have done nothing).
                 ticket_services.event_append(
@@ -215,6 +215,13 @@ def calls_close_waiting(*, lease: Lease, run_id: int, reason: str) -> list[ToolC
                     actor_ref=f"run:{call.run_id}", payload={"call_id": call.pk}, is_public=True,
                 )  # fmt: skip
     return closing
+
+
+def _shown_to_the_customer(call: ToolCall) -> bool:
+    """Was the customer shown this call's question (it is not, when a person had the ticket)?"""
+    return TicketEvent.objects.filter(
+        ticket_id=call.ticket_id, kind="confirmation_requested", payload__call_id=call.pk, is_public=True
+    ).exists()
 
 
 def calls_record_outcomes(*, lease: Lease, calls: list[ToolCall]) -> None:

@@ -43,7 +43,7 @@ from agents.profiles import policy_values, profile_of
 from agents.selectors import person_took_the_ticket_since
 from agents.tools import REGISTRY, Tool, ToolContext
 from tickets import services as ticket_services
-from tickets.models import TICKET_TRANSITIONS, ActorKind, AuthorKind, Ticket, TicketStatus
+from tickets.models import AGENT_STAYS_OUT, TICKET_TRANSITIONS, ActorKind, AuthorKind, Ticket, TicketStatus
 from tickets.signals import ticket_needs_agent
 
 WAITING_NOTE = (
@@ -94,6 +94,9 @@ def pause_for_confirmation(*, lease: Lease, run: AgentRun, call: ToolCall, tool:
                 ticket=ticket, to_status=TicketStatus.WAITING_ON_CUSTOMER, actor_kind=ActorKind.AGENT,
                 actor_ref=f"run:{run.pk}", reason="waiting for the customer to confirm",
             )  # fmt: skip
+        # A person took the ticket while the step was written: the run is stopped for good (its next
+        # pass ends it), so the customer is not shown a question nobody will act on.
+        shown = ticket.status not in AGENT_STAYS_OUT
         ticket_services.event_append(
             ticket=run.ticket_id,
             kind="confirmation_requested",
@@ -105,7 +108,7 @@ def pause_for_confirmation(*, lease: Lease, run: AgentRun, call: ToolCall, tool:
                 "digest": digest,
                 "expires_at": expires_at.isoformat(),
             },
-            is_public=True,
+            is_public=shown,
         )
 
 

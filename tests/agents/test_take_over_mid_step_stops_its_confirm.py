@@ -4,7 +4,7 @@ that refund, even if the person hands the ticket back before any worker noticed.
 README, "A person's decision ends the agent's part": "a take-over that lands while the model is
 still writing a step stops that step's refund too", and nothing of it is paid later. The run
 paused (its step stored) while a person had the ticket: it is stopped for good, and the customer's
-Confirm afterwards is refused.
+Confirm afterwards is refused. The question is not shown to the customer at all.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tests.agents.test_money_path import order_for, paid
 from tests.agents.test_refund_stopped_mid_step import RefundWhenAsked
 from tests.conftest import make_customer
 from tickets import services as ticket_services
+from tickets.models import TicketEvent
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -40,6 +41,9 @@ def test_a_take_over_while_the_step_is_written_stops_its_confirm_even_after_a_qu
     )
     advance(ticket.pk, model=model)
     (call,) = refund_calls(ticket)
+    # The customer is not shown a question nobody will act on (nor told later it was withdrawn).
+    shown = TicketEvent.objects.filter(ticket=ticket, kind__startswith="confirmation_", is_public=True)
+    assert list(shown.values_list("kind", flat=True)) == []
 
     # The person hands it back a moment later, before a worker took the take-over's ring.
     ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)
@@ -48,6 +52,7 @@ def test_a_take_over_while_the_step_is_written_stops_its_confirm_even_after_a_qu
     advance(ticket.pk, model=model)
     call.refresh_from_db()
     succeeded = Refund.objects.filter(order=order, status=RefundStatus.SUCCEEDED).exists()
+    assert not shown.exists()
     assert paid(sandbox, order) == [] and not succeeded, (
         "the refund of a step a person took the ticket over in was paid after a quick hand-back, "
         f"unreviewed, on the customer's Confirm (HTTP {status}); call {call.status}: {call.error!r}"
