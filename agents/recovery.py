@@ -32,7 +32,16 @@ from agents import services as agent_services
 from agents.approval import may_execute, pause_for_approval
 from agents.execution import Stop, execute
 from agents.llm import wasted_tokens
-from agents.models import FINAL_CALL_STATUSES, AgentRun, CallStatus, ReplayPolicy, RunStatus, StepStatus, ToolCall
+from agents.models import (
+    FINAL_CALL_STATUSES,
+    PERSON_TOOK_OVER,
+    AgentRun,
+    CallStatus,
+    ReplayPolicy,
+    RunStatus,
+    StepStatus,
+    ToolCall,
+)
 from agents.pass_state import Pass, stream_position
 from agents.tools import REGISTRY, ToolContext
 from tickets import realtime
@@ -140,9 +149,11 @@ def _reached(p: Pass, call: ToolCall) -> bool:
 
 def _record_only(
     p: Pass, call: ToolCall, tool: Any, entry: dict[str, Any], found: dict[str, list[Any]],
-    *, why: str = "a person has the ticket",
+    *, why: str = PERSON_TOOK_OVER,
 ) -> None:  # fmt: skip
-    """A person has the ticket (or ``why`` else): write down what this interrupted call did, run nothing."""
+    """A person has the ticket (or ``why`` else): write down what this interrupted call did, run nothing.
+    Its error names the person's take-over in the words every stop by a person is recorded in (a
+    refund asked again on that order is reviewed: ``agents.refunds._stopped_before``)."""
     if tool is not None and call.replay_policy == ReplayPolicy.KEYED and tool.reconcile is not None:
         proven = tool.reconcile(ToolContext(ticket=p.ticket, call=call), call.arguments)
         if proven is not None:

@@ -45,7 +45,7 @@ from typing import Any, NoReturn
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, Sum
 from django.utils import timezone
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
@@ -328,7 +328,12 @@ def _record_provider_state(refund: Refund, found: ProviderRefund, *, by: Abstrac
         }
         if wanted == RefundStatus.SUCCEEDED:
             order = Order.objects.select_for_update().get(pk=locked.order_id)
-            if refunded_total_cents(order) >= order.total_cents and order.status != OrderStatus.REFUNDED:
+            # Refunded once the money went back in full: refunds still pending or uncertain may fail yet,
+            # and an order marked refunded takes no more refunds (it could not be given what is owed).
+            paid_back = Refund.objects.filter(order=order, status=RefundStatus.SUCCEEDED).aggregate(
+                t=Sum("amount_cents")
+            )
+            if (paid_back["t"] or 0) >= order.total_cents and order.status != OrderStatus.REFUNDED:
                 order.status = OrderStatus.REFUNDED
                 order.save(update_fields=["status"])
             kind, label, public = "refund_succeeded", f"Refund of {amount} issued", True
