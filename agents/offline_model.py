@@ -37,7 +37,7 @@ REFUND_WORD = re.compile(r"\brefund", re.IGNORECASE)
 # the refund, so "it never came, please refund it" still asks; any of them there and nothing is refunded
 # (the customer is asked instead).
 NOT_ASKED = re.compile(
-    r"\b(?:no|not|never|without|dont|doesnt|instead|rather|hold(?:ing)?\s+off|wait\s+(?:on|with)"
+    r"\b(?:no|not|never|without|dont|doesnt|cannot|instead|rather|hold(?:ing)?\s+off|wait\s+(?:on|with)"
     r"|(?:cancel|stop|withdraw|drop)\w*\s+(?:the|my|that|this|a)?\s*refund)\b|n['’]t\b",
     re.IGNORECASE,
 )
@@ -60,6 +60,12 @@ TAKEN_BACK = re.compile(
     r"|wrong\s+(?:order|number|one)|i\s+meant|my\s+mistake|my\s+bad|not\s+that\s+one|no\s+longer|changed\s+my\s+mind)\b",
     re.IGNORECASE,
 )
+# A refund asked on a condition, or a question about one put as a request ("Can you tell me if ...",
+# "refund it if it has not arrived by Friday", "unless you can send a replacement"): asked first.
+CONDITION = re.compile(
+    r"\b(?:if|unless|whether|when|whenever|once|in\s+case|provided|assuming|tell\s+me|let\s+me\s+know)\b",
+    re.IGNORECASE,
+)
 SUBCLAUSE = re.compile(r",|\band\b|\bso\b|\bbecause\b", re.IGNORECASE)
 # An amount as customers write it: "$1,200.00", "€20", "20 €", "20 EUR", "EUR 20", "20 euros", "¥500",
 # "1,50 EUR" (a decimal comma).
@@ -75,7 +81,16 @@ _CURRENCY_OF.update({"yen": "jpy", "$": "$", "dollar": "$", "dollars": "$"})  # 
 DOLLARS = frozenset({"usd", "cad", "aud", "nzd", "hkd", "sgd"})
 # The amount named with the verb: "refund $10.00", "refund me €10", "refund of 10 EUR".
 AMOUNT_ASKED = re.compile(rf"\brefund\w*\s+(?:(?:me|of|for|just|only)\s+)*(?={MONEY.pattern})", re.IGNORECASE)
-PART = re.compile(r"\b(part|partial|partly|half|some)\b", re.IGNORECASE)
+# Part of the order, without (or beside) an amount: how much is asked, never guessed.
+PART = re.compile(
+    r"\b(?:part|partial|partly|half|some|portion|difference|shipping|postage|fees?|one\s+of|missing\s+\w+"
+    r"|(?:only|just)\s+(?:the|a|an|one|for|[$€£¥\d]))",
+    re.IGNORECASE,
+)
+# Everything but an amount: the amount named is what the customer keeps, not what is refunded.
+EXCEPT = re.compile(
+    r"\b(?:except|excluding|minus|less|apart\s+from|all\s+but|other\s+than|but\s+not|keep)\b", re.IGNORECASE
+)
 
 
 @dataclass
@@ -162,21 +177,24 @@ def _clauses(text: str) -> list[tuple[str, bool]]:
     return [(clause.strip(), question) for clause, question in found if clause.strip()]
 
 
-def _asks_for_it(clause: str, question: bool) -> bool:
-    """Does this clause, which names a refund, ask for one? Not when the part that names it says no
-    (or would rather something else), not when it asks about refunds (eligibility, the policy, how
-    long), and a question only when it asks us to ("Could you refund ...?")."""
+def _asks_for_it(clause: str, question: bool) -> str:
+    """Does this clause, which names a refund, ask for one? "no" when the part that names it says no
+    (or would rather something else), or it asks about refunds (eligibility, the policy, how long),
+    or it is a question that does not ask us to act; "unsure" when it asks on a condition ("if",
+    "unless", "tell me if"): the customer is asked first; else "yes"."""
     if any(NOT_ASKED.search(part) for part in SUBCLAUSE.split(clause) if REFUND_WORD.search(part)):
-        return False
+        return "no"
     if ABOUT_REFUNDS.search(clause):
-        return False
-    return not question or bool(ASKS_US.search(clause))
+        return "no"
+    if CONDITION.search(clause):
+        return "unsure"
+    return "yes" if not question or ASKS_US.search(clause) else "no"
 
 
 def _unread_numbers(asked: str) -> bool:
     """A number in the request that is neither an order number nor an amount read from it ("10%",
     "20 bucks"): what it says about how much is not known, so the customer is asked."""
-    rest = MONEY.sub(" ", ORDER_NUMBER.sub(" ", asked))
+    rest = MONEY.sub(" ", _without_order_numbers(asked))
     return bool(re.search(r"\d|%|\b(?:bucks?|quid|cents?|percent)\b", rest, re.IGNORECASE))
 
 
@@ -184,26 +202,36 @@ def refund_asked(request: str) -> RefundAsk | None:
     """The refund the customer's words ask for, or None when they ask for none (no "refund", "I don't
     want a refund", a question about refunds). Read from the clauses that ask for it: an order or an
     amount named elsewhere in the message ("it cost $80.00; please refund $10.00") is not what is
-    refunded. Whatever is not clear is asked, never guessed: which order (several named, or the
-    request taken back or changed in a later message), or how much (part of it, an amount that
-    cannot be read, or several)."""
-    clauses = [c for c, question in _clauses(request) if REFUND_WORD.search(c) and _asks_for_it(c, question)]
+    refunded. Whatever is not clear is asked, never guessed: whether (a condition, the request taken
+    back or changed in a later message), which order (several named), or how much (part of it, an
+    amount that cannot be read, several, one named elsewhere, or all but one)."""
+    read = [(c, _asks_for_it(c, question)) for c, question in _clauses(request) if REFUND_WORD.search(c)]
+    clauses = [c for c, answer in read if answer == "yes"]
     if not clauses:
-        return None
+        if not any(answer == "unsure" for _, answer in read):
+            return None
+        orders = _distinct(ORDER_NUMBER.findall(request))
+        return RefundAsk(order_number=None, orders=orders, unsure=True)
     asked = " ".join(clauses)
     orders = _distinct(ORDER_NUMBER.findall(asked)) or _distinct(ORDER_NUMBER.findall(request))
     if len(orders) != 1 or TAKEN_BACK.search(request):
         return RefundAsk(order_number=None, orders=orders, unsure=len(orders) == 1 or not orders)
-    with_the_verb = AMOUNT_ASKED.search(asked)
-    matches = list(MONEY.finditer(asked))
-    amounts = list(dict.fromkeys(_written(m) for m in matches))
-    if None in amounts or _unread_numbers(asked):
+    # Amounts are read with order numbers blanked out ("R-150 $20" names $20, not $150).
+    asked, whole = _without_order_numbers(asked), _without_order_numbers(request)
+    amounts = list(dict.fromkeys(_written(m) for m in MONEY.finditer(asked)))
+    elsewhere = [m for m in MONEY.finditer(whole) if m.group() not in asked]
+    if None in amounts or _unread_numbers(asked) or EXCEPT.search(request):
         return RefundAsk(orders[0], orders, how_much=True)
+    with_the_verb = AMOUNT_ASKED.search(asked)
     if with_the_verb:
         return RefundAsk(orders[0], orders, amount=_written(MONEY.match(asked, with_the_verb.end())))
-    if len(amounts) == 1:
+    if len(amounts) == 1 and not elsewhere:
         return RefundAsk(orders[0], orders, amount=amounts[0])
-    return RefundAsk(orders[0], orders, how_much=len(amounts) > 1 or bool(PART.search(asked)))
+    return RefundAsk(orders[0], orders, how_much=bool(amounts or elsewhere or PART.search(request)))
+
+
+def _without_order_numbers(text: str) -> str:
+    return ORDER_NUMBER.sub(lambda m: "#" * len(m.group()), text)
 
 
 def _words(text: str) -> int:
@@ -375,6 +403,12 @@ class OfflineDeterministicModel:
             return "You're welcome! Is there anything else I can help you with?"
         refund = refund_asked(request)
         if refund is not None and refund.unsure:
+            if len(refund.orders) == 1:
+                number = refund.orders[0]
+                return (
+                    f"Just to be sure before I refund anything: would you like me to refund order {number} now, "
+                    f'and how much? Please tell me in one message, for example "please refund order {number}".'
+                )
             return (
                 "Just to be sure before I refund anything: which order would you like refunded, and how much? "
                 'Please tell me in one message, for example "please refund order A-1001".'
