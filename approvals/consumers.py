@@ -5,11 +5,11 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from approvals.services import STAFF_GROUP, can_decide
-from support.websocket import SafeJsonConsumer
+from support.websocket import SignedInConsumer
 from tickets import realtime
 
 
-class ApprovalsConsumer(SafeJsonConsumer):
+class ApprovalsConsumer(SignedInConsumer):
     """Tells an open dashboard that the pending list changed; the page then reloads it over HTTP."""
 
     async def connect(self) -> None:
@@ -17,11 +17,14 @@ class ApprovalsConsumer(SafeJsonConsumer):
         if user is None or not await database_sync_to_async(can_decide)(user):
             await self.close(code=4403)
             return
+        if not await self.watch_sign_in():
+            return
         await realtime.group_join(self.channel_layer, STAFF_GROUP, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         await self.channel_layer.group_discard(STAFF_GROUP, self.channel_name)
+        await self.leave_sign_in_groups()
 
     async def approvals_changed(self, event: dict[str, Any]) -> None:
         await self.send_json({"type": "changed", "approval_id": event["approval_id"], "change": event["change"]})

@@ -12,7 +12,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from support.websocket import SafeJsonConsumer
+from support.websocket import SignedInConsumer
 from tickets import realtime
 from tickets.models import HANDLE_PERMISSION, Ticket
 
@@ -24,7 +24,7 @@ def _allowed(user: Any) -> bool:
     return bool(user is not None and user.is_authenticated and user.is_active and user.has_perm(HANDLE_PERMISSION))
 
 
-class StaffTicketConsumer(SafeJsonConsumer):
+class StaffTicketConsumer(SignedInConsumer):
     group: str | None = None
 
     async def connect(self) -> None:
@@ -36,12 +36,15 @@ class StaffTicketConsumer(SafeJsonConsumer):
         if not await database_sync_to_async(Ticket.objects.filter(pk=ticket_id).exists)():
             await self.close(code=CLOSE_NO_SUCH_TICKET)
             return
+        if not await self.watch_sign_in():
+            return
         self.group = realtime.group_name(ticket_id)
         await realtime.group_join(self.channel_layer, self.group, self.channel_name)
 
     async def disconnect(self, code: int) -> None:
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        await self.leave_sign_in_groups()
 
     async def ticket_event(self, message: dict[str, Any]) -> None:
         await self.send_json({"type": "changed"})

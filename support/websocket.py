@@ -4,12 +4,16 @@ and an answer for paths that lead nowhere."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.conf import settings
+from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.http.request import validate_host
+from django.utils.crypto import constant_time_compare
 
 # Close codes the browser sees.
 CLOSE_FORBIDDEN_ORIGIN = 4403
@@ -17,6 +21,9 @@ CLOSE_NOT_FOUND = 4404
 # A frame from a browser is a few hundred bytes; anything far bigger is not ours.
 MAX_FRAME_CHARS = 16_000
 MAX_JSON_DEPTH = 20
+# A sign-in that ended is told to its sockets at once; this bounds how long one whose notice was lost
+# (Redis down for a moment) stays open: its next read after this long checks the session again.
+SIGN_IN_RECHECK_SECONDS = 30
 
 
 def _origin(value: str) -> tuple[str, str, int] | None:
@@ -89,6 +96,86 @@ class SafeJsonConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "error", "error": "A frame is nested too deeply."})
             return
         await self.receive_json(content, **kwargs)
+
+
+def session_group(session_key: str) -> str:
+    """The group of the sockets opened with this session: told when it is signed out."""
+    return f"signin.session.{session_key}"
+
+
+def account_group(user_id: int) -> str:
+    """The group of the sockets opened by this account: told when it changes (a password, deactivated)."""
+    return f"signin.user.{user_id}"
+
+
+class SignedInConsumer(SafeJsonConsumer):
+    """A socket that lives only as long as the sign-in it was opened with: signed out (that session
+    ends), the password changed or reset (every session made before no longer matches), or the
+    account deactivated. Told through its groups (``support.signin`` publishes), and checked again
+    before a read at most every ``SIGN_IN_RECHECK_SECONDS`` in case a notice was lost. Once it is
+    over, nothing more is sent on the socket."""
+
+    closed_code = 4403
+    sign_in_groups: tuple[str, ...] = ()
+    signed_out = False
+    checked_at = float("-inf")
+
+    async def watch_sign_in(self) -> bool:
+        """Join the sign-in's groups, then check it still holds (a sign-out in between is seen).
+        False: the socket was closed."""
+        user = self.scope["user"]
+        session = self.scope.get("session")
+        groups = [account_group(user.pk)]
+        if session is not None and session.session_key:
+            groups.append(session_group(session.session_key))
+        for group in groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        self.sign_in_groups = tuple(groups)
+        return await self.still_signed_in(force=True)
+
+    async def still_signed_in(self, *, force: bool = False) -> bool:
+        if self.signed_out:
+            return False
+        now = time.monotonic()
+        if not force and now - self.checked_at < SIGN_IN_RECHECK_SECONDS:
+            return True
+        self.checked_at = now
+        if not await database_sync_to_async(self._sign_in_holds)():
+            await self._end_sign_in()
+            return False
+        return True
+
+    def _sign_in_holds(self) -> bool:
+        user = get_user_model().objects.filter(pk=self.scope["user"].pk).first()
+        session = self.scope.get("session")
+        if user is None or not user.is_active:
+            return False
+        if session is None or not session.session_key:
+            return True  # a user not signed in by a session (set in the scope by other means): its account holds
+        fresh = session.__class__(session.session_key)  # as stored now, not as read at connect
+        stored = fresh.get(HASH_SESSION_KEY)
+        same_user = str(fresh.get(SESSION_KEY, "")) == str(user.pk)
+        return same_user and bool(stored) and constant_time_compare(stored, user.get_session_auth_hash())
+
+    async def _end_sign_in(self) -> None:
+        self.signed_out = True
+        await self.close(code=self.closed_code)
+
+    async def send_json(self, content: Any, close: bool = False) -> None:
+        if self.signed_out:
+            return  # the sign-in is over: not one more frame
+        await super().send_json(content, close=close)
+
+    async def signin_ended(self, message: dict[str, Any]) -> None:
+        if not self.signed_out:
+            await self._end_sign_in()
+
+    async def signin_changed(self, message: dict[str, Any]) -> None:
+        await self.still_signed_in(force=True)
+
+    async def leave_sign_in_groups(self) -> None:
+        for group in self.sign_in_groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
 
 
 def _depth(value: Any, level: int = 0) -> int:

@@ -10,6 +10,9 @@ Frames sent to the browser (JSON):
   browser appends only what it does not have yet;
 - ``{"type": "ready", "seq"}``: the replay is done; live frames follow.
 
+The socket closes (4403) when the sign-in it was opened with ends: signed out, the password
+changed, the account deactivated (``support.websocket.SignedInConsumer``).
+
 Frames from the browser: ``{"type": "resync"}`` asks for the events and the
 streamed text again (the browser saw a gap in a step's offsets);
 ``{"type": "seen", "seq"}`` says the customer has seen the chat up to ``seq`` (the page
@@ -40,7 +43,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.http import Http404
 
-from support.websocket import SafeJsonConsumer
+from support.websocket import SignedInConsumer
 from tickets import presenters, realtime, selectors, services
 from tickets.models import Ticket
 
@@ -59,7 +62,7 @@ def _after(query_string: bytes) -> int:
         return 0
 
 
-class TicketConsumer(SafeJsonConsumer):
+class TicketConsumer(SignedInConsumer):
     ticket: Ticket | None = None
     group: str | None = None
     last_seq: int = 0
@@ -86,6 +89,8 @@ class TicketConsumer(SafeJsonConsumer):
         except Http404:
             await self.close(code=CLOSE_NO_SUCH_TICKET)
             return
+        if not await self.watch_sign_in():  # signed out meanwhile (or later: the socket closes then)
+            return
         self.last_seq = _after(self.scope.get("query_string", b""))
         self.group = realtime.group_name(self.ticket.pk)
         await realtime.group_join(self.channel_layer, self.group, self.channel_name)
@@ -97,6 +102,7 @@ class TicketConsumer(SafeJsonConsumer):
             self.reading.cancel()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        await self.leave_sign_in_groups()
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if self.ticket is None or not isinstance(content, dict):
@@ -160,6 +166,9 @@ class TicketConsumer(SafeJsonConsumer):
         await database_sync_to_async(services.ticket_mark_seen)(ticket=self.ticket.pk, seq=seq)
 
     async def _catch_up(self) -> None:
+        # Asked by the browser (a resync): its sign-in is checked now, whatever notice is on its way.
+        if not await self.still_signed_in(force=True):
+            return
         await self._send_events()
         step, text = await sync_to_async(realtime.streamed_so_far)(self.ticket.pk)
         if step is not None and text and not await database_sync_to_async(self._posted)(step):
@@ -171,6 +180,8 @@ class TicketConsumer(SafeJsonConsumer):
         return selectors.stream_posted(ticket=self.ticket, stream=step)
 
     async def _send_events(self) -> None:
+        if not await self.still_signed_in():
+            return
         async with self.read_lock:  # a doorbell's read and a resync's never send the same events twice
             items, last_seq = await database_sync_to_async(self._load)(self.last_seq)
             for item in items:
