@@ -360,11 +360,16 @@ def approval_deciders() -> QuerySet[AbstractBaseUser]:
     return get_user_model().objects.filter(pk__in=decided).order_by("username")
 
 
-def approvals_decided(*, decision: str = "", decider: str = "", limit: int = 100) -> QuerySet[ApprovalRequest]:
-    """Decided requests, newest first; ``decision`` one of DECIDED_STATUSES, ``decider`` a username."""
+def approvals_decided(
+    *, decision: str = "", decider: str = "", ticket_id: int | None = None
+) -> QuerySet[ApprovalRequest]:
+    """Decided requests, newest first (every one: the page shows them a page at a time); ``decision``
+    one of DECIDED_STATUSES, ``decider`` a username, ``ticket_id`` one ticket's."""
     approvals = ApprovalRequest.objects.exclude(status=ApprovalStatus.PENDING)
     if decision:
         approvals = approvals.filter(status=decision)
     if decider:
         approvals = approvals.filter(decided_by__username=decider)
-    return approvals.select_related("ticket", "ticket__customer", "decided_by").order_by("-decided_at", "-id")[:limit]
+    if ticket_id is not None:
+        approvals = approvals.filter(ticket_id=ticket_id)
+    return approvals.select_related("ticket", "ticket__customer", "decided_by").order_by("-decided_at", "-id")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from functools import wraps
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -46,6 +48,9 @@ def pending_fragment(request: HttpRequest) -> HttpResponse:
     return render(request, "approvals/_pending.html", _pending_context())
 
 
+HISTORY_PAGE_SIZE = 100
+
+
 @require_GET
 @approver_required
 def history(request: HttpRequest) -> HttpResponse:
@@ -55,16 +60,25 @@ def history(request: HttpRequest) -> HttpResponse:
     decision = decision if decision in selectors.DECIDED_STATUSES else ""
     decider = request.GET.get("decider", "")
     decider = decider if decider in usernames else ""
+    ticket = request.GET.get("ticket", "").strip().removeprefix("#")
+    ticket_id = int(ticket) if ticket.isascii() and ticket.isdigit() and len(ticket) < 19 else None
+    decided = selectors.approvals_decided(decision=decision, decider=decider, ticket_id=ticket_id)
+    page = Paginator(decided, HISTORY_PAGE_SIZE).get_page(request.GET.get("page"))
+    kept = {k: v for k, v in (("decision", decision), ("decider", decider), ("ticket", ticket_id)) if v}
     context = {
         "rows": [
             {"approval": a, "label": selectors.tool_label(a.tool_name), "sentence": _sentence(a)}
-            for a in selectors.approvals_decided(decision=decision, decider=decider)
+            for a in page.object_list
         ],
+        "page": page,
+        "newer": urlencode({**kept, "page": page.previous_page_number()}) if page.has_previous() else "",
+        "older": urlencode({**kept, "page": page.next_page_number()}) if page.has_next() else "",
         "decisions": [(value, ApprovalStatus(value).label) for value in selectors.DECIDED_STATUSES],
         "deciders": usernames,
         "decision": decision,
         "decision_label": ApprovalStatus(decision).label if decision else "",
         "decider": decider,
+        "ticket_id": ticket_id,
     }
     return render(request, "approvals/history.html", context)
 
