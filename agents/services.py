@@ -33,7 +33,7 @@ from agents.models import (
 from agents.selectors import person_took_the_ticket_since
 from support import reads, rows
 from tickets import services as ticket_services
-from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, Message, Ticket, TicketStatus
+from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, Message, Ticket, TicketEvent, TicketStatus
 from tickets.selectors import ticket_locked_for_reply, unanswered_messages
 
 
@@ -314,7 +314,26 @@ def run_end_for_person(
             lease=lease, run=run, to_status=RunStatus.HANDED_OFF, outcome=PERSON_TOOK_OVER, tokens=tokens,
             nothing_waits=nothing_waits,
         )  # fmt: skip
-        _unanswered_again(run)
+        if not _handed_off_by_the_agent(run):
+            _unanswered_again(run)
+
+
+def _handed_off_by_the_agent(run: AgentRun) -> bool:
+    """Was the last change that took the ticket from the agent since ``run`` started the agent's own
+    hand-off by its tool (the customer asked for a person, and was told they have one)? What the run
+    answered is then answered: a hand-back does not make the agent hand it off again."""
+    last = (
+        TicketEvent.objects.filter(
+            ticket_id=run.ticket_id,
+            kind="status_changed",
+            payload__to__in=sorted(AGENT_STAYS_OUT),
+            created_at__gte=run.started_at,
+        )
+        .order_by("-seq")
+        .values_list("actor_kind", flat=True)
+        .first()
+    )
+    return last == ActorKind.AGENT
 
 
 def runs_note_stopped(*, ticket_id: int) -> int:

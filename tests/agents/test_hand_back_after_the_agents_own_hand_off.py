@@ -103,3 +103,16 @@ def test_a_ticket_handed_off_when_its_approval_expired_is_answered_after_a_silen
         "Hand back to the agent promises it answers everything unanswered when the person did not reply; "
         f"the customer's refund request is left unanswered (sweeper rings it: {rung}, agent answered: {answered})"
     )
+
+
+def test_a_customer_who_asked_for_a_person_is_not_handed_off_again_after_a_silent_hand_back(person):  # noqa: ANN001
+    """The other side: the agent did what was asked (handed the ticket to a person and said so); after
+    a hand-back without a word, that request is answered and is not acted on again."""
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="I want to talk to a person")
+    advance(ticket.pk)
+    assert Ticket.objects.get(pk=ticket.pk).status == TicketStatus.WITH_HUMAN
+    ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)
+    assert ticket.pk not in tickets_with_agent_work()
+    advance(ticket.pk)
+    assert Ticket.objects.get(pk=ticket.pk).status == TicketStatus.OPEN
+    assert AgentRun.objects.filter(ticket=ticket).count() == 1
