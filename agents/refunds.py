@@ -62,6 +62,7 @@ from agents.models import (
     AgentRun,
     ApprovalDecision,
     CallStatus,
+    ConfirmationDecision,
     Refund,
     RefundStatus,
     ReplayPolicy,
@@ -166,9 +167,16 @@ def _stopped_before(*, customer_id: int, order: Order) -> str | None:
     # A call its run left unpaid because a person took the ticket: closed while it waited, or stopped
     # next to the payment (a take-over that landed while the step was written). Its error says so; a
     # refund refused by a rule (more than the order has left) in such a run was not stopped by them.
+    # A question the customer cancelled, or let expire, was theirs to stop: a person closing it after
+    # that (before a worker applied the answer) did not stop a refund that waited to be paid.
+    theirs = Q(confirmation_decision__in=[ConfirmationDecision.CANCELLED, ConfirmationDecision.EXPIRED])
     stopped = mine.filter(
         Q(approval_decision=ApprovalDecision.REJECTED)
-        | (Q(run__outcome=PERSON_TOOK_OVER, error__contains=PERSON_TOOK_OVER) & ~Q(status=CallStatus.SUCCEEDED))
+        | (
+            Q(run__outcome=PERSON_TOOK_OVER, error__contains=PERSON_TOOK_OVER)
+            & ~Q(status=CallStatus.SUCCEEDED)
+            & ~theirs
+        )
     ).order_by("-pk")
     for arguments, ticket_id, decision in stopped.values_list("arguments", "ticket_id", "approval_decision"):
         if str(arguments.get("order_number", "")).strip().upper() != number:

@@ -101,9 +101,13 @@ def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_label
         identities[customer["email"]] = pseudonym_email(pk)
         identities[customer["user"]] = pseudonym_username(pk)
         customer.update(name=pseudonym_name(pk), email=pseudonym_email(pk), user=pseudonym_username(pk))
+    # A message that is only an order number ("ORD-24010", the answer to "which order?") is withheld
+    # as a message, but an order number is kept wherever else it is (a refund call's arguments: what a
+    # person's stop of a refund on that order is found by).
+    order_numbers = {str(order["number"]).strip().upper() for order in rows.get("tickets.Order", [])}
     for message in rows.get("tickets.Message", []):
         if message["author_kind"] == "customer" and message["body"] != WITHHELD_WORDS:
-            if len(message["body"]) >= MIN_QUOTED_CHARS:
+            if len(message["body"]) >= MIN_QUOTED_CHARS and message["body"].strip().upper() not in order_numbers:
                 texts[message["body"]] = WITHHELD_WORDS
             message["body"] = WITHHELD_WORDS
     for rating in rows.get("tickets.TicketRating", []):

@@ -89,9 +89,24 @@ class OrderAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Order | None = None) -> list[str]:
         fields = list(super().get_readonly_fields(request, obj))
-        if obj is not None and getattr(obj, "refunds", None) is not None and obj.refunds.exists():
+        if obj is not None and (self._refunded_against(obj) or self._refund_asked_on(obj)):
             fields += self.PAID_AGAINST
         return fields
+
+    @staticmethod
+    def _refunded_against(order: Order) -> bool:
+        return getattr(order, "refunds", None) is not None and order.refunds.exists()
+
+    @staticmethod
+    def _refund_asked_on(order: Order) -> bool:
+        """Was a refund on this order asked for, in any ticket of its customer (paid or not: declined,
+        stopped by a person)? Earlier requests are found by the order's number (asking again after a
+        refusal is reviewed), so the number stays as it was."""
+        number = order.number.strip().upper()
+        asked = Ticket.objects.filter(customer_id=order.customer_id).values_list(
+            "tool_calls__arguments__order_number", flat=True
+        )
+        return any(str(n or "").strip().upper() == number for n in asked.filter(tool_calls__name="issue_refund"))
 
     @admin.display(description="total", ordering="total_cents")
     def total_amount(self, order: Order) -> str:

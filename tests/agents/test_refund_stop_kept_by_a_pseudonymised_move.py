@@ -1,0 +1,78 @@
+"""A refund a person stopped is still reviewed when asked again after the ticket was moved with a
+default (pseudonymised) state bundle -- unless the customer ever wrote the order number on its own.
+
+README, "Refunds: the rules": a refund on an order on which a person stopped one (took over, resolved
+or closed the ticket while it waited to be paid), in any ticket: asking again is reviewed.
+README, "Moving a deployment": a pseudonymised bundle withholds what the customer wrote wherever the
+bundle repeats it word for word, but "Order numbers, amounts, statuses, the agent's and staff's own
+words, and tool arguments and results are kept"; "a restored ticket without it continues with the
+pseudonyms".
+
+A customer who answers "which order?" with just the number ("ORD-24010", 8+ characters) makes that
+number "the customer's words": every tool call's ``order_number`` in the bundle becomes
+"[withheld: the customer's words]". Restored, the call a person stopped names no order any more, so
+``agents.refunds._stopped_before`` (and ``refund_commitments``, which reads the same argument) no
+longer finds it: the same refund asked again in a new ticket goes unreviewed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.models import CallStatus
+from agents.runner import advance
+from tests.agents.test_money_gates import confirm, refund_calls
+from tests.agents.test_money_path import order_for, paid
+from tests.agents.test_refund_a_person_stopped_matrix import AsksForTheRefund
+from tests.conftest import make_customer
+from tests.state.conftest import export
+from tests.state.test_bundle import empty_the_ledger, restore
+from tickets import services as ticket_services
+from tickets.models import AuthorKind, Customer, Order
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(120),
+    pytest.mark.usefixtures("quick_provider_retries"),
+    pytest.mark.customer_confirms,  # nothing is paid in this test: the question is whether staff review it
+]
+
+
+def test_a_refund_a_person_stopped_is_reviewed_when_asked_again_after_a_pseudonymised_move(tmp_path, sandbox, person):  # noqa: ANN001
+    customer = make_customer()
+    order_for(customer, "ORD-24010", 5000, sandbox)  # $50.00: under every threshold
+    model = AsksForTheRefund("ORD-24010", 5000)
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="I'd like my $50.00 back, it broke"
+    )
+    ticket_services.message_post(
+        ticket=ticket.pk, author_kind=AuthorKind.CUSTOMER, author_user=customer.user, body="ORD-24010"
+    )  # the answer to "which order?"
+    advance(ticket.pk, model=model)  # the refund waits for the customer's Confirm
+    ticket_services.ticket_take_over(ticket=ticket.pk, user=person)  # a person stops it
+    advance(ticket.pk, model=model)
+    (first,) = refund_calls(ticket)
+    assert first.status == CallStatus.CANCELLED and "a person took the ticket over" in first.error
+
+    # Before the move, asking again would be reviewed (checked, then rolled back by the move below).
+    path = export(tmp_path, ticket)  # the default bundle: pseudonymised
+    empty_the_ledger()
+    restore(path)
+
+    # On the restored deployment the customer asks for the same refund in a new ticket.
+    customer = Customer.objects.get(pk=customer.pk)
+    again_ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $50.00 on order ORD-24010"
+    )
+    advance(again_ticket.pk, model=model)
+    (again,) = refund_calls(again_ticket)
+    if again.status == CallStatus.AWAITING_CONFIRMATION:
+        confirm(again_ticket, again)  # the customer presses Confirm
+        advance(again_ticket.pk, model=model)
+    again.refresh_from_db()
+    stopped = refund_calls(ticket)[0]
+    assert again.approval_required, (
+        "a refund a person stopped was asked again after a (pseudonymised) move and is not sent to staff: "
+        f"the stopped call now reads {stopped.arguments}; the new call is {again.status}, the provider paid "
+        f"{[r['amount'] for r in paid(sandbox, Order.objects.get(number='ORD-24010'))]} unreviewed"
+    )
