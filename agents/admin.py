@@ -8,13 +8,14 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied, ValidationError
+from django.db import models
 from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.html import format_html
 
 from agents.model_factory import get_model
-from agents.models import AgentProfile, AgentRun, ModelStep, Refund, RunStatus, TicketLease, ToolCall
+from agents.models import AgentProfile, AgentRun, ApprovalPolicy, ModelStep, Refund, RunStatus, TicketLease, ToolCall
 from agents.profiles import (
     CONTENT_FIELDS,
     POLICY_FIELDS,
@@ -299,7 +300,21 @@ class AgentProfileForm(forms.ModelForm):
         unknown = sorted(set(policy) - set(POLICY_FIELDS))
         if unknown:
             raise forms.ValidationError(f"Not a policy value: {', '.join(unknown)}. Known: {', '.join(POLICY_FIELDS)}.")
-        return policy
+        # Each value as the approval policy's own field takes it (its type, its bounds), stored converted:
+        # "30000" is read as 30000, -100 or a zero window is refused here, not at the next refund.
+        cleaned, problems = {}, []
+        for name, value in policy.items():
+            field = ApprovalPolicy._meta.get_field(name)
+            if isinstance(value, bool) and not isinstance(field, models.BooleanField):
+                problems.append(f"{name}: {value!r} is not a number")
+                continue
+            try:
+                cleaned[name] = field.clean(value, None)
+            except ValidationError as exc:
+                problems.append(f"{name}: {' '.join(exc.messages)}")
+        if problems:
+            raise forms.ValidationError(problems)
+        return cleaned
 
     def clean_model(self) -> str:
         spec = self.cleaned_data["model"].strip()
@@ -307,6 +322,8 @@ class AgentProfileForm(forms.ModelForm):
             get_model(spec)
         except ImproperlyConfigured as exc:
             raise forms.ValidationError(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - a class that cannot be built: said on the field, not a 500
+            raise forms.ValidationError(f"{spec!r} cannot be built: {type(exc).__name__}: {exc}") from None
         return spec
 
 

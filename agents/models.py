@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -410,9 +411,13 @@ class ApprovalPolicy(models.Model):
         "this amount, in cents. Empty: the same as the order threshold.",
     )
     customer_window_days = models.PositiveIntegerField(
-        default=30, help_text="The rolling window of the per-customer limit, in days."
+        default=30,
+        validators=[MinValueValidator(1)],
+        help_text="The rolling window of the per-customer limit, in days.",
     )
-    ttl_hours = models.PositiveIntegerField(default=72, help_text="A request not decided in this time expires.")
+    ttl_hours = models.PositiveIntegerField(
+        default=72, validators=[MinValueValidator(1)], help_text="A request not decided in this time expires."
+    )
     reminder_before_hours = models.PositiveIntegerField(
         default=12, help_text="Staff are reminded this long before a request expires."
     )
@@ -422,7 +427,9 @@ class ApprovalPolicy(models.Model):
         "chat with a button.",
     )
     confirmation_minutes = models.PositiveIntegerField(
-        default=30, help_text="A refund the customer has not confirmed in this time is not paid."
+        default=30,
+        validators=[MinValueValidator(1)],
+        help_text="A refund the customer has not confirmed in this time is not paid.",
     )
 
     class Meta:
