@@ -31,8 +31,15 @@ def check_model_spec() -> None:
             raise ImproperlyConfigured("AGENT_MODEL=openai: needs a model name, e.g. AGENT_MODEL=openai:gpt-4o-mini")
         return
     try:
-        import_string(spec)
+        cls = import_string(spec)
     except ImportError as exc:
         raise ImproperlyConfigured(
             f"AGENT_MODEL={spec!r} is not 'offline', 'openai:<model>' or an importable class path: {exc}"
+        ) from None
+    try:
+        cls()  # as agents.model_factory.get_model builds it, with no arguments
+    except Exception as exc:  # noqa: BLE001 - any failure to build it is a misconfiguration, said now
+        raise ImproperlyConfigured(
+            f"AGENT_MODEL={spec!r} cannot be built with no arguments ({type(exc).__name__}: {exc}); "
+            "for an OpenAI-compatible endpoint write AGENT_MODEL=openai:<model>"
         ) from None

@@ -35,14 +35,26 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean; set it to 1/0, true/false, yes/no or on/off")
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """A whole number from the environment (empty: the default), within its bounds: a value out of
+    them stops the process at start, naming the variable, rather than misbehaving later."""
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bounds = f"at least {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise ImproperlyConfigured(f"{name}={raw!r} is out of range; it must be {bounds}")
+    return value
+
+
+def env_str(name: str, default: str) -> str:
+    """A string from the environment; empty means the default, as for every other variable."""
+    raw = os.environ.get(name)
+    return default if raw is None or raw.strip() == "" else raw.strip()
 
 
 def env_seconds(name: str, default: float) -> float:
@@ -193,10 +205,10 @@ def database_keepalive_options(options: dict[str, object]) -> dict[str, object]:
     operating system's defaults.
     """
     idle = env_int("DB_KEEPALIVES_IDLE", 5)
-    interval = env_int("DB_KEEPALIVES_INTERVAL", 2)
-    count = env_int("DB_KEEPALIVES_COUNT", 3)
+    interval = env_int("DB_KEEPALIVES_INTERVAL", 2, minimum=1)
+    count = env_int("DB_KEEPALIVES_COUNT", 3, minimum=1)
     user_timeout_ms = env_int("DB_TCP_USER_TIMEOUT_MS", 10_000)
-    options.setdefault("connect_timeout", env_int("DB_CONNECT_TIMEOUT", 5))
+    options.setdefault("connect_timeout", env_int("DB_CONNECT_TIMEOUT", 5, minimum=2))
     if idle <= 0:
         return options
     options.update(
@@ -252,8 +264,8 @@ def database_pool_options(db: dict[str, Any]) -> None:
     db["CONN_HEALTH_CHECKS"] = True  # the pool's check before lending
     options["pool"] = {
         "min_size": env_int("DB_POOL_MIN_SIZE", 2),
-        "max_size": env_int("DB_POOL_MAX_SIZE", 10),
-        "timeout": float(env_int("DB_POOL_TIMEOUT", env_int("DB_CONNECT_TIMEOUT", 5))),
+        "max_size": env_int("DB_POOL_MAX_SIZE", 10, minimum=1),
+        "timeout": float(env_int("DB_POOL_TIMEOUT", env_int("DB_CONNECT_TIMEOUT", 5, minimum=2), minimum=1)),
         "reset": release_session_locks,
     }
 
@@ -342,9 +354,9 @@ if BROKER_IS_AMQP:
 else:
     # Redis: time limits stay well below the visibility timeout, so a message is never
     # redelivered while its first delivery is still legitimately running.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600)}
-CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 600)
-CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 660)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=1)}
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 600, minimum=1)
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 660, minimum=1)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(embedded.VAR_DIR / "celerybeat-schedule")
@@ -402,29 +414,32 @@ STORAGES = {
 }
 # One file at most this large; at most this many files on one message; images at most this many
 # pixels (a small file can unpack into a huge image).
-ATTACHMENT_MAX_BYTES = env_int("ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024)
-ATTACHMENT_MAX_FILES = env_int("ATTACHMENT_MAX_FILES", 5)
-ATTACHMENT_MAX_PIXELS = env_int("ATTACHMENT_MAX_PIXELS", 40_000_000)
+ATTACHMENT_MAX_BYTES = env_int("ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
+ATTACHMENT_MAX_FILES = env_int("ATTACHMENT_MAX_FILES", 5, minimum=1)
+ATTACHMENT_MAX_PIXELS = env_int("ATTACHMENT_MAX_PIXELS", 40_000_000, minimum=1)
 
 # The console backend prints mail, password-reset links included, to the log: only when DEBUG is on.
-EMAIL_BACKEND = os.environ.get(
+EMAIL_BACKEND = env_str(
     "EMAIL_BACKEND",
     "django.core.mail.backends.console.EmailBackend" if DEBUG else "django.core.mail.backends.smtp.EmailBackend",
 )
 EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
-EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)
 EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "support@example.com")
 EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH", str(embedded.VAR_DIR / "mail"))
 
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
+if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+    raise ImproperlyConfigured(f"LOG_LEVEL={LOG_LEVEL!r} is not a level; use DEBUG, INFO, WARNING, ERROR or CRITICAL")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
 
@@ -433,36 +448,38 @@ STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "sk_test_sandbox")
 STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "http://127.0.0.1:12111")
 PAYMENTS_TIMEOUT_SECONDS = env_seconds("PAYMENTS_TIMEOUT_SECONDS", 10.0)
 # Refunds left submitted/uncertain are settled from the provider's records this often.
-REFUND_RECONCILE_SECONDS = env_int("REFUND_RECONCILE_SECONDS", 60)
+REFUND_RECONCILE_SECONDS = env_int("REFUND_RECONCILE_SECONDS", 60, minimum=1)
 # One execution of a refund tries the provider this many times under the same key, waiting
 # an exponential, jittered backoff between tries (from the first wait up to the longest)
 # and asking the provider what happened under the key before each retry.
-REFUND_PROVIDER_ATTEMPTS = env_int("REFUND_PROVIDER_ATTEMPTS", 4)
+REFUND_PROVIDER_ATTEMPTS = env_int("REFUND_PROVIDER_ATTEMPTS", 4, minimum=1)
 REFUND_RETRY_FIRST_WAIT_MS = env_int("REFUND_RETRY_FIRST_WAIT_MS", 500)
 REFUND_RETRY_MAX_WAIT_MS = env_int("REFUND_RETRY_MAX_WAIT_MS", 8000)
 # A refund the provider has no record of, this long after it was submitted, is failed
 # (the customer is told and a person takes the ticket), unless a worker still holds its ticket.
-REFUND_UNCERTAIN_AFTER_SECONDS = env_int("REFUND_UNCERTAIN_AFTER_SECONDS", 120)
+REFUND_UNCERTAIN_AFTER_SECONDS = env_int("REFUND_UNCERTAIN_AFTER_SECONDS", 120, minimum=1)
 # A refund failed without the provider ever showing it is asked about again this long (Stripe keeps
 # idempotency keys for 24 hours): if it shows up paid after all, the ledger records it.
 REFUND_RECHECK_FAILED_HOURS = env_int("REFUND_RECHECK_FAILED_HOURS", 24)
 
 # --- The agent loop ---------------------------------------------------------------------
-AGENT_LEASE_SECONDS = env_int("AGENT_LEASE_SECONDS", 60)
-AGENT_MAX_STEPS = env_int("AGENT_MAX_STEPS", 16)
-AGENT_TOKEN_BUDGET = env_int("AGENT_TOKEN_BUDGET", 200_000)
+AGENT_LEASE_SECONDS = env_int("AGENT_LEASE_SECONDS", 60, minimum=2)
+AGENT_MAX_STEPS = env_int("AGENT_MAX_STEPS", 16, minimum=2)
+AGENT_TOKEN_BUDGET = env_int("AGENT_TOKEN_BUDGET", 200_000, minimum=1)
 # Failures in a row (bad model output, a model outage, a tool or database error) before the
 # ticket is parked with a person; each is retried after an exponential, jittered backoff.
-AGENT_MAX_CONSECUTIVE_FAILURES = env_int("AGENT_MAX_CONSECUTIVE_FAILURES", env_int("AGENT_MODEL_ATTEMPTS", 3))
+AGENT_MAX_CONSECUTIVE_FAILURES = env_int(
+    "AGENT_MAX_CONSECUTIVE_FAILURES", env_int("AGENT_MODEL_ATTEMPTS", 3, minimum=1), minimum=1
+)
 # What the agent accepts from a model in one step (agents.llm.validate_response).
-AGENT_MAX_REPLY_CHARS = env_int("AGENT_MAX_REPLY_CHARS", 16000)
-AGENT_MAX_TOOL_CALLS_PER_STEP = env_int("AGENT_MAX_TOOL_CALLS_PER_STEP", 16)
-AGENT_MAX_TOOL_ARGUMENT_CHARS = env_int("AGENT_MAX_TOOL_ARGUMENT_CHARS", 16000)
+AGENT_MAX_REPLY_CHARS = env_int("AGENT_MAX_REPLY_CHARS", 16000, minimum=1)
+AGENT_MAX_TOOL_CALLS_PER_STEP = env_int("AGENT_MAX_TOOL_CALLS_PER_STEP", 16, minimum=1)
+AGENT_MAX_TOOL_ARGUMENT_CHARS = env_int("AGENT_MAX_TOOL_ARGUMENT_CHARS", 16000, minimum=1)
 # Replaces the built-in system prompt (agents.conversation.DEFAULT_SYSTEM_PROMPT) when set.
 AGENT_SYSTEM_PROMPT = os.environ.get("AGENT_SYSTEM_PROMPT", "")
 OFFLINE_MODEL_TOKEN_DELAY_MS = env_int("OFFLINE_MODEL_TOKEN_DELAY_MS", 0)
 # Short: the sweeper is also how a dead lease owner is noticed (its advisory lock is gone).
-AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 3)
+AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 3, minimum=1)
 
 # Before a refund is paid (after any staff approval) the customer confirms the amount with a
 # button in the chat (agents.confirmation). The admin's approval policy can turn it off too.
@@ -527,7 +544,7 @@ CONTENT_SECURITY_POLICY = {
 # --- Logins and volume ------------------------------------------------------------------------
 # django-axes: after AXES_FAILURE_LIMIT failed logins for one username from one address, that
 # pair is locked out for AXES_COOLOFF_MINUTES (customers, staff and the admin alike).
-AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5)
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True

@@ -1,0 +1,74 @@
+"""Numbers the agent and the money path run on are checked at start, and an empty value means the
+default.
+
+README, Configuration: "A missing or malformed value stops the process at start with a message
+naming the variable." A zero or negative lease, step limit, token budget, sweep or reconcile
+interval, uncertainty delay or connect timeout would start every process without a word and then do
+the wrong thing (a lease expired when taken: two writers on one ticket; no ticket ever answered; beat
+every 0 s; libpq waiting forever); a model class that cannot be built would fail every run. Each stops
+the process at start. EMAIL_BACKEND= and LOG_LEVEL= (empty) mean their defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def manage_check(**env: str) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "DEBUG": "1", **env}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("AGENT_LEASE_SECONDS", "0"),
+        ("AGENT_LEASE_SECONDS", "-30"),
+        ("AGENT_MAX_STEPS", "0"),
+        ("AGENT_TOKEN_BUDGET", "0"),
+        ("AGENT_SWEEP_SECONDS", "0"),
+        ("REFUND_RECONCILE_SECONDS", "0"),
+        ("REFUND_UNCERTAIN_AFTER_SECONDS", "-1"),
+        ("DB_CONNECT_TIMEOUT", "0"),
+        ("AGENT_MODEL", "agents.llm_openai.OpenAIChatModel"),
+    ],
+)
+def test_a_value_out_of_range_stops_the_process_at_start_naming_the_variable(name: str, value: str) -> None:
+    result = manage_check(**{name: value})
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and name in output, (
+        f"{name}={value} was accepted at start (manage.py check exited {result.returncode}: "
+        f"{output.strip().splitlines()[-1] if output.strip() else ''!r}); the README promises a malformed "
+        "value stops the process naming the variable"
+    )
+
+
+def settings_value(name: str, **env: str) -> subprocess.CompletedProcess[str]:
+    script = f"import django; django.setup(); from django.conf import settings; print(repr(settings.{name}))"
+    environ = {**os.environ, "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "support.settings", **env}
+    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=environ, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    ("variable", "setting", "default"),
+    [
+        ("EMAIL_BACKEND", "EMAIL_BACKEND", "'django.core.mail.backends.console.EmailBackend'"),
+        ("LOG_LEVEL", "LOGGING['root']['level']", "'INFO'"),
+    ],
+)
+def test_an_empty_value_means_the_default(variable: str, setting: str, default: str) -> None:
+    out = settings_value(setting, **{variable: ""})
+    got = out.stdout.strip() or (out.stderr.strip().splitlines() or [""])[-1]
+    assert out.returncode == 0 and got == default, (
+        f"{variable}= (empty) should mean the default {default} (README: 'an empty value means the "
+        f"default'); got {got!r}"
+    )
