@@ -268,10 +268,17 @@ def confirmations_expire_due(*, now: datetime | None = None) -> int:
     now = now or timezone.now()
     due = ToolCall.objects.filter(
         status=CallStatus.AWAITING_CONFIRMATION, confirmation_decision__isnull=True, confirmation_expires_at__lte=now
-    ).values_list("pk", "ticket_id")
+    ).values_list("pk", "ticket_id", "run_id")
     expired = 0
-    for call_id, ticket_id in due:
+    for call_id, ticket_id, run_id in due:
         with transaction.atomic():
+            # As a customer's answer: after a person took the ticket, the question is theirs to close
+            # (the run's end withdraws it): an expiry written over a take-over would hide that a person
+            # stopped the refund (agents.refunds._stopped_before).
+            ticket_services.ticket_hold(ticket_id)
+            if person_took_the_ticket_since(AgentRun(pk=run_id, ticket_id=ticket_id)):
+                _ring_after_commit(ticket_id)
+                continue
             if not calls.call_record_confirmation(call_id=call_id, decision=ConfirmationDecision.EXPIRED):
                 continue  # answered meanwhile
             ticket_services.event_append(
