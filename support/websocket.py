@@ -115,7 +115,11 @@ class SignedInConsumer(SafeJsonConsumer):
     before a read at most every ``SIGN_IN_RECHECK_SECONDS`` in case a notice was lost. Once it is
     over, nothing more is sent on the socket."""
 
-    closed_code = 4403
+    closed_code = 4403  # signed out: the page says so and offers to sign in
+    # The sign-in it was opened with no longer checks out (a password changed: Django gives the browser
+    # that changed it a new session key; a deactivated account; a lost sign-out notice): the page
+    # reconnects at once, with whatever cookie it has now, and the new socket's own check decides.
+    changed_code = 4401
     sign_in_groups: tuple[str, ...] = ()
     signed_out = False
     checked_at = float("-inf")
@@ -141,7 +145,7 @@ class SignedInConsumer(SafeJsonConsumer):
             return True
         self.checked_at = now
         if not await database_sync_to_async(self._sign_in_holds)():
-            await self._end_sign_in()
+            await self._end_sign_in(self.changed_code)
             return False
         return True
 
@@ -157,9 +161,9 @@ class SignedInConsumer(SafeJsonConsumer):
         same_user = str(fresh.get(SESSION_KEY, "")) == str(user.pk)
         return same_user and bool(stored) and constant_time_compare(stored, user.get_session_auth_hash())
 
-    async def _end_sign_in(self) -> None:
+    async def _end_sign_in(self, code: int) -> None:
         self.signed_out = True
-        await self.close(code=self.closed_code)
+        await self.close(code=code)
 
     async def send_json(self, content: Any, close: bool = False) -> None:
         if self.signed_out:
@@ -168,7 +172,7 @@ class SignedInConsumer(SafeJsonConsumer):
 
     async def signin_ended(self, message: dict[str, Any]) -> None:
         if not self.signed_out:
-            await self._end_sign_in()
+            await self._end_sign_in(self.closed_code)
 
     async def signin_changed(self, message: dict[str, Any]) -> None:
         await self.still_signed_in(force=True)

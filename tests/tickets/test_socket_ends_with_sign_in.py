@@ -129,7 +129,7 @@ def _socket_and_client(customer, ticket):  # noqa: ANN001, ANN202
     return WebsocketCommunicator(application, f"/ws/tickets/{ticket.pk}/?after={last}", headers=headers), client
 
 
-def test_the_socket_closes_with_4403_when_the_account_is_deactivated(customer, ticket):
+def test_the_socket_closes_when_the_account_is_deactivated_and_cannot_come_back(customer, ticket):
     ws, _ = _socket_and_client(customer, ticket)
 
     def deactivate() -> None:
@@ -145,4 +145,14 @@ def test_the_socket_closes_with_4403_when_the_account_is_deactivated(customer, t
         await ws.disconnect()
         return frames
 
-    assert async_to_sync(scenario)() == [{"type": "closed", "code": 4403}]
+    # Told to reconnect (4401: its sign-in no longer checks out), and the reconnection is refused.
+    assert async_to_sync(scenario)() == [{"type": "closed", "code": 4401}]
+    again, _ = _socket_and_client(customer, ticket)
+
+    async def reconnect() -> dict:
+        await again.connect()
+        output = await again.receive_output(timeout=5)
+        await again.disconnect()
+        return output
+
+    assert async_to_sync(reconnect)() == {"type": "websocket.close", "code": 4403}
