@@ -33,6 +33,7 @@ from agents import services as agent_services
 from agents.calls import arguments_digest
 from agents.lease import Lease
 from agents.models import (
+    PAUSED_CALL_STATUSES,
     AgentRun,
     CallStatus,
     ConfirmationDecision,
@@ -164,7 +165,9 @@ def apply_confirmation(*, lease: Lease, run: AgentRun, call: ToolCall, ticket: T
                 result={"cancelled": True, "status": "cancelled_by_customer"}, error="the customer cancelled",
             )  # fmt: skip
         return None
-    # Expired: nothing was paid; the customer is told, and the turn ends there.
+    # Expired: nothing was paid; the customer is told, and the turn ends there, unless other calls of
+    # it still wait to run or to be decided (one staff approved behind it): the run goes on to them, as
+    # after a Cancel, so none is dropped unseen.
     with lease.guard():
         calls.call_finish(
             lease=lease, call=call, status=CallStatus.CANCELLED,
@@ -180,6 +183,10 @@ def apply_confirmation(*, lease: Lease, run: AgentRun, call: ToolCall, ticket: T
             client_msg_id=f"confirmation-expired:{call.pk}",
             actor_ref=f"run:{run.pk}",
         )
+        others = ToolCall.objects.filter(run_id=run.pk, status__in=[CallStatus.STARTED, *PAUSED_CALL_STATUSES])
+        if others.exclude(pk=call.pk).exists():
+            _back_to_open(lease, run)
+            return None
         agent_services.run_transition(
             lease=lease, run=run, to_status=RunStatus.COMPLETED, outcome="the customer did not confirm in time"
         )
@@ -210,7 +217,10 @@ def confirmation_decide(
         )
         if call is None:
             raise ConfirmationClosed("There is no such question on this ticket.", code="not_found")
-        if call.confirmation_decision is not None:
+        # The same answer again is the first one's result, while it stands: not once the call was
+        # closed unrun (a person took the ticket, the run ended), which is said as for a first answer.
+        closed_unrun = wanted == ConfirmationDecision.CONFIRMED and call.error.startswith("not run")
+        if call.confirmation_decision is not None and not (call.confirmation_decision == wanted and closed_unrun):
             if call.confirmation_decision == wanted:
                 return wanted
             if call.confirmation_decision == ConfirmationDecision.EXPIRED:

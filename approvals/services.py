@@ -176,7 +176,14 @@ def approval_decide(
             raise OwnRequest("This request is on your own ticket: a colleague decides it. Nothing was changed.")
         wanted = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
         if approval.status == wanted and approval.decided_by_id == user.pk:
-            return approval  # the same decision sent again (a retried POST): the original result
+            # The same decision sent again (a retried POST): the original result, while it stands;
+            # once the run ended with the call unrun, that is said, as for a first decision.
+            if ToolCall.objects.filter(pk=approval.tool_call_id, error__startswith="not run").exists():
+                raise ApprovalClosed(
+                    "The agent no longer waits for this decision (its run ended); nothing was changed.",
+                    code="withdrawn",
+                )
+            return approval
         if approval.status != ApprovalStatus.PENDING:
             when = timezone.localtime(approval.decided_at).strftime("%Y-%m-%d %H:%M") if approval.decided_at else ""
             if approval.status == ApprovalStatus.WITHDRAWN:
