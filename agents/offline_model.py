@@ -37,15 +37,38 @@ REFUND_WORD = re.compile(r"\brefund", re.IGNORECASE)
 # the refund, so "it never came, please refund it" still asks; any of them there and nothing is refunded
 # (the customer is asked instead).
 NOT_ASKED = re.compile(
-    r"\b(?:no|not|never|without|dont|doesnt|cannot|instead|rather|hold(?:ing)?\s+off|wait\s+(?:on|with)"
-    r"|(?:cancel|stop|withdraw|drop)\w*\s+(?:the|my|that|this|a)?\s*refund)\b|n['’]t\b",
+    r"(?:\b(?:no|not|never|without|dont|doesnt|cannot)|n['’]t)\W+(?:\w+\W+){0,3}?refund"
+    r"|\b(?:instead|rather|hold(?:ing)?\s+off|wait\s+(?:on|with)"
+    r"|(?:cancel|stop|withdraw|drop)\w*\s+(?:the|my|that|this|a)?\s*refund)\b",
     re.IGNORECASE,
 )
 # About refunds, not asking for one: "Is it eligible for a refund?", "What is your refund policy?",
 # "How long does a refund take?", "Where is my refund?".
 ABOUT_REFUNDS = re.compile(
     r"\b(?:eligib\w*|qualif\w*|policy|policies|how\s+long|how\s+many|how\s+do(?:es)?|how\s+can|how\s+would"
-    r"|when\s+will|whether|wondering|status|where\s+is|any\s+news|possible\s+to|allowed|rules?|usually|normally)\b",
+    r"|when\s+will|whether|wondering|status|where\s+is|any\s+news|possible\s+to|allowed|rules?|usually|normally"
+    r"|(?:received|got|gotten|had)\s+(?:the|my|a|your|their|his|her)\s+refund|refund\s+(?:has\s+|was\s+)?(?:arrived|came))\b",
+    re.IGNORECASE,
+)
+# How a request is put: "please", "I want / would like / need a refund", "Could you refund ...", "Can I
+# get ...", or "refund" said to us ("Refund order A-1 please", "refund me $20"). A clause that names a
+# refund without asking ("I'm thinking about a refund", "my sister got a refund") is asked about first.
+REQUEST = re.compile(
+    r"\bplease\b|\b(?:i|we)\b[^.?!]{0,20}?\b(?:want|wanted|need|needed|like|request|requesting|demand|expect"
+    r"|asking|ask)\b|\b(?:can|could|would|will)\s+(?:you|u)\b|\b(?:can|could|may)\s+i\b|^\W*refund\b"
+    r"|\brefund\s+(?:me|it|this|that|order|my|the|[$€£¥\d])",
+    re.IGNORECASE,
+)
+HEDGE = re.compile(
+    r"\b(?:might|maybe|perhaps|thinking|considering|possibly|not\s+sure|let\s+you\s+know|later|decide|deciding)\b",
+    re.IGNORECASE,
+)
+# Courtesy that is not a condition: "when you get a chance", "if possible", "as soon as you can".
+COURTESY = re.compile(
+    r"\b(?:when(?:ever)?\s+you\s+(?:get|have|find)\s+(?:a|the)\s+(?:chance|moment|minute|time)"
+    r"|when(?:ever)?\s+(?:you\s+can|possible|convenient)|if\s+(?:you\s+can|possible|that'?s\s+ok(?:ay)?"
+    r"|that\s+is\s+ok(?:ay)?|you\s+could|you\s+don'?t\s+mind)|as\s+soon\s+as\s+(?:you\s+can|possible)"
+    r"|once\s+you\s+can)\b",
     re.IGNORECASE,
 )
 # A question that asks us to do it: "Could you refund ...?", "Can I get a refund for ...?".
@@ -66,7 +89,7 @@ CONDITION = re.compile(
     r"\b(?:if|unless|whether|when|whenever|once|in\s+case|provided|assuming|tell\s+me|let\s+me\s+know)\b",
     re.IGNORECASE,
 )
-SUBCLAUSE = re.compile(r",|\band\b|\bso\b|\bbecause\b", re.IGNORECASE)
+SUBCLAUSE = re.compile(r",|\band\b|\bso\b|\bbecause\b|\bas\b|\bsince\b", re.IGNORECASE)
 # An amount as customers write it: "$1,200.00", "€20", "20 €", "20 EUR", "EUR 20", "20 euros", "¥500",
 # "1,50 EUR" (a decimal comma).
 _NUMBER = r"\d(?:[\d.,]*\d)?"
@@ -83,7 +106,7 @@ DOLLARS = frozenset({"usd", "cad", "aud", "nzd", "hkd", "sgd"})
 AMOUNT_ASKED = re.compile(rf"\brefund\w*\s+(?:(?:me|of|for|just|only)\s+)*(?={MONEY.pattern})", re.IGNORECASE)
 # Part of the order, without (or beside) an amount: how much is asked, never guessed.
 PART = re.compile(
-    r"\b(?:part|partial|partly|half|some|portion|difference|shipping|postage|fees?|one\s+of|missing\s+\w+"
+    r"\b(?:part|partial|partly|half|most|some|portion|difference|shipping|postage|fees?|one\s+of|missing\s+\w+"
     r"|(?:only|just)\s+(?:the|a|an|one|for|[$€£¥\d]))",
     re.IGNORECASE,
 )
@@ -179,23 +202,31 @@ def _clauses(text: str) -> list[tuple[str, bool]]:
 
 def _asks_for_it(clause: str, question: bool) -> str:
     """Does this clause, which names a refund, ask for one? "no" when the part that names it says no
-    (or would rather something else), or it asks about refunds (eligibility, the policy, how long),
-    or it is a question that does not ask us to act; "unsure" when it asks on a condition ("if",
-    "unless", "tell me if"): the customer is asked first; else "yes"."""
+    (or would rather something else), or it asks about refunds (eligibility, the policy, how long,
+    one received), or it is a question that does not ask us to act; "unsure" when it asks on a
+    condition ("if", "unless", "tell me if") or only names a refund without asking ("I might want a
+    refund"): the customer is asked first; else "yes"."""
     if any(NOT_ASKED.search(part) for part in SUBCLAUSE.split(clause) if REFUND_WORD.search(part)):
         return "no"
     if ABOUT_REFUNDS.search(clause):
         return "no"
-    if CONDITION.search(clause):
+    if question and not ASKS_US.search(clause):
+        return "no"
+    if CONDITION.search(COURTESY.sub(" ", clause)) or HEDGE.search(clause) or not REQUEST.search(clause):
         return "unsure"
-    return "yes" if not question or ASKS_US.search(clause) else "no"
+    return "yes"
 
 
 def _unread_numbers(asked: str) -> bool:
-    """A number in the request that is neither an order number nor an amount read from it ("10%",
-    "20 bucks"): what it says about how much is not known, so the customer is asked."""
+    """An amount in the request that could not be read ("10%", "20 bucks", "refund 20 of it"): what
+    it says about how much is not known, so the customer is asked. Other numbers (a date, a count of
+    days) say nothing about how much."""
     rest = MONEY.sub(" ", _without_order_numbers(asked))
-    return bool(re.search(r"\d|%|\b(?:bucks?|quid|cents?|percent)\b", rest, re.IGNORECASE))
+    return bool(
+        re.search(r"%|\b(?:bucks?|quid|cents?|percent|pct)\b", rest, re.IGNORECASE)
+        or re.search(r"\brefund\w*\s+(?:me\s+|of\s+|just\s+|only\s+)*\d", rest, re.IGNORECASE)
+        or re.search(r"\d[\d.,]*\s+(?:of|off|from|back)\b", rest, re.IGNORECASE)
+    )
 
 
 def refund_asked(request: str) -> RefundAsk | None:
@@ -227,7 +258,27 @@ def refund_asked(request: str) -> RefundAsk | None:
         return RefundAsk(orders[0], orders, amount=_written(MONEY.match(asked, with_the_verb.end())))
     if len(amounts) == 1 and not elsewhere:
         return RefundAsk(orders[0], orders, amount=amounts[0])
-    return RefundAsk(orders[0], orders, how_much=bool(amounts or elsewhere or PART.search(request)))
+    unclear = amounts or elsewhere or PART.search(request) or _names_a_part(asked)
+    return RefundAsk(orders[0], orders, how_much=bool(unclear))
+
+
+# What may stand between "refund" and the order without naming a part of it ("refund my damaged order
+# A-1", "a full refund for order A-1"); any other word ("the broken mug from order A-1") names a part.
+_THE_ORDER = frozenset(
+    "me my the a an for of on in from to with order orders it this that these those please full whole entire all "
+    "everything amount money purchase payment total back now asap immediately refund refunded your our "
+    "damaged broken late wrong defective faulty lost cancelled canceled last recent latest complete".split()
+)
+
+
+def _names_a_part(asked: str) -> bool:
+    """Does the request name something of the order rather than the order ("refund the kettle on order
+    A-1", "the broken mug from A-1")? How much is then asked, never taken to be all of it."""
+    for match in re.finditer(r"\brefund\w*\b([^,.;!?#]*)", asked, re.IGNORECASE):
+        words = re.findall(r"[a-z']+", match.group(1).lower())
+        if any(word not in _THE_ORDER for word in words):
+            return True
+    return False
 
 
 def _without_order_numbers(text: str) -> str:
@@ -402,6 +453,8 @@ class OfflineDeterministicModel:
         if not done and THANKS.match(request.lower()) and not order_match:
             return "You're welcome! Is there anything else I can help you with?"
         refund = refund_asked(request)
+        if refund is not None and refund.unsure and len(refund.orders) > 1:
+            return f"Which order would you like me to refund: {' or '.join(refund.orders)}?"
         if refund is not None and refund.unsure:
             if len(refund.orders) == 1:
                 number = refund.orders[0]
