@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import struct
 import unicodedata
 import warnings
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 # Pillow's format name -> (content type, the extension a download gets).
 IMAGE_FORMATS: dict[str, tuple[str, str]] = {
@@ -140,7 +141,8 @@ def _reencoded_image(name: str, data: bytes) -> tuple[str, bytes]:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=list(IMAGE_FORMATS)) as probe:
-                fmt = str(probe.format)
+                # A phone's JPEG with a second picture (a depth or gain map) opens as "MPO": a JPEG.
+                fmt = "JPEG" if probe.format == "MPO" else str(probe.format)
                 if probe.width * probe.height > max_pixels:
                     raise AttachmentRefused(
                         f"{name} is {probe.width}×{probe.height} pixels; an image can have at most "
@@ -157,14 +159,39 @@ def _reencoded_image(name: str, data: bytes) -> tuple[str, bytes]:
         raise _refused_type(name) from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise AttachmentRefused(f"{name} is too large an image to open.", code="too_many_pixels") from None
-    except (OSError, SyntaxError, ValueError, EOFError):
-        # Looked like an accepted image but its data is broken (truncated, corrupt).
+    except (OSError, SyntaxError, ValueError, EOFError, TypeError, KeyError, IndexError, struct.error):
+        # Looked like an accepted image but its data is broken (truncated, corrupt, odd metadata): a
+        # refusal the customer reads, never a failed request.
         raise AttachmentRefused(f"{name} looks damaged and could not be opened.", code="damaged") from None
+
+
+# EXIF orientation -> the turns that make the picture upright (as ImageOps.exif_transpose applies
+# them, without rewriting the EXIF: a photo whose other tags are written oddly still opens).
+_ORIENTATION = {
+    2: (Image.Transpose.FLIP_LEFT_RIGHT,),
+    3: (Image.Transpose.ROTATE_180,),
+    4: (Image.Transpose.FLIP_TOP_BOTTOM,),
+    5: (Image.Transpose.TRANSPOSE,),
+    6: (Image.Transpose.ROTATE_270,),
+    7: (Image.Transpose.TRANSVERSE,),
+    8: (Image.Transpose.ROTATE_90,),
+}
+
+
+def _upright(image: Image.Image) -> Image.Image:
+    try:
+        orientation = int(image.getexif().get(0x0112) or 1)
+    except (TypeError, ValueError, KeyError, IndexError, OSError, SyntaxError, struct.error):
+        orientation = 1  # metadata that cannot be read: the picture as it is stored
+    upright = image.copy()
+    for turn in _ORIENTATION.get(orientation, ()):
+        upright = upright.transpose(turn)
+    return upright
 
 
 def _encode(image: Image.Image, fmt: str) -> bytes:
     icc_profile = image.info.get("icc_profile")  # colours, not who or where: kept
-    upright = ImageOps.exif_transpose(image)  # a copy; the first frame of an animation
+    upright = _upright(image)  # a copy; the first frame of an animation
     upright.info = {}  # nothing of the original's metadata goes along
     options: dict[str, object] = {}
     if fmt == "JPEG":
