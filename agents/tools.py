@@ -24,7 +24,7 @@ from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 
 from agents.models import ModelStep, ReplayPolicy, ToolCall
 from agents.selectors import orders_with_refunded_total, refunded_total_cents
@@ -259,7 +259,7 @@ def search_help(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     query = SearchQuery(args["query"], search_type="websearch", config="english")
     hits = (
         HelpArticle.objects.filter(search_vector=query)
-        .annotate(rank=SearchRank("search_vector", query))
+        .annotate(rank=SearchRank(F("search_vector"), query))
         .order_by("-rank", "title")[:3]
     )
     if not hits:
@@ -269,7 +269,7 @@ def search_help(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             query = SearchQuery(" | ".join(words), search_type="raw", config="english")
             hits = (
                 HelpArticle.objects.filter(search_vector=query)
-                .annotate(rank=SearchRank("search_vector", query))
+                .annotate(rank=SearchRank(F("search_vector"), query))
                 .order_by("-rank", "title")[:3]
             )
     return {"articles": [{"slug": a.slug, "title": a.title, "body": a.body} for a in hits]}
