@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import threading
 import uuid
 from collections.abc import Iterator
@@ -492,6 +493,19 @@ def _reopen_for_customer(ticket_id: int, user: AbstractBaseUser | None) -> None:
         raise ValidationError("This ticket is closed; please open a new one.", code="ticket_closed")
 
 
+def reference_for_other_words(existing: Ticket, *, subject: str, body: str) -> str | None:
+    """A new-ticket form sent again under the reference ``existing`` was opened with: None when it
+    says the same (a retried send: that ticket), else the reference its own ticket is opened under
+    (the form was reused, by the browser's Back button, for another request), derived from its words
+    so that a retry of it finds that ticket in turn."""
+    subject = (subject or "").strip() or _clean_body(body)[:80]
+    first = Message.objects.filter(ticket=existing, client_msg_id=f"open:{existing.client_ref}").first()
+    if first is not None and first.body == _clean_body(body) and existing.subject == subject:
+        return None
+    digest = hashlib.sha256(f"{subject}\n{_clean_body(body)}".encode()).hexdigest()[:16]
+    return f"{existing.client_ref}:{digest}"[-CLIENT_REF_MAX_CHARS:]
+
+
 def ticket_open(
     *,
     customer: Customer,
@@ -516,7 +530,10 @@ def ticket_open(
     if client_ref is not None and not unseen_client_ref:
         existing = Ticket.objects.filter(customer=customer, client_ref=client_ref).first()
         if existing is not None:
-            return existing, False
+            other = reference_for_other_words(existing, subject=subject, body=body)
+            if other is None:
+                return existing, False
+            return ticket_open(customer=customer, subject=subject, body=body, client_ref=other)
     try:
         with transaction.atomic():
             ticket = Ticket.objects.create(customer=customer, subject=subject, client_ref=client_ref)

@@ -17,6 +17,7 @@ from django.core.files.storage import default_storage
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render, resolve_url
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from support.throttle import over_limit, too_many
@@ -69,6 +70,7 @@ def ticket_list(request: HttpRequest) -> HttpResponse:
     return render(request, "tickets/list.html", {"rows": rows})
 
 
+@never_cache  # Back to the form gets a fresh one (a new reference), not the page it sent
 @login_required
 @require_http_methods(["GET", "POST"])
 def ticket_new(request: HttpRequest) -> HttpResponse:
@@ -87,7 +89,14 @@ def ticket_new(request: HttpRequest) -> HttpResponse:
         )  # fmt: skip
     existing = selectors.ticket_for_client_ref(customer=customer, client_ref=client_ref) if client_ref else None
     if existing is not None:
-        return redirect("tickets:chat", ticket_id=existing.pk)  # a retried submit: the same ticket, not counted
+        other = services.reference_for_other_words(existing, subject=subject, body=body)
+        if other is None:
+            return redirect("tickets:chat", ticket_id=existing.pk)  # a retried submit: the same ticket, not counted
+        # The form sent again with other words (the Back button): a ticket of its own.
+        client_ref = other
+        existing = selectors.ticket_for_client_ref(customer=customer, client_ref=client_ref)
+        if existing is not None:
+            return redirect("tickets:chat", ticket_id=existing.pk)
     wait = over_limit(request, group="tickets.new", key="user", rate_setting="CUSTOMER_TICKET_RATE")
     if wait is not None:
         return too_many(wait, f"You have opened many tickets just now; please try again in {wait} s.", json=False)
