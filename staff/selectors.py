@@ -29,6 +29,7 @@ VIEWS = [
     View("approval", "Waiting for approval", "The agent paused for a staff decision."),
     View("open", "All open", "Every ticket that is not resolved or closed."),
     View("rated", "Rated", "Tickets the customer rated, the latest rating first."),
+    View("all", "All tickets", "Every ticket, resolved and closed ones too: to find one by its number or customer."),
 ]
 VIEW_SLUGS = {view.slug for view in VIEWS}
 
@@ -42,6 +43,8 @@ def _in_view(tickets: QuerySet[Ticket], slug: str, user: AbstractBaseUser) -> Qu
         return tickets.filter(status=TicketStatus.PENDING_APPROVAL)
     if slug == "rated":
         return tickets.filter(rating__isnull=False)
+    if slug == "all":
+        return tickets
     return tickets.exclude(status__in=FINISHED)
 
 
@@ -53,7 +56,7 @@ def inbox(
     *, user: AbstractBaseUser, view: str, status: str = "", assignee: str = "", query: str = "", limit: int = 200
 ) -> list[Ticket]:
     """The tickets of one view, oldest first (the one left alone longest on top; in "rated", the
-    latest rating first), filtered, each with its last message and the customer's rating.
+    latest rating first; in "all", the latest change first), filtered, each with its last message and the customer's rating.
 
     ``assignee``: a username, or "none" for unassigned. ``query``: a ticket id (``42`` or
     ``#42``), an order number, or part of the customer's name or email, or of the subject."""
@@ -84,7 +87,12 @@ def inbox(
         rating_score=F("rating__score"),
         rating_comment=F("rating__comment"),
     )
-    order = ["-rating__updated_at", "-id"] if view == "rated" else ["updated_at", "id"]
+    if view == "rated":
+        order = ["-rating__updated_at", "-id"]
+    elif view == "all":
+        order = ["-updated_at", "-id"]  # looking one up: the latest first
+    else:
+        order = ["updated_at", "id"]
     return list(tickets.order_by(*order)[:limit])
 
 

@@ -98,7 +98,7 @@ def test_views_count_and_list_tickets_oldest_first(person: Client, agent_person,
     page = person.get(reverse("staff:inbox") + "?view=needs_person").content.decode()
     assert [int(n) for n in re.findall(r'data-ticket-id="(\d+)"', page)] == [older.pk, newer.pk]
     counts = dict(re.findall(r'data-view-count="(\w+)">(\d+)<', page))
-    assert counts == {"needs_person": "2", "mine": "1", "approval": "1", "open": "3", "rated": "0"}
+    assert counts == {"needs_person": "2", "mine": "1", "approval": "1", "open": "3", "rated": "0", "all": "4"}
     mine = person.get(reverse("staff:inbox") + "?view=mine").content.decode()
     assert f"#{newer.pk} Newer" in mine and f"#{older.pk} Older" not in mine
 
