@@ -56,7 +56,8 @@ def inbox(
     *, user: AbstractBaseUser, view: str, status: str = "", assignee: str = "", query: str = "", limit: int = 200
 ) -> list[Ticket]:
     """The tickets of one view, oldest first (the one left alone longest on top; in "rated", the
-    latest rating first; in "all", the latest change first), filtered, each with its last message and the customer's rating.
+    latest rating first; in "all", the latest change first), filtered, each with its last message and
+    the customer's rating.
 
     ``assignee``: a username, or "none" for unassigned. ``query``: a ticket id (``42`` or
     ``#42``), an order number, or part of the customer's name or email, or of the subject."""
