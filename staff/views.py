@@ -194,13 +194,20 @@ reply = _write(is_public=True)
 note = _write(is_public=False)
 
 
-def _action(service: Callable[..., Ticket], done: str) -> Callable[..., HttpResponse]:
+def _seen_seq(request: HttpRequest) -> int | None:
+    """The last timeline event the page showed (its hidden ``seen``), if it sent one."""
+    seen = request.POST.get("seen", "")
+    return int(seen) if seen.isascii() and seen.isdigit() and len(seen) < 19 else None
+
+
+def _action(service: Callable[..., Ticket], done: str, *, reads_the_page: bool = False) -> Callable[..., HttpResponse]:
     @require_POST
     @staff_required
     def view(request: HttpRequest, ticket_id: int) -> HttpResponse:
         found = _ticket_or_404(ticket_id)
+        extra = {"seen_seq": _seen_seq(request)} if reads_the_page else {}
         try:
-            service(ticket=found, user=request.user)
+            service(ticket=found, user=request.user, **extra)
         except ValidationError as exc:
             return _refused(request, ticket_id, exc)
         messages.success(request, done)
@@ -212,8 +219,9 @@ def _action(service: Callable[..., Ticket], done: str) -> Callable[..., HttpResp
 
 take_over = _action(services.ticket_take_over, "You have the ticket: the agent stays out until you hand it back.")
 hand_back = _action(services.ticket_hand_back, "Handed back: the agent answers what comes next.")
-resolve = _action(services.ticket_resolve, "Marked resolved.")
-close = _action(services.ticket_close, "Closed.")
+# Resolve and close leave the customer's next words to nobody: refused from a page that did not show them.
+resolve = _action(services.ticket_resolve, "Marked resolved.", reads_the_page=True)
+close = _action(services.ticket_close, "Closed.", reads_the_page=True)
 
 
 @require_POST

@@ -754,14 +754,32 @@ def ticket_hand_back(*, ticket: Ticket | int, user: AbstractBaseUser) -> Ticket:
     return locked
 
 
-def ticket_resolve(*, ticket: Ticket | int, user: AbstractBaseUser) -> Ticket:
-    return ticket_transition(
-        ticket=ticket, to_status=TicketStatus.RESOLVED, actor_kind=ActorKind.STAFF, actor_user=user
-    )
+def ticket_resolve(*, ticket: Ticket | int, user: AbstractBaseUser, seen_seq: int | None = None) -> Ticket:
+    return _finish(ticket, user, TicketStatus.RESOLVED, seen_seq)
 
 
-def ticket_close(*, ticket: Ticket | int, user: AbstractBaseUser) -> Ticket:
-    return ticket_transition(ticket=ticket, to_status=TicketStatus.CLOSED, actor_kind=ActorKind.STAFF, actor_user=user)
+def ticket_close(*, ticket: Ticket | int, user: AbstractBaseUser, seen_seq: int | None = None) -> Ticket:
+    return _finish(ticket, user, TicketStatus.CLOSED, seen_seq)
+
+
+def _finish(ticket: Ticket | int, user: AbstractBaseUser, to_status: str, seen_seq: int | None) -> Ticket:
+    """Resolve or close. With ``seen_seq`` (the last timeline event the page showed), refused when the
+    customer wrote since: a message the person never saw would be left unanswered on a ticket nobody
+    watches. Pressed again from the page that shows it, it is done."""
+    with transaction.atomic():
+        locked = _locked(ticket)
+        if (
+            seen_seq is not None
+            and TicketEvent.objects.filter(
+                ticket=locked, seq__gt=seen_seq, kind="message", actor_kind=ActorKind.CUSTOMER
+            ).exists()
+        ):
+            raise InvalidTransition(
+                f"The customer wrote on ticket #{locked.pk} since this page was opened; nothing was changed. "
+                "Read the new message, then press the button again.",
+                code="invalid_transition",
+            )
+        return ticket_transition_locked(ticket=locked, to_status=to_status, actor_kind=ActorKind.STAFF, actor_user=user)
 
 
 def ticket_assign_to(

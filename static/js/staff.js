@@ -25,6 +25,8 @@
       });
     }
     after = Math.max(after, data.last_seq || 0);
+    // Resolve and Close say what the page has shown: a customer message it has not is a conflict.
+    document.querySelectorAll("input[data-seen]").forEach(function (input) { input.value = String(after); });
     if (typeof data.side_html === "string") side.innerHTML = data.side_html;  // no inputs in it: nothing to lose
     statusBadge.textContent = data.status_text;
     statusBadge.className = "badge " + data.status;
