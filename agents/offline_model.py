@@ -38,7 +38,7 @@ REFUND_WORD = re.compile(r"\brefund", re.IGNORECASE)
 # (the customer is asked instead).
 NOT_ASKED = re.compile(
     r"(?:\b(?:no|not|never|without|dont|doesnt|cannot)|n['’]t)\W+(?:\w+\W+){0,3}?refund"
-    r"|\b(?:instead|rather|hold(?:ing)?\s+off|wait\s+(?:on|with)"
+    r"|\b(?:instead|rather|hold(?:ing)?\s+off|hold\s+(?:the|my|that|this|a)?\s*refund|wait\s+(?:on|with)"
     r"|(?:cancel|stop|withdraw|drop)\w*\s+(?:the|my|that|this|a)?\s*refund)\b",
     re.IGNORECASE,
 )
@@ -80,13 +80,15 @@ ASKS_US = re.compile(
 # A later message that takes the request back or changes it: the agent asks before refunding anything.
 TAKEN_BACK = re.compile(
     r"\b(?:never\s*mind|nevermind|ignore|disregard|forget\s+(?:it|that|about)|scratch\s+that|cancel\s+that"
-    r"|wrong\s+(?:order|number|one)|i\s+meant|my\s+mistake|my\s+bad|not\s+that\s+one|no\s+longer|changed\s+my\s+mind)\b",
+    r"|wrong\s+(?:order|number|one)|i\s+meant|my\s+mistake|my\s+bad|not\s+that\s+one|no\s+longer|changed\s+my\s+mind"
+    r"|on\s+second\s+thoughts?|actually|(?:showed|shown|turned)\s+up|arrived\s+after\s+all|found\s+it)\b",
     re.IGNORECASE,
 )
 # A refund asked on a condition, or a question about one put as a request ("Can you tell me if ...",
 # "refund it if it has not arrived by Friday", "unless you can send a replacement"): asked first.
 CONDITION = re.compile(
-    r"\b(?:if|unless|whether|when|whenever|once|in\s+case|provided|assuming|tell\s+me|let\s+me\s+know)\b",
+    r"\b(?:if|unless|whether|when|whenever|once|in\s+case|in\s+the\s+event|provided|assuming|should\s+(?:it|they|the)"
+    r"|after\s+(?:you|it|the|my|i)|as\s+soon\s+as|tell\s+me|let\s+me\s+know)\b",
     re.IGNORECASE,
 )
 SUBCLAUSE = re.compile(r",|\band\b|\bso\b|\bbecause\b|\bas\b|\bsince\b", re.IGNORECASE)

@@ -498,11 +498,15 @@ def reference_for_other_words(existing: Ticket, *, subject: str, body: str) -> s
     says the same (a retried send: that ticket), else the reference its own ticket is opened under
     (the form was reused, by the browser's Back button, for another request), derived from its words
     so that a retry of it finds that ticket in turn."""
-    subject = (subject or "").strip() or _clean_body(body)[:80]
+    try:
+        text = _clean_body(body)
+    except ValidationError:
+        text = str(body)  # words it cannot take: not the same words (opening with them is refused, with why)
+    subject = (subject or "").strip() or text[:80]
     first = Message.objects.filter(ticket=existing, client_msg_id=f"open:{existing.client_ref}").first()
-    if first is not None and first.body == _clean_body(body) and existing.subject == subject:
+    if first is not None and first.body == text and existing.subject == subject:
         return None
-    digest = hashlib.sha256(f"{subject}\n{_clean_body(body)}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{subject}\n{text}".encode()).hexdigest()[:16]
     return f"{existing.client_ref}:{digest}"[-CLIENT_REF_MAX_CHARS:]
 
 
@@ -556,7 +560,12 @@ def ticket_open(
     except IntegrityError:
         if client_ref is None:
             raise
-        return Ticket.objects.get(customer=customer, client_ref=client_ref), False
+        # A send of the same form won the insert: the same words, its ticket; other words, their own.
+        existing = Ticket.objects.get(customer=customer, client_ref=client_ref)
+        other = reference_for_other_words(existing, subject=subject, body=body)
+        if other is None:
+            return existing, False
+        return ticket_open(customer=customer, subject=subject, body=body, client_ref=other)
     return ticket, True
 
 
