@@ -546,10 +546,11 @@ def test_a_person_taking_the_ticket_while_the_step_is_written_stops_its_refund(s
 
 
 @pytest.mark.customer_confirms
-def test_a_run_that_ends_leaves_no_card_waiting_on_the_dashboard(sandbox, approver):  # noqa: ANN001
+def test_an_expired_question_leaves_the_card_behind_it_to_staff_and_asks_the_customer_after(sandbox, approver):  # noqa: ANN001, E501
     """One step: a small refund for the customer to confirm, then a large one for staff. The customer
-    never answers: the run ends, and the large refund's card leaves the dashboard with it (approving
-    it told the customer "finishing it now", and nothing ran)."""
+    never answers the small question: nothing of it is paid, and the run goes on to the large one (not
+    answering one question does not take back the other request): its card stays on the dashboard, and
+    once staff approve, the customer is asked to confirm it. Nothing is paid without both."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -570,13 +571,18 @@ def test_a_run_that_ends_leaves_no_card_waiting_on_the_dashboard(sandbox, approv
     assert confirmations_expire_due(now=timezone.now() + timedelta(days=1)) == 1
     advance(ticket.pk, model=model)
 
-    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.COMPLETED
+    first.refresh_from_db()
+    assert first.status == CallStatus.CANCELLED
+    assert AgentRun.objects.get(ticket=ticket).status == RunStatus.WAITING_APPROVAL
     card.refresh_from_db()
-    assert card.status == ApprovalStatus.WITHDRAWN and card not in approval_selectors.approvals_pending()
-    with pytest.raises(approval_services.ApprovalClosed, match="was withdrawn .*the agent stopped waiting for it"):
-        approval_services.approval_decide(approval_id=card.pk, user=approver, approve=True)
+    assert card.status == ApprovalStatus.PENDING and card in approval_selectors.approvals_pending()
     assert paid(sandbox, small) == [] and paid(sandbox, large) == []
-    assert ticket.pk not in tickets_with_agent_work()
+
+    approval_services.approval_decide(approval_id=card.pk, user=approver, approve=True)
+    advance(ticket.pk, model=model)
+    second.refresh_from_db()
+    assert second.status == CallStatus.AWAITING_CONFIRMATION and second.confirmation_text
+    assert paid(sandbox, small) == [] and paid(sandbox, large) == []
 
 
 # --- Third review: a take-over the run's start did not see, a hand-back, a clean resume -------
