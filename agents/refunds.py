@@ -45,7 +45,7 @@ from typing import Any, NoReturn
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Q, Sum
+from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
@@ -659,6 +659,19 @@ def refund_recheck_failed(*, refund: Refund) -> str:
     return _record_provider_state(refund, found)
 
 
+def _failed_unseen_recently() -> QuerySet[Refund]:
+    since = timezone.now() - timedelta(hours=settings.REFUND_RECHECK_FAILED_HOURS)
+    return Refund.objects.filter(status=RefundStatus.FAILED, provider_refund_id__isnull=True, updated_at__gte=since)
+
+
+def tickets_with_money_in_flight() -> QuerySet[Any]:
+    """Tickets whose money is not settled yet: a refund requested, submitted, pending or uncertain, or
+    one failed unseen that is still asked about. A move must carry them (state.export), finished or
+    not: the reconciler settles them where they land."""
+    moving = Refund.objects.filter(status__in=[RefundStatus.REQUESTED, *OPEN_REFUND_STATUSES]).values("ticket_id")
+    return moving.union(_failed_unseen_recently().values("ticket_id"))
+
+
 def reconcile_open_refunds(*, older_than_seconds: int | None = None) -> dict[str, int]:
     """Reconcile every refund left submitted, pending or uncertain, and ask again about those that
     failed unseen in the last REFUND_RECHECK_FAILED_HOURS. Used by beat and a management command."""
@@ -666,11 +679,7 @@ def reconcile_open_refunds(*, older_than_seconds: int | None = None) -> dict[str
     for refund in Refund.objects.select_related("order").filter(status__in=OPEN_REFUND_STATUSES):
         status = refund_reconcile(refund=refund, older_than_seconds=older_than_seconds)
         counts[status] = counts.get(status, 0) + 1
-    since = timezone.now() - timedelta(hours=settings.REFUND_RECHECK_FAILED_HOURS)
-    unseen = Refund.objects.select_related("order").filter(
-        status=RefundStatus.FAILED, provider_refund_id__isnull=True, updated_at__gte=since
-    )
-    for refund in unseen:
+    for refund in _failed_unseen_recently().select_related("order"):
         status = refund_recheck_failed(refund=refund)
         if status != RefundStatus.FAILED:
             counts[status] = counts.get(status, 0) + 1

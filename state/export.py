@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from agents.models import AgentProfile
 from agents.profiles import CONTENT_FIELDS
+from agents.refunds import tickets_with_money_in_flight
 from agents.tools import REGISTRY
 from state import bundle
 from state.parts import PARTS, USERS_FILE, USERS_LABEL, Selection
@@ -41,7 +42,13 @@ def select_tickets(*, ticket_ids: list[int], every: bool, open_only: bool) -> Se
         if missing:
             raise NoSuchTickets(f"no ticket {', '.join(f'#{pk}' for pk in missing)} in this database")
     if open_only:
-        tickets = tickets.exclude(status__in=FINISHED_TICKET_STATUSES)
+        # Finished tickets stay behind, unless money of theirs is still moving (a refund pending at the
+        # provider, uncertain, or failed unseen and still asked about): the reconciler settles it where
+        # the ticket lands, and tells staff.
+        moving = list(tickets_with_money_in_flight())
+        tickets = tickets.exclude(status__in=FINISHED_TICKET_STATUSES) | tickets.filter(
+            pk__in=[row["ticket_id"] for row in moving]
+        )
     return Selection(ticket_ids=tuple(sorted(tickets.values_list("pk", flat=True))))
 
 
