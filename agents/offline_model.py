@@ -81,14 +81,16 @@ ASKS_US = re.compile(
 TAKEN_BACK = re.compile(
     r"\b(?:never\s*mind|nevermind|ignore|disregard|forget\s+(?:it|that|about)|scratch\s+that|cancel\s+that"
     r"|wrong\s+(?:order|number|one)|i\s+meant|my\s+mistake|my\s+bad|not\s+that\s+one|no\s+longer|changed\s+my\s+mind"
-    r"|on\s+second\s+thoughts?|actually|(?:showed|shown|turned)\s+up|arrived\s+after\s+all|found\s+it)\b",
+    r"|on\s+second\s+thoughts?|(?:just|finally)\s+(?:showed|turned)\s+up|(?:came|arrived|showed\s+up)\s+after\s+all"
+    r"|actually,?\s+(?:don'?t|do\s+not|no\b|never\s*mind|it\s+(?:just\s+)?(?:came|arrived|showed\s+up))|found\s+it)\b",
     re.IGNORECASE,
 )
 # A refund asked on a condition, or a question about one put as a request ("Can you tell me if ...",
 # "refund it if it has not arrived by Friday", "unless you can send a replacement"): asked first.
 CONDITION = re.compile(
-    r"\b(?:if|unless|whether|when|whenever|once|in\s+case|in\s+the\s+event|provided|assuming|should\s+(?:it|they|the)"
-    r"|after\s+(?:you|it|the|my|i)|as\s+soon\s+as|tell\s+me|let\s+me\s+know)\b",
+    r"\b(?:if|unless|whether|when|whenever|once\s+(?:you|it|we|the|my|i)\b|in\s+case|in\s+the\s+event|provided|assuming|should\s+(?:it|they|the)"
+    r"|after\s+(?:you|we|it'?s|it\s+is|it\s+has\s+been)\s+(?:receive|get|gets|got|returned|been\s+returned|sent\s+back)"
+    r"|as\s+soon\s+as|tell\s+me|let\s+me\s+know)\b",
     re.IGNORECASE,
 )
 SUBCLAUSE = re.compile(r",|\band\b|\bso\b|\bbecause\b|\bas\b|\bsince\b", re.IGNORECASE)

@@ -1,5 +1,5 @@
 """A ticket subject that is only the order number does not erase a person's stop in a pseudonymised
-move: order numbers, currencies and amounts in arguments are never rewritten (state.pseudonyms.KEPT_KEYS).
+move: an order number of the bundle in arguments is never rewritten (state.pseudonyms.pseudonymise).
 
 A customer who writes the order number as the ticket's subject ("R-160123") has that subject
 withheld "wherever the bundle repeats it word for word", but not inside the refund call's
