@@ -7,15 +7,11 @@ request (a 500): a form with a problem in it comes back with a sentence, the wor
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import close_old_connections, connection, transaction
-from django.test import Client
 from django.urls import reverse
 
 from tickets import services
-from tickets.models import Message, Ticket
+from tickets.models import Message
 
 
 @pytest.mark.django_db
@@ -36,57 +32,28 @@ def test_the_form_sent_again_with_a_message_it_cannot_take_is_refused_with_a_sen
     )
 
 
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.timeout(60)
+@pytest.mark.django_db
 def test_a_double_submit_with_other_words_racing_the_first_keeps_both_messages(customer):  # noqa: ANN001
     """Two sends of one form (its hidden reference) arrive together, the second with other words
-    (typed more and pressed Send again while the first was in flight): neither is dropped."""
+    (typed more and pressed Send again while the first was in flight): the second looked for the
+    reference before the first committed (``unseen_client_ref``), then its insert meets the first's
+    ticket on the unique reference. Neither message is dropped, and a retry of either finds its ticket."""
     ref = "ref-race"
-    inserted, release = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
-
-    def first_send() -> None:
-        try:
-            with transaction.atomic():
-                services.ticket_open(customer=customer, subject="", body="Where is order A-1001?", client_ref=ref)
-                inserted.set()
-                release.wait(20)  # the first request's transaction is still committing
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-            inserted.set()
-        finally:
-            connection.close()
-
-    t = threading.Thread(target=first_send)
-    t.start()
-    assert inserted.wait(20)
-
-    result: dict[str, object] = {}
-
-    def second_send() -> None:
-        try:
-            c = Client(raise_request_exception=False)
-            c.force_login(customer.user)
-            result["response"] = c.post(
-                reverse("tickets:new"),
-                {"subject": "", "body": "Also: my kettle from order B-2001 arrived broken.", "client_ref": ref},
-            )
-        finally:
-            close_old_connections()
-            connection.close()
-
-    s = threading.Thread(target=second_send)
-    s.start()
-    s.join(2)  # it looked for the reference (not committed yet) and now waits on the insert
-    release.set()
-    t.join(20)
-    s.join(20)
-    assert not errors, errors
-    response = result["response"]
+    first, created = services.ticket_open(customer=customer, subject="", body="Where is order A-1001?", client_ref=ref)
+    assert created
+    second, created = services.ticket_open(
+        customer=customer, subject="", body="Also: my kettle from order B-2001 arrived broken.", client_ref=ref,
+        unseen_client_ref=True,  # as the view calls it after finding no ticket under the reference
+    )  # fmt: skip
+    assert created and second.pk != first.pk
     bodies = sorted(Message.objects.filter(ticket__customer=customer).values_list("body", flat=True))
-    accepted = response.status_code in (302, 303)
-    assert not accepted or "Also: my kettle from order B-2001 arrived broken." in bodies, (
-        f"the second send was accepted ({response.status_code} -> {response.get('Location')}) but its words were "
-        f"never stored (a message lost): messages on the customer's tickets {bodies}, tickets "
-        f"{list(Ticket.objects.filter(customer=customer).values_list('pk', 'client_ref'))}"
+    assert bodies == ["Also: my kettle from order B-2001 arrived broken.", "Where is order A-1001?"]
+    again, created = services.ticket_open(
+        customer=customer, subject="", body="Also: my kettle from order B-2001 arrived broken.", client_ref=ref,
+        unseen_client_ref=True,
+    )  # fmt: skip
+    assert not created and again.pk == second.pk
+    same, created = services.ticket_open(
+        customer=customer, subject="", body="Where is order A-1001?", client_ref=ref, unseen_client_ref=True
     )
+    assert not created and same.pk == first.pk
