@@ -160,10 +160,11 @@ def _refused(request: HttpRequest, ticket_id: int, exc: ValidationError, **typed
     return _ticket_page(request, _ticket_or_404(ticket_id), status=status, **typed)
 
 
-def _holder_seen(request: HttpRequest) -> int | None:
-    """Who had the ticket by the page the form was sent from (its hidden ``holder``)."""
-    seen = request.POST.get("holder", "")
-    return int(seen) if seen.isascii() and seen.isdigit() and len(seen) < 19 else None
+def _page_read(request: HttpRequest, field: str) -> int | None:
+    """What the page the form was sent from showed, by one of its hidden fields: ``holder`` (who had
+    the ticket), ``seen`` (the last timeline event). None when it sent none (or not a number)."""
+    value = request.POST.get(field, "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else None
 
 
 def _write(is_public: bool) -> Callable[..., HttpResponse]:
@@ -175,7 +176,7 @@ def _write(is_public: bool) -> Callable[..., HttpResponse]:
     def view(request: HttpRequest, ticket_id: int) -> HttpResponse:
         found = _ticket_or_404(ticket_id)
         body = request.POST.get("body", "")
-        extra = {"holder_seen": _holder_seen(request)} if is_public else {}
+        extra = {"holder_seen": _page_read(request, "holder")} if is_public else {}
         try:
             _, created = post(
                 ticket=found, user=request.user, body=body, client_msg_id=request.POST.get("client_msg_id", ""), **extra
@@ -194,18 +195,12 @@ reply = _write(is_public=True)
 note = _write(is_public=False)
 
 
-def _seen_seq(request: HttpRequest) -> int | None:
-    """The last timeline event the page showed (its hidden ``seen``), if it sent one."""
-    seen = request.POST.get("seen", "")
-    return int(seen) if seen.isascii() and seen.isdigit() and len(seen) < 19 else None
-
-
 def _action(service: Callable[..., Ticket], done: str, *, reads_the_page: bool = False) -> Callable[..., HttpResponse]:
     @require_POST
     @staff_required
     def view(request: HttpRequest, ticket_id: int) -> HttpResponse:
         found = _ticket_or_404(ticket_id)
-        extra = {"seen_seq": _seen_seq(request)} if reads_the_page else {}
+        extra = {"seen_seq": _page_read(request, "seen")} if reads_the_page else {}
         try:
             service(ticket=found, user=request.user, **extra)
         except ValidationError as exc:
@@ -239,7 +234,9 @@ def assign(request: HttpRequest, ticket_id: int) -> HttpResponse:
             reason = "cannot work tickets" if exists else "is not a user"
             return _refused(request, ticket_id, ValidationError(f"{username!r} {reason}.", code="bad_assignee"))
     try:
-        services.ticket_assign_to(ticket=found, assignee=assignee, user=request.user, holder_seen=_holder_seen(request))
+        services.ticket_assign_to(
+            ticket=found, assignee=assignee, user=request.user, holder_seen=_page_read(request, "holder")
+        )
     except ValidationError as exc:
         return _refused(request, ticket_id, exc)
     messages.success(request, f"Assigned to {assignee.get_username()}." if assignee else "Unassigned.")

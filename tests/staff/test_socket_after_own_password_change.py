@@ -8,8 +8,6 @@ really ended is refused on that reconnection: 4403.)
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
@@ -18,36 +16,14 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from support.asgi import application
-from tests.workers import purge_stream_buffers
+from tests.tickets.test_socket_ends_with_sign_in import _frames_until_quiet, _no_stream_left_over, ticket  # noqa: F401 (fixtures)
 from tickets import services
-from tickets.models import AuthorKind, Customer, Ticket
+from tickets.models import AuthorKind
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(autouse=True)
-def _no_stream_left_over() -> None:
-    purge_stream_buffers()
-
-
-@pytest.fixture
-def ticket(customer: Customer) -> Ticket:
-    ticket, _ = services.ticket_open(customer=customer, subject="Kettle", body="Where is my kettle?")
-    return ticket
-
-
-async def _frames_until_quiet(ws: WebsocketCommunicator, quiet: float = 1.5) -> list[dict]:
-    frames = []
-    while not await ws.receive_nothing(timeout=quiet):
-        output = await ws.receive_output(timeout=1)
-        if output["type"] == "websocket.close":
-            frames.append({"type": "closed", "code": output.get("code")})
-            break
-        frames.append(json.loads(output["text"]))
-    return frames
-
-
-def test_changing_ones_own_password_does_not_sign_the_live_pages_out(ticket):
+def test_changing_ones_own_password_does_not_sign_the_live_pages_out(ticket):  # noqa: F811 (the fixture)
     admin = get_user_model().objects.create_superuser("lead-admin", "lead@example.test", "old-password-for-tests-1")
     client = Client()
     client.force_login(admin)
@@ -76,7 +52,7 @@ def test_changing_ones_own_password_does_not_sign_the_live_pages_out(ticket):
         await database_sync_to_async(services.message_post)(
             ticket=ticket.pk, author_kind=AuthorKind.CUSTOMER, body="Any news on my kettle?"
         )
-        closing = await _frames_until_quiet(ws)
+        closing = await _frames_until_quiet(ws, quiet=1.5)
         await ws.disconnect()
         # The page reconnects with the cookie the browser has now.
         fresh = f"sessionid={client.cookies['sessionid'].value}".encode()
@@ -88,7 +64,7 @@ def test_changing_ones_own_password_does_not_sign_the_live_pages_out(ticket):
         await database_sync_to_async(services.message_post)(
             ticket=ticket.pk, author_kind=AuthorKind.CUSTOMER, body="Hello? Anyone there?"
         )
-        frames = await _frames_until_quiet(again)
+        frames = await _frames_until_quiet(again, quiet=1.5)
         await again.disconnect()
         return closing, frames
 

@@ -33,6 +33,7 @@ def ticket(customer: Customer) -> Ticket:
 
 
 async def _frames_until_quiet(ws: WebsocketCommunicator, quiet: float = 1.0) -> list[dict]:
+    """What the socket sends until it is quiet for ``quiet`` seconds (a close as {"type": "closed"})."""
     frames = []
     while not await ws.receive_nothing(timeout=quiet):
         output = await ws.receive_output(timeout=1)
