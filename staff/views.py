@@ -176,7 +176,8 @@ def _write(is_public: bool) -> Callable[..., HttpResponse]:
     def view(request: HttpRequest, ticket_id: int) -> HttpResponse:
         found = _ticket_or_404(ticket_id)
         body = request.POST.get("body", "")
-        extra = {"holder_seen": _page_read(request, "holder")} if is_public else {}
+        read = {"holder_seen": _page_read(request, "holder"), "seen_seq": _page_read(request, "seen")}
+        extra = read if is_public else {}
         try:
             _, created = post(
                 ticket=found, user=request.user, body=body, client_msg_id=request.POST.get("client_msg_id", ""), **extra
@@ -185,6 +186,9 @@ def _write(is_public: bool) -> Callable[..., HttpResponse]:
             return _refused(request, ticket_id, exc, **{field: body})
         if created:
             messages.success(request, "Reply sent to the customer." if is_public else "Internal note added.")
+        seen = extra.get("seen_seq")
+        if created and seen is not None and services.customer_wrote_since(ticket=found, seq=seen):
+            messages.warning(request, "The customer wrote again while you were replying: their new message waits.")
         return _back(ticket_id)
 
     view.__name__ = field

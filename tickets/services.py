@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import DatabaseError, IntegrityError, connection, models, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.db.models.functions import Least
 from django.utils import timezone
 
@@ -771,18 +771,26 @@ def ticket_close(*, ticket: Ticket | int, user: AbstractBaseUser, seen_seq: int 
     return _finish(ticket, user, TicketStatus.CLOSED, seen_seq)
 
 
+def _customer_messages_after(ticket: Ticket | int, seq: int) -> QuerySet[TicketEvent, Any]:
+    """The IDs of the customer's messages whose timeline events come after event ``seq``: what a
+    page that showed events up to ``seq`` never showed."""
+    return TicketEvent.objects.filter(
+        ticket=ticket, seq__gt=seq, kind="message", actor_kind=ActorKind.CUSTOMER
+    ).values_list("payload__message_id", flat=True)
+
+
+def customer_wrote_since(*, ticket: Ticket | int, seq: int) -> bool:
+    """Whether the customer wrote after timeline event ``seq`` (what a page that showed up to it missed)."""
+    return _customer_messages_after(_ticket_id(ticket), seq).exists()
+
+
 def _finish(ticket: Ticket | int, user: AbstractBaseUser, to_status: str, seen_seq: int | None) -> Ticket:
     """Resolve or close. With ``seen_seq`` (the last timeline event the page showed), refused when the
     customer wrote since: a message the person never saw would be left unanswered on a ticket nobody
     watches. Pressed again from the page that shows it, it is done."""
     with transaction.atomic():
         locked = _locked(ticket)
-        if (
-            seen_seq is not None
-            and TicketEvent.objects.filter(
-                ticket=locked, seq__gt=seen_seq, kind="message", actor_kind=ActorKind.CUSTOMER
-            ).exists()
-        ):
+        if seen_seq is not None and _customer_messages_after(locked, seen_seq).exists():
             raise InvalidTransition(
                 f"The customer wrote on ticket #{locked.pk} since this page was opened; nothing was changed. "
                 "Read the new message, then press the button again.",
@@ -916,6 +924,7 @@ def _staff_message(
     client_msg_id: str,
     is_public: bool,
     holder_seen: int | None | object = ...,
+    seen_seq: int | None = None,
 ) -> tuple[Message, bool]:
     text = _clean_body(body)
     key = client_key(client_msg_id)
@@ -934,6 +943,9 @@ def _staff_message(
                 unanswered_before = Message.objects.filter(
                     ticket_id=locked.pk, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
                 )
+                if seen_seq is not None:  # what the page never showed is not answered by this reply
+                    unseen = list(_customer_messages_after(locked, seen_seq))
+                    unanswered_before = unanswered_before.exclude(pk__in=unseen)
                 unanswered_before.update(agent_handled_at=timezone.now())
             elif locked.status == TicketStatus.CLOSED:
                 raise InvalidTransition(f"Ticket #{locked.pk} is closed; nothing more can happen on it.", code="closed")
@@ -957,14 +969,18 @@ def staff_reply(
     body: str,
     client_msg_id: str,
     holder_seen: int | None | object = ...,
+    seen_seq: int | None = None,
 ) -> tuple[Message, bool]:
     """A person answers the customer, under their own name. Replying takes the ticket (the
     agent stays out until it is handed back). Idempotent on ``client_msg_id``. ``holder_seen``:
     who had the ticket on the page the reply was written on (the staff page sends it); a
-    colleague who took it since makes the reply a conflict, not a silent take-over."""
+    colleague who took it since makes the reply a conflict, not a silent take-over. ``seen_seq``:
+    the last timeline event that page showed; the customer's messages after it stay unanswered
+    (the inbox still shows them waiting, and the agent answers them after a hand-back)."""
     return _staff_message(
-        ticket=ticket, user=user, body=body, client_msg_id=client_msg_id, is_public=True, holder_seen=holder_seen
-    )
+        ticket=ticket, user=user, body=body, client_msg_id=client_msg_id, is_public=True, holder_seen=holder_seen,
+        seen_seq=seen_seq,
+    )  # fmt: skip
 
 
 def staff_note(*, ticket: Ticket | int, user: AbstractBaseUser, body: str, client_msg_id: str) -> tuple[Message, bool]:
