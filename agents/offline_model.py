@@ -25,7 +25,9 @@ from django.conf import settings
 from agents.llm import Message, ModelResponse, TokenCallback, ToolCallRequest, ToolSpec, Usage
 from tickets.money import format_money
 
-ORDER_NUMBER = re.compile(r"\b([A-Z]-\d{3,6}|T-\d{3,6})\b", re.IGNORECASE)
+# An order number: one letter and digits ("A-1001", "a-1001"), or, written in capitals, a longer
+# prefix ("ORD-24010", "EU-2024-00017"). Lower-case words before digits ("mid-2024") are not one.
+ORDER_NUMBER = re.compile(r"\b((?i:[A-Z])-\d{3,10}|[A-Z]{2,6}(?:-[A-Z0-9]{1,8})?-\d{3,10})\b")
 THANKS = re.compile(r"^\W*(thanks?|thank you|thx|ok(ay)?|great|perfect|cheers|got it)\b[\w\s,.!]*$", re.IGNORECASE)
 AGAIN = re.compile(r"\b(another|again|more|second|also|additional)\b", re.IGNORECASE)
 BENCH = re.compile(r"^bench:(\d{1,3})$")

@@ -174,3 +174,15 @@ def test_an_amount_in_another_currency_than_the_orders_is_asked_again(sandbox): 
     assert provider_refunds(sandbox, order) == []
     (reply,) = agent_replies(ticket)
     assert "How much of order E-7201 would you like refunded? Tell me the amount in EUR" in reply, reply
+
+
+@pytest.mark.parametrize("number", ["ORD-24010", "EU-2024-00017"])
+def test_an_order_number_with_a_longer_prefix_is_read_and_refunded(sandbox, number):  # noqa: ANN001
+    """Order numbers are the shop's own ("ORD-24010", "EU-2024-00017", not only "A-1001"): the
+    model reads them, so a plain request for one is refunded, once, in full."""
+    customer, order = order_in(sandbox, number=number, total_cents=3000, currency="usd")
+    ticket = open_ticket(customer, f"Please refund order {number}, it never arrived.")
+
+    run_the_agent(ticket)
+
+    assert [r["amount"] for r in paid(sandbox, order)] == [3000], agent_replies(ticket)
