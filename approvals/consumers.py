@@ -13,14 +13,16 @@ class ApprovalsConsumer(SignedInConsumer):
     """Tells an open dashboard that the pending list changed; the page then reloads it over HTTP."""
 
     async def connect(self) -> None:
+        # Accept first: a close code (4403: not an approver, or signed out) only reaches the browser
+        # on an open socket; refused at the handshake, the page could only retry forever.
+        await self.accept()
         user = self.scope.get("user")
         if user is None or not await database_sync_to_async(can_decide)(user):
-            await self.close(code=4403)
+            await self.close(code=self.closed_code)
             return
         if not await self.watch_sign_in():
             return
         await realtime.group_join(self.channel_layer, STAFF_GROUP, self.channel_name)
-        await self.accept()
 
     async def disconnect(self, code: int) -> None:
         await self.channel_layer.group_discard(STAFF_GROUP, self.channel_name)

@@ -160,9 +160,11 @@
       } catch (ignored) { /* any message means "read the list again" */ }
       refresh();
     };
-    socket.onclose = function () {
+    socket.onclose = function (event) {
+      // 4403: signed out or not an approver (any more): reconnecting would be refused again.
+      if (event.code === 4403) { status.textContent = "Not allowed: sign in again to see live updates."; return; }
       status.textContent = "Reconnecting…";
-      setTimeout(connect, delay);
+      setTimeout(connect, event.code === 4401 ? 0 : delay); // 4401: the sign-in changed; try at once
       delay = Math.min(delay * 2, 10000);
     };
   }

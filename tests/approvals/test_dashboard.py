@@ -73,23 +73,31 @@ def test_anonymous_visitors_are_sent_to_sign_in(sandbox, client):
     assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalStatus.PENDING
 
 
-async def _ws_accepted(user) -> bool:  # noqa: ANN001
+async def _ws_answer(user) -> str | int:  # noqa: ANN001
+    """ "open" for a socket that stays open, else the close code the browser is given."""
     communicator = WebsocketCommunicator(
         application, "/ws/staff/approvals/", headers=[(b"origin", b"http://localhost"), (b"host", b"localhost")]
     )
     communicator.scope["user"] = user
-    connected, _ = await communicator.connect()
+    connected, code = await communicator.connect()
+    if not connected:
+        return f"refused at the handshake ({code}): the browser is given no close code, only a failure"
+    answer: str | int = "open"
+    if not await communicator.receive_nothing(timeout=0.3):
+        answer = (await communicator.receive_output())["code"]
     await communicator.disconnect()
-    return connected
+    return answer
 
 
-def test_only_approvers_get_live_dashboard_updates(approver, plain_staff):
+def test_only_approvers_get_live_dashboard_updates_and_the_others_are_told_not_allowed(approver, plain_staff):
+    """The others' sockets are closed with 4403 after opening (not refused at the handshake), so the
+    page says "not allowed" instead of reconnecting for ever."""
     from asgiref.sync import async_to_sync
     from django.contrib.auth.models import AnonymousUser
 
-    assert async_to_sync(_ws_accepted)(approver) is True
-    assert async_to_sync(_ws_accepted)(plain_staff) is False
-    assert async_to_sync(_ws_accepted)(AnonymousUser()) is False
+    assert async_to_sync(_ws_answer)(approver) == "open"
+    assert async_to_sync(_ws_answer)(plain_staff) == 4403
+    assert async_to_sync(_ws_answer)(AnonymousUser()) == 4403
 
 
 def test_two_staff_deciding_at_once_the_first_wins_and_the_second_is_told(sandbox, live_server):
