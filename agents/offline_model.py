@@ -25,9 +25,12 @@ from django.conf import settings
 from agents.llm import Message, ModelResponse, TokenCallback, ToolCallRequest, ToolSpec, Usage
 from tickets.money import format_money
 
-# An order number: one letter and digits ("A-1001", "a-1001"), or, written in capitals, a longer
-# prefix ("ORD-24010", "EU-2024-00017"). Lower-case words before digits ("mid-2024") are not one.
-ORDER_NUMBER = re.compile(r"\b((?i:[A-Z])-\d{3,10}|[A-Z]{2,6}(?:-[A-Z0-9]{1,8})?-\d{3,10})\b")
+# An order number: one letter and digits ("A-1001", "a-1001", "R-4102-2"), or, written in capitals, a
+# longer prefix ("ORD-24010", "EU-2024-00017"). Lower-case words before digits ("mid-2024") are not one,
+# and none is read out of a longer one ("R-4102" is not in "R-4102-2" nor in "X-R-4102").
+ORDER_NUMBER = re.compile(
+    r"(?<![-\w])((?i:[A-Z])-\d{3,10}(?:-\d{1,8})*|[A-Z]{2,6}(?:-[A-Z0-9]{1,8})?-\d{3,10}(?:-[A-Z0-9]{1,8})*)(?![-\w])"
+)
 THANKS = re.compile(r"^\W*(thanks?|thank you|thx|ok(ay)?|great|perfect|cheers|got it)\b[\w\s,.!]*$", re.IGNORECASE)
 AGAIN = re.compile(r"\b(another|again|more|second|also|additional)\b", re.IGNORECASE)
 BENCH = re.compile(r"^bench:(\d{1,3})$")
@@ -82,7 +85,8 @@ ASKS_US = re.compile(
 # A later message that takes the request back or changes it: the agent asks before refunding anything.
 TAKEN_BACK = re.compile(
     r"\b(?:never\s*mind|nevermind|ignore|disregard|forget\s+(?:it|that|about)|scratch\s+that|cancel\s+that"
-    r"|wrong\s+(?:order|number|one)|i\s+meant|my\s+mistake|my\s+bad|not\s+that\s+one|no\s+longer|changed\s+my\s+mind"
+    r"|wrong\s+(?:order|number|one|amount)|i\s+meant?|typo|correction|corrected|should\s+(?:be|read|say|have\s+been)"
+    r"|my\s+mistake|my\s+bad|not\s+that\s+one|no\s+longer|changed\s+my\s+mind"
     r"|on\s+second\s+thoughts?|(?:just|finally)\s+(?:showed|turned)\s+up|(?:came|arrived|showed\s+up)\s+after\s+all"
     r"|actually,?\s+(?:don'?t|do\s+not|no\b|never\s*mind|it\s+(?:just\s+)?(?:came|arrived|showed\s+up))|found\s+it)\b",
     re.IGNORECASE,
@@ -180,6 +184,16 @@ class RefundAsk:
     amount: Written | None = None
     how_much: bool = False
     unsure: bool = False  # taken back or changed in a later message: asked again, nothing refunded
+    asked: str = ""  # the clauses that ask for it, when the whole order is asked for
+
+    def names_an_item(self, order: dict[str, Any]) -> bool:
+        """Does the request name one of the order's items, when the order holds more than that item
+        ("refund order A-1 for the broken mug" on a mug and a kettle)? Then it asks for part of it."""
+        lines = [line for line in order.get("lines") or [] if isinstance(line, dict)]
+        if len(lines) < 2 and not any(int(line.get("quantity") or 1) > 1 for line in lines):
+            return False
+        said = _stems(self.asked)
+        return any(_stems(str(line.get("description", ""))) & said for line in lines)
 
     def cents(self, order: dict[str, Any]) -> int | None:
         """What to refund of the looked-up order, in its minor unit: the amount asked, or all that is left
@@ -188,8 +202,26 @@ class RefundAsk:
         if self.how_much:
             return None
         if self.amount is None:
+            if self.names_an_item(order):
+                return None
             return int(order.get("refundable_cents", 0)) or None
         return self.amount.cents_in(str(order.get("currency", "")))
+
+
+# Words of an item's description that do not name it ("Green tea, 500 g": "green" and "tea" do).
+_NOT_AN_ITEM = frozenset("the and with for set pack pair box order item items size one two new".split())
+
+
+def _stems(text: str) -> set[str]:
+    """The words of a text, plurals as singulars ("mugs" -> "mug"), short and common words left out."""
+    words = re.findall(r"[a-z]{3,}", text.lower())
+    return {_singular(word) for word in words if word not in _NOT_AN_ITEM}
+
+
+def _singular(word: str) -> str:
+    if re.search(r"(?:ss|x|ch|sh)es$", word):
+        return word[:-2]  # "glasses", "boxes", "dishes"
+    return word[:-1] if word.endswith("s") and not word.endswith("ss") else word
 
 
 def _distinct(found: list[str]) -> list[str]:
@@ -229,7 +261,7 @@ def _unread_numbers(asked: str) -> bool:
     days) say nothing about how much."""
     rest = MONEY.sub(" ", _without_order_numbers(asked))
     return bool(
-        re.search(r"%|\b(?:bucks?|quid|cents?|percent|pct)\b", rest, re.IGNORECASE)
+        re.search(rf"%|[$€£¥₹¢]|\b(?:bucks?|quid|cents?|percent|pct|{_CODES})\b", rest, re.IGNORECASE)
         or re.search(r"\brefund\w*\s+(?:me\s+|of\s+|just\s+|only\s+)*\d", rest, re.IGNORECASE)
         or re.search(r"\d[\d.,]*\s+(?:of|off|from|back)\b", rest, re.IGNORECASE)
     )
@@ -251,12 +283,15 @@ def refund_asked(request: str) -> RefundAsk | None:
         return RefundAsk(order_number=None, orders=orders, unsure=True)
     asked = " ".join(clauses)
     orders = _distinct(ORDER_NUMBER.findall(asked)) or _distinct(ORDER_NUMBER.findall(request))
-    if len(orders) != 1 or TAKEN_BACK.search(request):
+    # Another order named after the request ("Refund A-1. B-2, not A-1, sorry"): which one is asked.
+    after = " ".join(c for c, _ in _clauses(request)[_last_asking(request) + 1 :])
+    if len(orders) != 1 or TAKEN_BACK.search(request) or set(_distinct(ORDER_NUMBER.findall(after))) - set(orders):
         return RefundAsk(order_number=None, orders=orders, unsure=len(orders) == 1 or not orders)
     # Amounts are read with order numbers blanked out ("R-150 $20" names $20, not $150).
     asked, whole = _without_order_numbers(asked), _without_order_numbers(request)
     amounts = list(dict.fromkeys(_written(m) for m in MONEY.finditer(asked)))
-    elsewhere = [m for m in MONEY.finditer(whole) if m.group() not in asked]
+    # Compared as amounts, not as text: "$15" named elsewhere is another amount than "$150" asked.
+    elsewhere = [w for w in (_written(m) for m in MONEY.finditer(whole)) if w not in amounts]
     if None in amounts or _unread_numbers(asked) or EXCEPT.search(request):
         return RefundAsk(orders[0], orders, how_much=True)
     with_the_verb = AMOUNT_ASKED.search(asked)
@@ -265,7 +300,13 @@ def refund_asked(request: str) -> RefundAsk | None:
     if len(amounts) == 1 and not elsewhere:
         return RefundAsk(orders[0], orders, amount=amounts[0])
     unclear = amounts or elsewhere or PART.search(request) or _names_a_part(asked)
-    return RefundAsk(orders[0], orders, how_much=bool(unclear))
+    return RefundAsk(orders[0], orders, how_much=bool(unclear), asked=asked)
+
+
+def _last_asking(request: str) -> int:
+    """The index (in ``_clauses(request)``) of the last clause that asks for a refund; -1 if none."""
+    found = [i for i, (c, q) in enumerate(_clauses(request)) if REFUND_WORD.search(c) and _asks_for_it(c, q) == "yes"]
+    return found[-1] if found else -1
 
 
 # What may stand between "refund" and the order without naming a part of it ("refund my damaged order
