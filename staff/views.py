@@ -24,8 +24,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from staff import presenters, selectors
+from tickets import pages, services
 from tickets import selectors as ticket_selectors
-from tickets import services
 from tickets.models import HANDLE_PERMISSION, TICKET_TRANSITIONS, Ticket, TicketEvent, TicketStatus
 
 
@@ -83,7 +83,7 @@ def _ticket_page(
         # Per render: a double-clicked (or retried) send carries the same id and posts once.
         "reply_id": uuid.uuid4().hex,
         # Who has the ticket as this page shows it: a reply sent after a colleague took it is refused.
-        "holder": ticket.assignee_id if ticket.status == TicketStatus.WITH_HUMAN and ticket.assignee_id else "",
+        "holder": pages.holder_shown(ticket),
         "note_id": uuid.uuid4().hex,
         "orders": selectors.orders_beside(ticket=ticket),
         "refunds": selectors.refunds_of(ticket=ticket),
@@ -160,13 +160,6 @@ def _refused(request: HttpRequest, ticket_id: int, exc: ValidationError, **typed
     return _ticket_page(request, _ticket_or_404(ticket_id), status=status, **typed)
 
 
-def _page_read(request: HttpRequest, field: str) -> int | None:
-    """What the page the form was sent from showed, by one of its hidden fields: ``holder`` (who had
-    the ticket), ``seen`` (the last timeline event). None when it sent none (or not a number)."""
-    value = request.POST.get(field, "")
-    return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else None
-
-
 def _write(is_public: bool) -> Callable[..., HttpResponse]:
     post = services.staff_reply if is_public else services.staff_note
     field = "reply" if is_public else "note"
@@ -176,8 +169,7 @@ def _write(is_public: bool) -> Callable[..., HttpResponse]:
     def view(request: HttpRequest, ticket_id: int) -> HttpResponse:
         found = _ticket_or_404(ticket_id)
         body = request.POST.get("body", "")
-        read = {"holder_seen": _page_read(request, "holder"), "seen_seq": _page_read(request, "seen")}
-        extra = read if is_public else {}
+        extra = pages.as_read(request, ["holder", "seen"] if is_public else [])
         try:
             _, created = post(
                 ticket=found, user=request.user, body=body, client_msg_id=request.POST.get("client_msg_id", ""), **extra
@@ -199,14 +191,13 @@ reply = _write(is_public=True)
 note = _write(is_public=False)
 
 
-def _action(service: Callable[..., Ticket], done: str, *, reads_the_page: bool = False) -> Callable[..., HttpResponse]:
+def _action(service: Callable[..., Ticket], done: str, *, reads: tuple[str, ...] = ()) -> Callable[..., HttpResponse]:
     @require_POST
     @staff_required
     def view(request: HttpRequest, ticket_id: int) -> HttpResponse:
         found = _ticket_or_404(ticket_id)
-        extra = {"seen_seq": _page_read(request, "seen")} if reads_the_page else {}
         try:
-            service(ticket=found, user=request.user, **extra)
+            service(ticket=found, user=request.user, **pages.as_read(request, reads))
         except ValidationError as exc:
             return _refused(request, ticket_id, exc)
         messages.success(request, done)
@@ -217,10 +208,11 @@ def _action(service: Callable[..., Ticket], done: str, *, reads_the_page: bool =
 
 
 take_over = _action(services.ticket_take_over, "You have the ticket: the agent stays out until you hand it back.")
-hand_back = _action(services.ticket_hand_back, "Handed back: the agent answers what comes next.")
+# Handing back from a page read before a colleague took the ticket would undo their take-over: refused.
+hand_back = _action(services.ticket_hand_back, "Handed back: the agent answers what comes next.", reads=("holder",))
 # Resolve and close leave the customer's next words to nobody: refused from a page that did not show them.
-resolve = _action(services.ticket_resolve, "Marked resolved.", reads_the_page=True)
-close = _action(services.ticket_close, "Closed.", reads_the_page=True)
+resolve = _action(services.ticket_resolve, "Marked resolved.", reads=("seen",))
+close = _action(services.ticket_close, "Closed.", reads=("seen",))
 
 
 @require_POST
@@ -239,7 +231,7 @@ def assign(request: HttpRequest, ticket_id: int) -> HttpResponse:
             return _refused(request, ticket_id, ValidationError(f"{username!r} {reason}.", code="bad_assignee"))
     try:
         services.ticket_assign_to(
-            ticket=found, assignee=assignee, user=request.user, holder_seen=_page_read(request, "holder")
+            ticket=found, assignee=assignee, user=request.user, holder_seen=pages.page_read(request, "holder")
         )
     except ValidationError as exc:
         return _refused(request, ticket_id, exc)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_POST
 
-from tickets import services
+from tickets import pages, services
 from tickets.models import (
     TICKET_TRANSITIONS,
     Customer,
@@ -145,6 +144,9 @@ class TicketButton:
     label: str
     service: Callable[..., Ticket]
     shown: Callable[[Ticket, AbstractBaseUser], bool]
+    # What the page showed, sent back with the click (``tickets.pages``): a page that is no longer
+    # true (a colleague took the ticket, the customer wrote) is refused, as in the inbox.
+    reads: tuple[str, ...] = ()
 
     @property
     def url_name(self) -> str:
@@ -157,30 +159,34 @@ TICKET_BUTTONS: tuple[TicketButton, ...] = (
     TicketButton(
         "take-over",
         "Take over",
-        # The page names who has the ticket: taking it from a colleague here is what was asked.
-        functools.partial(services.ticket_take_over, from_a_colleague=True),
+        # The page names who has the ticket: taking it from the colleague it names is what was asked.
+        services.ticket_take_over,
         lambda ticket, user: (
             ticket.status != TicketStatus.CLOSED
             and not (ticket.status == TicketStatus.WITH_HUMAN and ticket.assignee_id == user.pk)
         ),
+        reads=("holder",),
     ),
     TicketButton(
         "hand-back",
         "Hand back to the agent",
         services.ticket_hand_back,
         lambda ticket, user: ticket.status == TicketStatus.WITH_HUMAN,
+        reads=("holder",),
     ),
     TicketButton(
         "resolve",
         "Resolve",
         services.ticket_resolve,
         lambda ticket, user: TicketStatus.RESOLVED in TICKET_TRANSITIONS[ticket.status],
+        reads=("seen",),
     ),
     TicketButton(
         "close",
         "Close",
         services.ticket_close,
         lambda ticket, user: TicketStatus.CLOSED in TICKET_TRANSITIONS[ticket.status],
+        reads=("seen",),
     ),
 )
 
@@ -374,7 +380,7 @@ class TicketAdmin(admin.ModelAdmin):
             if not self.has_change_permission(request, ticket):
                 raise PermissionDenied
             try:
-                ticket = button.service(ticket=ticket, user=request.user)
+                ticket = button.service(ticket=ticket, user=request.user, **pages.as_read(request, button.reads))
             except ValidationError as exc:
                 self.message_user(request, " ".join(exc.messages), messages.ERROR)
             else:
@@ -403,10 +409,12 @@ class TicketAdmin(admin.ModelAdmin):
     ) -> TemplateResponse:
         context["ticket_buttons"] = []
         if obj is not None and self.has_change_permission(request, obj):
+            shown = {"holder": pages.holder_shown(obj), "seen": obj.last_event_seq}
             context["ticket_buttons"] = [
                 {
                     "label": button.label,
                     "url": reverse(f"admin:{button.url_name}", args=[obj.pk], current_app=self.admin_site.name),
+                    "page": [(field, shown[field]) for field in button.reads],
                 }
                 for button in TICKET_BUTTONS
                 if button.shown(obj, request.user)

@@ -708,7 +708,13 @@ def _set_assignee(ticket: Ticket, assignee: AbstractBaseUser | None, actor_user:
 
 def _with_person_locked(ticket: Ticket, user: AbstractBaseUser) -> None:
     """The ticket (locked by the caller) goes to ``user``: status with_human, assigned to them.
-    A resolved ticket is reopened on the way; a closed one is refused."""
+    A resolved ticket is reopened on the way; a closed one is refused, and so is a person who may
+    not work tickets (nobody could answer as its holder, and the agent would stay out)."""
+    if not (user.is_active and user.has_perm(HANDLE_PERMISSION)):
+        raise InvalidTransition(
+            f"{user.get_username()} cannot work tickets (the 'handle ticket' permission); nothing was changed.",
+            code="cannot_work_tickets",
+        )
     if ticket.status == TicketStatus.CLOSED:
         raise InvalidTransition(f"Ticket #{ticket.pk} is closed; nothing more can happen on it.", code="closed")
     if ticket.status != TicketStatus.WITH_HUMAN and TicketStatus.WITH_HUMAN not in TICKET_TRANSITIONS[ticket.status]:
@@ -722,31 +728,36 @@ def _with_person_locked(ticket: Ticket, user: AbstractBaseUser) -> None:
     _set_assignee(ticket, user, user)
 
 
-def ticket_take_over(*, ticket: Ticket | int, user: AbstractBaseUser, from_a_colleague: bool = False) -> Ticket:
+def ticket_take_over(*, ticket: Ticket | int, user: AbstractBaseUser, holder_seen: int | None | object = ...) -> Ticket:
     """A person takes the ticket: the agent stays out (a run in flight ends without replying)
     until someone hands it back. Taking over one's own ticket again changes nothing. A ticket a
-    colleague has is refused (a click from a page read before they took it), unless taking it from
-    them is what was asked (``from_a_colleague``: the admin's button, which names who has it)."""
+    colleague has is refused, unless the page it was asked from named them (``holder_seen``: the
+    admin's button, on a page that says who has it): taking it from them is then what was asked."""
     with transaction.atomic():
         locked = _locked(ticket)
         holder = locked.assignee if locked.status == TicketStatus.WITH_HUMAN else None
-        if holder is not None and holder.pk != user.pk and not from_a_colleague:
+        if holder is not None and holder.pk != user.pk and holder_seen is ...:
             raise InvalidTransition(
                 f"{holder.get_username()} has ticket #{locked.pk} already; nothing was changed.",
                 code="invalid_transition",
             )
+        if holder_seen is not ...:
+            _colleague_took_it_since(locked, user, holder_seen, _NOTHING_CHANGED)  # type: ignore[arg-type]
         _with_person_locked(locked, user)
     return locked
 
 
-def ticket_hand_back(*, ticket: Ticket | int, user: AbstractBaseUser) -> Ticket:
+def ticket_hand_back(*, ticket: Ticket | int, user: AbstractBaseUser, holder_seen: int | None | object = ...) -> Ticket:
     """The person gives the ticket back to the agent, which then answers what is unanswered.
     A ticket the agent already has is left as it is (a double click); resolved and closed
-    tickets are refused (reopen by replying instead)."""
+    tickets are refused (reopen by replying instead). ``holder_seen``: who had the ticket on the
+    page it was asked from; a colleague who took it since is not overridden."""
     with transaction.atomic():
         locked = _locked(ticket)
         if locked.status in {TicketStatus.OPEN, TicketStatus.WAITING_ON_CUSTOMER, TicketStatus.PENDING_APPROVAL}:
             return locked
+        if holder_seen is not ...:
+            _colleague_took_it_since(locked, user, holder_seen, _NOTHING_CHANGED)  # type: ignore[arg-type]
         if locked.status != TicketStatus.WITH_HUMAN:
             raise InvalidTransition(
                 f"Ticket #{locked.pk} is {locked.get_status_display().lower()}; only a ticket with a person can be "
@@ -897,6 +908,9 @@ def client_key(client_msg_id: str | None) -> str:
     if ":" in key:
         raise ValidationError("A client message ID may not contain a colon (:).", code="bad_client_msg_id")
     return key
+
+
+_NOTHING_CHANGED = "nothing was changed. Read the page again, then choose."
 
 
 def _colleague_took_it_since(

@@ -46,7 +46,7 @@ def test_taking_a_ticket_from_a_colleague_is_only_done_when_asked_for_and_a_reta
     assert Ticket.objects.get(pk=ticket.pk).last_event_seq == events
     with pytest.raises(services.InvalidTransition):
         services.ticket_take_over(ticket=ticket.pk, user=li)
-    services.ticket_take_over(ticket=ticket.pk, user=li, from_a_colleague=True)  # the admin's button
+    services.ticket_take_over(ticket=ticket.pk, user=li, holder_seen=maria.pk)  # from a page naming her
 
     ticket.refresh_from_db()
     assert ticket.status == TicketStatus.WITH_HUMAN and ticket.assignee == li

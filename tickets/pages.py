@@ -1,0 +1,34 @@
+"""What a staff page showed when it was read, as its forms send it back in hidden fields.
+
+``holder``: who had the ticket (a user id; empty: the agent or nobody). ``seen``: the last
+timeline event the page showed. The services take them as ``holder_seen`` and ``seen_seq`` and
+refuse (or narrow) what was asked from a page that is no longer true: a colleague took the
+ticket since, or the customer wrote since. The inbox and the admin send the same fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.http import HttpRequest
+
+from tickets.models import Ticket, TicketStatus
+
+# A hidden field of the page -> the service argument it becomes.
+PAGE_FIELDS = {"holder": "holder_seen", "seen": "seen_seq"}
+
+
+def page_read(request: HttpRequest, field: str) -> int | None:
+    """One hidden field as posted; None when the page sent none (or not a number)."""
+    value = request.POST.get(field, "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else None
+
+
+def as_read(request: HttpRequest, fields: Iterable[str]) -> dict[str, int | None]:
+    """The service arguments of these hidden fields, as the page sent them."""
+    return {PAGE_FIELDS[field]: page_read(request, field) for field in fields}
+
+
+def holder_shown(ticket: Ticket) -> int | str:
+    """The ``holder`` a page shows: the person who has the ticket, or empty (the agent or nobody)."""
+    return ticket.assignee_id if ticket.status == TicketStatus.WITH_HUMAN and ticket.assignee_id else ""
