@@ -150,6 +150,10 @@ def approval_requests_withdraw(*, call_ids: list[int], reason: str) -> int:
     return withdrawn
 
 
+# What the card allows (its inputs' maxlength): a note is told to the customer and read by the agent.
+DECISION_NOTE_MAX_CHARS = 500
+
+
 class OwnRequest(PermissionDenied):
     """A member of staff who is also a customer asked to decide a request on their own ticket: the
     review the policy asks for is a second person's."""
@@ -168,6 +172,12 @@ def approval_decide(
     note = (note or "").strip()
     if not approve and not note:
         raise ValidationError("Please say why the request is rejected; the customer will be told.", code="no_note")
+    if len(note) > DECISION_NOTE_MAX_CHARS:
+        raise ValidationError(
+            f"A decision's note can be at most {DECISION_NOTE_MAX_CHARS} characters (this one has {len(note)}); "
+            "nothing was decided.",
+            code="note_too_long",
+        )
     now = now or timezone.now()
     with transaction.atomic():
         # No join here: a row re-read after waiting for the lock would come with the join as it was.
