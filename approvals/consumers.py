@@ -28,5 +28,10 @@ class ApprovalsConsumer(SignedInConsumer):
         await self.channel_layer.group_discard(STAFF_GROUP, self.channel_name)
         await self.leave_sign_in_groups()
 
+    def may_watch(self, user: Any) -> bool:
+        return can_decide(user)
+
     async def approvals_changed(self, event: dict[str, Any]) -> None:
+        if not await self.still_signed_in():
+            return
         await self.send_json({"type": "changed", "approval_id": event["approval_id"], "change": event["change"]})

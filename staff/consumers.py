@@ -46,8 +46,12 @@ class StaffTicketConsumer(SignedInConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
         await self.leave_sign_in_groups()
 
+    def may_watch(self, user: Any) -> bool:
+        return _allowed(user)
+
     async def ticket_event(self, message: dict[str, Any]) -> None:
-        await self.send_json({"type": "changed"})
+        if await self.still_signed_in():
+            await self.send_json({"type": "changed"})
 
     async def ticket_token(self, message: dict[str, Any]) -> None:
         """The agent's answer streaming: staff read the answer when it is posted."""

@@ -111,9 +111,9 @@ def account_group(user_id: int) -> str:
 class SignedInConsumer(SafeJsonConsumer):
     """A socket that lives only as long as the sign-in it was opened with: signed out (that session
     ends), the password changed or reset (every session made before no longer matches), or the
-    account deactivated. Told through its groups (``support.signin`` publishes), and checked again
-    before a read at most every ``SIGN_IN_RECHECK_SECONDS`` in case a notice was lost. Once it is
-    over, nothing more is sent on the socket."""
+    account deactivated, or what the page needs taken away (``may_watch``: a permission). Told through
+    its groups (``tickets.apps`` publishes), and checked again before a read or a send at most every
+    ``SIGN_IN_RECHECK_SECONDS`` in case a notice was lost. Once it is over, nothing more is sent."""
 
     closed_code = 4403  # signed out: the page says so and offers to sign in
     # The sign-in it was opened with no longer checks out (a password changed: Django gives the browser
@@ -152,7 +152,7 @@ class SignedInConsumer(SafeJsonConsumer):
     def _sign_in_holds(self) -> bool:
         user = get_user_model().objects.filter(pk=self.scope["user"].pk).first()
         session = self.scope.get("session")
-        if user is None or not user.is_active:
+        if user is None or not user.is_active or not self.may_watch(user):
             return False
         if session is None or not session.session_key:
             return True  # a user not signed in by a session (set in the scope by other means): its account holds
@@ -160,6 +160,11 @@ class SignedInConsumer(SafeJsonConsumer):
         stored = fresh.get(HASH_SESSION_KEY)
         same_user = str(fresh.get(SESSION_KEY, "")) == str(user.pk)
         return same_user and bool(stored) and constant_time_compare(stored, user.get_session_auth_hash())
+
+    def may_watch(self, user: Any) -> bool:
+        """What the socket's own page needs beyond a sign-in (a permission), read again at each check:
+        taken away (a group left, a permission removed), the socket ends as a sign-in that changed."""
+        return True
 
     async def _end_sign_in(self, code: int) -> None:
         self.signed_out = True
