@@ -47,9 +47,29 @@ def _check_workers() -> dict[str, object]:
     return {"ok": bool(names), "workers": names}
 
 
+# Headers a proxy adds for the client it forwards: a request with any of them came from elsewhere,
+# whatever address it reached this server from (a proxy on this host connects from 127.0.0.1).
+_FORWARDED = (
+    "HTTP_X_FORWARDED_FOR",
+    "HTTP_X_REAL_IP",
+    "HTTP_FORWARDED",
+    "HTTP_X_FORWARDED_PROTO",
+    "HTTP_X_FORWARDED_HOST",
+)
+
+
+def _from_this_host(request: HttpRequest) -> bool:
+    """A check run on this host: from a loopback address, forwarded by no proxy. Behind a proxy on the
+    same host that adds none of these headers, every visitor would look local: set SECURE_PROXY_SSL_HEADER
+    (the README's HTTPS setup), and none is taken for local."""
+    if request.META.get("REMOTE_ADDR") not in {"127.0.0.1", "::1"}:
+        return False
+    return not any(request.META.get(name) for name in _FORWARDED) and not settings.SECURE_PROXY_SSL_HEADER
+
+
 def _may_see_details(request: HttpRequest) -> bool:
     """Details (errors, worker host names) for staff and for checks run on this host only."""
-    if request.META.get("REMOTE_ADDR") in {"127.0.0.1", "::1"}:
+    if _from_this_host(request):
         return True
     try:
         return bool(request.user.is_authenticated and request.user.is_staff)
