@@ -131,12 +131,14 @@ def ring_agent(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Que
     messages.success(request, f"Rang the agent for {queryset.count()} ticket(s).")
 
 
-def _ticket_action(name: str, service: Callable[..., Ticket], description: str) -> Callable[..., None]:
+def _ticket_action(
+    name: str, service: Callable[..., Ticket], description: str, permissions: tuple[str, ...] = ("change",)
+) -> Callable[..., None]:
     """A bulk action calling one ticket service per ticket, as the ticket page's buttons do."""
 
     def action(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Ticket]) -> None:
-        if not modeladmin.has_change_permission(request):
-            raise PermissionDenied  # offered only with the change permission; refused all the same
+        if not all(getattr(modeladmin, f"has_{needed}_permission")(request) for needed in permissions):
+            raise PermissionDenied  # offered only with these permissions; refused all the same
         done: dict[str, int] = {}
         refused = []
         for ticket in queryset:
@@ -153,7 +155,7 @@ def _ticket_action(name: str, service: Callable[..., Ticket], description: str) 
             messages.error(request, reason)
 
     action.__name__ = name
-    return admin.action(description=description, permissions=["change"])(action)
+    return admin.action(description=description, permissions=list(permissions))(action)
 
 
 TicketAdmin.actions = [
@@ -161,7 +163,10 @@ TicketAdmin.actions = [
     ring_agent,
     # Handing back rings the agent itself (after commit), once per ticket.
     _ticket_action("move_to_open", ticket_services.ticket_hand_back, "Hand back to the agent"),
-    _ticket_action("move_to_with_human", ticket_services.ticket_take_over, "Take over (agent stays out)"),
+    # Taking over makes the person the ticket's holder: only someone who may work tickets.
+    _ticket_action(
+        "move_to_with_human", ticket_services.ticket_take_over, "Take over (agent stays out)", ("change", "handle")
+    ),
     _ticket_action("move_to_resolved", ticket_services.ticket_resolve, "Mark resolved"),
     _ticket_action("move_to_closed", ticket_services.ticket_close, "Close"),
 ]

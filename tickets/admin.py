@@ -21,6 +21,7 @@ from django.views.decorators.http import require_POST
 
 from tickets import pages, services
 from tickets.models import (
+    HANDLE_PERMISSION,
     TICKET_TRANSITIONS,
     Customer,
     HelpArticle,
@@ -147,6 +148,9 @@ class TicketButton:
     # What the page showed, sent back with the click (``tickets.pages``): a page that is no longer
     # true (a colleague took the ticket, the customer wrote) is refused, as in the inbox.
     reads: tuple[str, ...] = ()
+    # The button makes the person who presses it the ticket's holder: only someone who may work
+    # tickets (held by anyone else it would sit "with a person" nobody can answer as).
+    holds: bool = False
 
     @property
     def url_name(self) -> str:
@@ -166,6 +170,7 @@ TICKET_BUTTONS: tuple[TicketButton, ...] = (
             and not (ticket.status == TicketStatus.WITH_HUMAN and ticket.assignee_id == user.pk)
         ),
         reads=("holder",),
+        holds=True,
     ),
     TicketButton(
         "hand-back",
@@ -331,6 +336,10 @@ class TicketAdmin(admin.ModelAdmin):
     autocomplete_fields = ["assignee"]
     inlines = [TicketRatingInline, MessageInline, TicketEventInline]
 
+    def has_handle_permission(self, request: HttpRequest) -> bool:
+        """May work tickets (answer customers as a ticket's holder), as the staff inbox requires."""
+        return bool(request.user.is_active and request.user.has_perm(HANDLE_PERMISSION))
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         # Tickets are opened by customers (tickets.services.ticket_open), never typed in here.
         return False
@@ -377,7 +386,9 @@ class TicketAdmin(admin.ModelAdmin):
             ticket = self.get_object(request, unquote(object_id))
             if ticket is None:
                 return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
-            if not self.has_change_permission(request, ticket):
+            if not self.has_change_permission(request, ticket) or (
+                button.holds and not self.has_handle_permission(request)
+            ):
                 raise PermissionDenied
             try:
                 ticket = button.service(ticket=ticket, user=request.user, **pages.as_read(request, button.reads))
@@ -417,7 +428,7 @@ class TicketAdmin(admin.ModelAdmin):
                     "page": [(field, shown[field]) for field in button.reads],
                 }
                 for button in TICKET_BUTTONS
-                if button.shown(obj, request.user)
+                if button.shown(obj, request.user) and (not button.holds or self.has_handle_permission(request))
             ]
         return super().render_change_form(request, context, add, change, form_url, obj)
 

@@ -708,13 +708,7 @@ def _set_assignee(ticket: Ticket, assignee: AbstractBaseUser | None, actor_user:
 
 def _with_person_locked(ticket: Ticket, user: AbstractBaseUser) -> None:
     """The ticket (locked by the caller) goes to ``user``: status with_human, assigned to them.
-    A resolved ticket is reopened on the way; a closed one is refused, and so is a person who may
-    not work tickets (nobody could answer as its holder, and the agent would stay out)."""
-    if not (user.is_active and user.has_perm(HANDLE_PERMISSION)):
-        raise InvalidTransition(
-            f"{user.get_username()} cannot work tickets (the 'handle ticket' permission); nothing was changed.",
-            code="cannot_work_tickets",
-        )
+    A resolved ticket is reopened on the way; a closed one is refused."""
     if ticket.status == TicketStatus.CLOSED:
         raise InvalidTransition(f"Ticket #{ticket.pk} is closed; nothing more can happen on it.", code="closed")
     if ticket.status != TicketStatus.WITH_HUMAN and TicketStatus.WITH_HUMAN not in TICKET_TRANSITIONS[ticket.status]:
