@@ -10,12 +10,20 @@ Personal data of a customer, replaced unless the export is asked to include it:
 Kept: order numbers, amounts and statuses, the agent's and staff's own words, tool
 arguments and results (a reply may still say in other words what the customer wrote).
 
+Only free text is searched: text and JSON columns (a JSON value that is itself JSON, as a model's
+tool call arguments are, is searched as decoded). Codes are never rewritten, whatever the customer
+wrote: choice columns (a status, a decision), keys and names of things (an event's kind), a JSON
+value under a key in ``CODE_KEYS``, and users. A user is carried by login; a customer's login is
+replaced by their pseudonym by the customer's id, and no one else's is changed (a staff member
+called ``sam`` stays ``sam`` when a customer is called Sam).
+
 Secrets are never carried at all: a value of any setting in ``SECRET_SETTINGS`` found in
 any row is replaced by ``[withheld: NAME]``; the manifest lists the names only.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections import Counter
@@ -23,11 +31,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlparse
 
+from django.apps import apps
 from django.conf import settings
-from django.db import connection
+from django.db import connection, models
+from django.db.models import Field
 
 from agents.calls import arguments_digest
-from state.rows import Row
+from state.rows import Row, columns, is_user_column, key_of
 
 PSEUDONYM_DOMAIN = "pseudonymised.invalid"
 WITHHELD_WORDS = "[withheld: the customer's words]"
@@ -35,6 +45,30 @@ WITHHELD_SUBJECT = "[withheld: the ticket's subject]"
 # Shorter texts are withheld in their own row but not hunted for elsewhere: "ok" or "yes"
 # would be cut out of every sentence.
 MIN_QUOTED_CHARS = 8
+# JSON keys whose values are codes the product compares or reads back, never anyone's words: a
+# confirmation's digest and decision, an event's statuses, a model message's role and call ids.
+CODE_KEYS = frozenset(
+    {
+        "author_kind",
+        "call_id",
+        "client_msg_id",
+        "decision",
+        "digest",
+        "expires_at",
+        "finish_reason",
+        "id",
+        "kind",
+        "role",
+        "status",
+        "stream",
+        "tool",
+        "tool_call_id",
+        "type",
+    }
+)
+# Keys that are codes at the top of an event's payload (a status change's statuses) but may hold
+# words further in (an edit's subject, from and to).
+TOP_CODE_KEYS = frozenset({"from", "to"})
 
 SECRET_SETTINGS = (
     "SECRET_KEY",
@@ -62,16 +96,50 @@ def pseudonym_username(customer_id: int) -> str:
     return f"pseudonymised-customer-{customer_id}"
 
 
-def _walk(value: Any, change: Callable[[str], str], keep: Callable[[str, Any], bool] | None = None) -> Any:
+Path = tuple[str, ...]
+
+
+def _walk(value: Any, change: Callable[[str], str], keep: Callable[[Path, Any], bool] | None = None) -> Any:
     """``value`` with ``change`` applied to every string in it, except a dict's values ``keep`` says
-    to leave as they are (by their key)."""
+    to leave as they are (by their keys from the top of ``value``). A string that is a JSON object
+    or array is changed as decoded, and encoded again only if something in it changed."""
+    return _walked(value, change, keep, ())
+
+
+def _walked(value: Any, change: Callable[[str], str], keep: Callable[[Path, Any], bool] | None, path: Path) -> Any:
     if isinstance(value, str):
-        return change(value)
+        changed = change(value)
+        embedded = _embedded_json(changed)
+        if embedded is None:
+            return changed
+        # Its own document: keys are counted from its top, as in a JSON column.
+        walked = _walked(embedded, change, keep, ())
+        return changed if walked == embedded else json.dumps(walked)
     if isinstance(value, list):
-        return [_walk(v, change, keep) for v in value]
+        return [_walked(v, change, keep, path) for v in value]
     if isinstance(value, dict):
-        return {k: v if keep is not None and keep(k, v) else _walk(v, change, keep) for k, v in value.items()}
+        return {
+            k: v if keep is not None and keep((*path, k), v) else _walked(v, change, keep, (*path, k))
+            for k, v in value.items()
+        }
     return value
+
+
+def _embedded_json(text: str) -> dict | list | None:
+    """The object or array ``text`` encodes (a model's tool call arguments), or None. Escaped there
+    (an accent as ``\\u00e8``, a quote as ``\\"``), a customer's words would not be found verbatim."""
+    if text[:1] not in ("{", "["):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict | list) else None
+
+
+def _free_text(field: Field) -> bool:
+    """Can the column hold anyone's words? Text and JSON columns; not a choice, a key or a name."""
+    return isinstance(field, models.TextField | models.JSONField) and not field.choices
 
 
 def _replacer(terms: dict[str, str], *, words: bool, ignore_case: bool) -> Callable[[str], str]:
@@ -91,6 +159,7 @@ def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_label
     so a database restored from a bundle dumps to the same rows.
     """
     identities: dict[str, str] = {}
+    logins: dict[str, str] = {}
     texts: dict[str, str] = {}
     for customer in rows.get("tickets.Customer", []):
         if customer["email"].endswith("@" + PSEUDONYM_DOMAIN):
@@ -101,7 +170,8 @@ def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_label
             if len(token) >= 3:
                 identities.setdefault(token, pseudonym_name(pk))
         identities[customer["email"]] = pseudonym_email(pk)
-        identities[customer["user"]] = pseudonym_username(pk)
+        identities.setdefault(customer["user"], pseudonym_username(pk))
+        logins[customer["user"]] = pseudonym_username(pk)
         customer.update(name=pseudonym_name(pk), email=pseudonym_email(pk), user=pseudonym_username(pk))
     # A message that is only an order number ("ORD-24010", the answer to "which order?") is withheld
     # as a message, but an order number is kept wherever else it is (a refund call's arguments: what a
@@ -131,6 +201,7 @@ def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_label
             attachment["original_name"] = anonymous
     if not identities and not texts:
         return
+    users[:] = [{**user, "username": logins.get(user["username"], user["username"])} for user in users]
     quoted = _replacer(texts, words=False, ignore_case=False)
     named = _replacer(identities, words=True, ignore_case=True)
 
@@ -140,12 +211,23 @@ def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_label
     # An order number in arguments and results is what the money rules find earlier requests by (a
     # person's stop, a second refund on the order): kept as it is when it is one of the bundle's orders,
     # whatever customer's words it happens to equal. Anything else there is changed as everywhere.
-    def keep(key: str, value: Any) -> bool:
-        return key == "order_number" and isinstance(value, str) and value.strip().upper() in order_numbers
+    def keep(path: Path, value: Any) -> bool:
+        key = path[-1]
+        if key == "order_number":
+            return isinstance(value, str) and value.strip().upper() in order_numbers
+        return key in CODE_KEYS or (len(path) == 1 and key in TOP_CODE_KEYS)
 
     for label in personal_labels:
-        rows[label] = [_walk(row, change, keep) for row in rows.get(label, [])]
-    users[:] = [_walk(user, change) for user in users]
+        fields = columns(apps.get_model(label))
+        texts_at = [key_of(f) for f in fields if _free_text(f)]
+        users_at = [key_of(f) for f in fields if is_user_column(f)]
+        for row in rows.get(label, []):
+            for key in texts_at:
+                if key in row:
+                    row[key] = _walk(row[key], change, keep)
+            for key in users_at:
+                if row.get(key) is not None:
+                    row[key] = logins.get(row[key], row[key])
 
 
 def secret_values() -> dict[str, str]:
@@ -206,25 +288,49 @@ BOUND_DIGESTS: dict[str, tuple[str, ...]] = {
     "agents.ToolCall": ("approval_digest", "confirmation_digest"),
     "approvals.ApprovalRequest": ("arguments_digest",),
 }
+# The question the customer's chat shows carries its call's digest, which the Confirm button sends
+# back (agents.confirmation): bound to the arguments of the call the event names.
+QUESTION_EVENT = "confirmation_requested"
+BoundDigests = dict[tuple[str, Any], tuple[str, ...]]
 
 
-def bound_digests(rows: dict[str, list[Row]]) -> dict[tuple[str, Any], tuple[str, ...]]:
-    """Which digest columns of which rows are bound to the row's arguments, as read."""
-    bound: dict[tuple[str, Any], tuple[str, ...]] = {}
+def bound_digests(rows: dict[str, list[Row]]) -> BoundDigests:
+    """Which digest columns of which rows are bound to the row's arguments, as read; and which
+    questions to the customer are bound to their call's (by the event's key, the digest's key)."""
+    bound: BoundDigests = {}
     for label, fields in BOUND_DIGESTS.items():
         for row in rows.get(label, []):
             digest = arguments_digest(row["arguments"])
             bound[(label, row["id"])] = tuple(f for f in fields if row.get(f) == digest)
+    calls = {call["id"]: call for call in rows.get("agents.ToolCall", [])}
+    for event, call in _questions(rows, calls):
+        if event["payload"].get("digest") == arguments_digest(call["arguments"]):
+            bound[("tickets.TicketEvent", event["id"])] = ("digest",)
     return bound
 
 
-def rebind_digests(rows: dict[str, list[Row]], bound: dict[tuple[str, Any], tuple[str, ...]]) -> None:
+def rebind_digests(rows: dict[str, list[Row]], bound: BoundDigests) -> None:
     """After the customers' words and the secrets were taken out of the arguments: each digest that
     was bound to them is bound to what they are now, so an approval or a confirmation restored from
-    the bundle still covers its call (and verify finds every paid refund approved as it was)."""
+    the bundle still covers its call (and verify finds every paid refund approved as it was), and
+    the question the chat shows is still the call's (its Confirm is accepted)."""
     for label in BOUND_DIGESTS:
         for row in rows.get(label, []):
             fields = bound.get((label, row["id"]), ())
             if fields:
                 digest = arguments_digest(row["arguments"])
                 row.update(dict.fromkeys(fields, digest))
+    calls = {call["id"]: call for call in rows.get("agents.ToolCall", [])}
+    for event, call in _questions(rows, calls):
+        if bound.get(("tickets.TicketEvent", event["id"])):
+            event["payload"] = {**event["payload"], "digest": arguments_digest(call["arguments"])}
+
+
+def _questions(rows: dict[str, list[Row]], calls: dict[Any, Row]) -> list[tuple[Row, Row]]:
+    """Each question asked of a customer, with the call it asks about."""
+    found = []
+    for event in rows.get("tickets.TicketEvent", []):
+        payload = event.get("payload")
+        if event.get("kind") == QUESTION_EVENT and isinstance(payload, dict) and payload.get("call_id") in calls:
+            found.append((event, calls[payload["call_id"]]))
+    return found
