@@ -49,8 +49,18 @@ def encode_rows(rows: list[Row]) -> bytes:
     ).encode()
 
 
-def decode_rows(data: bytes) -> list[Row]:
-    return [json.loads(line) for line in data.decode().split("\n") if line]
+def decode_rows(data: bytes, *, name: str = "a part") -> list[Row]:
+    """The rows of a part's bytes (``name`` is its file). Raises ``BundleError`` naming the line that
+    is not a JSON value (cut short, or not UTF-8): a bundle edited with digests written again to match."""
+    rows = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line:
+            continue
+        try:
+            rows.append(json.loads(line.decode()))
+        except ValueError:  # UnicodeDecodeError too
+            raise BundleError([f"{name}: line {number} is not a JSON row (cut short, or not UTF-8)"]) from None
+    return rows
 
 
 @dataclass
@@ -60,7 +70,7 @@ class Bundle:
 
     def rows(self, label: str) -> list[Row]:
         entry = self.part_entry(label)
-        return decode_rows(self.files[entry["file"]]) if entry else []
+        return decode_rows(self.files[entry["file"]], name=entry["file"]) if entry else []
 
     def part_entry(self, label: str) -> dict[str, Any] | None:
         return next((p for p in self.manifest["parts"] if p["label"] == label), None)

@@ -25,6 +25,7 @@ from django.contrib.auth.models import Group
 from django.core.management.color import no_style
 from django.db import DataError, IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 
 from agents.models import AgentProfile
@@ -91,6 +92,34 @@ def _check_release(b: bundle.Bundle) -> list[str]:
     if pending:
         problems.append(f"this database has {len(pending)} migration(s) not applied; run manage.py migrate first")
     return problems
+
+
+def _columns_of_the_bundle(b: bundle.Bundle) -> dict[str, set[str]]:
+    """Each part's columns that its table had at the migrations the bundle was written at: every row
+    carries them all. Only a column added by a later migration of this release may be left out (it
+    takes its default); at the same migrations, a row without a column was edited or cut."""
+    listed = b.manifest.get("migrations")
+    listed = listed if isinstance(listed, dict) else {}
+    loader = MigrationLoader(connection)
+    nodes = [
+        (app, name)
+        for app, names in listed.items()
+        if isinstance(names, list)
+        for name in names
+        if (app, name) in loader.graph.nodes
+    ]
+    then = loader.project_state(nodes, at_end=True)
+    required: dict[str, set[str]] = {}
+    for part in PARTS:
+        meta = part.model._meta
+        keys = {key_of(f): f.name for f in columns(part.model)}
+        if meta.app_label not in listed:
+            required[part.label] = set(keys)  # the manifest does not say: nothing may be left out
+            continue
+        historical = then.models.get((meta.app_label, meta.model_name))
+        had = historical.fields if historical is not None else {}
+        required[part.label] = {key for key, name in keys.items() if name in had}
+    return required
 
 
 def _staff_here(user: Any) -> bool:
@@ -297,6 +326,7 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
     if missing:
         problems.append(f"the bundle does not carry these parts: {', '.join(missing)}")
     rows: dict[str, Any] = {label: b.rows(label) for label in b.labels}
+    required = _columns_of_the_bundle(b)
     malformed: list[str] = []
     for part in PARTS:
         for row in rows.setdefault(part.label, []):
@@ -309,7 +339,7 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
                     f"{part.label} rows have columns this release does not know: {', '.join(sorted(extra))}"
                 )
                 break
-            malformed += row_problems(part.model, row)
+            malformed += row_problems(part.model, row, required=required[part.label])
     for user in rows.setdefault(USERS_LABEL, []):
         malformed += user_row_problems(user)
     if malformed:

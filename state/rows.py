@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
@@ -121,16 +122,22 @@ def user_row_problems(row: Any) -> list[str]:
     return problems
 
 
-def row_problems(model: type[Model], row: Row) -> list[str]:
+def row_problems(model: type[Model], row: Row, *, required: Iterable[str] = ()) -> list[str]:
     """Why ``row`` cannot be a row of ``model`` in this database (empty when it can): each value
-    must be one its column takes (its type, length, choices, integer range), checked before
-    anything is written, so a forged or damaged bundle is refused with the reason."""
+    must be one its column takes (its type, length, choices, integer range), and each column of
+    ``required`` (by its row key) must be there, checked before anything is written, so a forged
+    or damaged bundle is refused with the reason."""
     label = model._meta.label
     pk_key = model._meta.pk.attname
     if row.get(pk_key) is None:
         return [f"{label}: a row without its {pk_key}"]
     where = f"{label} {row[pk_key]!r}"
     problems = []
+    left_out = sorted(set(required) - set(row))
+    if left_out:
+        problems.append(
+            f"{where}: no {', '.join(left_out)}, which its table had at the bundle's migrations (an edited row)"
+        )
     for f in columns(model):
         key = key_of(f)
         if key not in row:

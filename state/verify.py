@@ -80,6 +80,7 @@ def verify(path: Path, *, database: bool) -> Report:
     report = Report(title=f"State bundle {path}: checking {where}")
     try:
         b = bundle.read(path)
+        bundled = {label: b.rows(label) for label in b.labels}
     except bundle.BundleError as exc:
         report.checks.append(Check("checksums and format", violations=exc.problems))
         return report
@@ -94,7 +95,6 @@ def verify(path: Path, *, database: bool) -> Report:
             "checksums and format", detail=f"{len(b.files)} files match their SHA-256; format {bundle.FORMAT_VERSION}"
         )
     )
-    bundled = {label: b.rows(label) for label in b.labels}
     if database:
         rows = _compare_database(bundled, manifest, report)
     else:
