@@ -44,6 +44,7 @@ from state.rows import (
     user_row_problems,
 )
 from state.verify import references
+from support.rows import forget_key_blocks
 
 ON_CONFLICT = ("fail", "skip")
 
@@ -391,3 +392,4 @@ def _write(
         with connection.cursor() as cursor:
             for sql in connection.ops.sequence_reset_sql(no_style(), [p.model for p in PARTS]):
                 cursor.execute(sql)
+        transaction.on_commit(forget_key_blocks)

@@ -87,6 +87,13 @@ def _next_ids(model: type[Model], n: int, *, from_block: bool) -> list[int]:
         return keys
 
 
+def forget_key_blocks() -> None:
+    """Drop the keys this process reserved ahead: after the tables' sequences were moved (a restore
+    resets them past the restored ids) a reserved key may already name a restored row."""
+    with _ids_lock:
+        _ids.clear()
+
+
 def new_key(model: type[Model]) -> int:
     """A fresh primary key of ``model``'s table, taken from its sequence now (in order)."""
     return _next_ids(model, 1, from_block=False)[0]

@@ -21,6 +21,7 @@ from approvals.models import ApprovalRequest
 from state.export import collect
 from state.parts import PARTS, Selection
 from state.rows import dump
+from support.rows import forget_key_blocks
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer, make_order
 from tests.state.conftest import bundle_bytes, export, paused_ticket, rewrite_part, verify, write_manifest
@@ -40,12 +41,15 @@ def ledger_counts() -> dict[str, int]:
     return {part.label: part.model.objects.count() for part in PARTS}
 
 
-def empty_the_ledger() -> None:
-    """What a fresh database holds of the ledger: nothing (and ids start again at 1)."""
+def empty_the_ledger(*, restart_keys: bool = True) -> None:
+    """What a fresh database holds of the ledger: nothing (and ids start again at 1, unless
+    ``restart_keys`` is false: then the sequences, and the keys this process reserved, stay)."""
     tables = [part.model._meta.db_table for part in PARTS] + [get_user_model()._meta.db_table]
     with connection.cursor() as cursor:
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # checks the test's own pending rows first
-        cursor.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+        cursor.execute(f"TRUNCATE {', '.join(tables)}{' RESTART IDENTITY' if restart_keys else ''} CASCADE")
+    if restart_keys:
+        forget_key_blocks()  # the keys this process reserved before name rows no more
 
 
 def test_without_the_flag_customers_are_pseudonyms_and_their_words_are_withheld(tmp_path):
