@@ -69,6 +69,8 @@ class Pass:
     # This pass took the run over from a worker that stopped and counted it a failure (recovery):
     # the first step or call it gets done is the progress that shows the stop was the worker's.
     counted_a_stop: bool = False
+    # Why the run stops, when that stop was the last one the limit allows (recovery parks the run).
+    stop_limit: str | None = None
     # When the conversation was read: a person's reply after it is in no request of this pass.
     read_at: datetime | None = None
 

@@ -31,6 +31,7 @@ from agents import calls
 from agents import services as agent_services
 from agents.approval import may_execute, pause_for_approval
 from agents.execution import Stop, execute
+from agents.lease import Lease
 from agents.llm import wasted_tokens
 from agents.models import (
     FINAL_CALL_STATUSES,
@@ -49,7 +50,7 @@ from tickets import realtime
 
 def recover(p: Pass, *, rerun: bool = True) -> None:
     lease, run = p.lease, p.run
-    resumed = bool(lease.took_over_from) and bool(run.epochs) and lease.epoch not in run.epochs
+    resumed = _taken_from_a_stopped_owner(lease, run)
     found: dict[str, list[dict[str, Any]]] = {"interrupted_steps": [], "rerun": [], "reconciled": [], "uncertain": []}
     if lease.took_over_from:
         _interrupted_generation(p, found)
@@ -66,11 +67,7 @@ def recover(p: Pass, *, rerun: bool = True) -> None:
         if c.run_id == run.pk and c.status == CallStatus.STARTED
         and ((lease.took_over_from and _reached(p, c)) or calls.was_tried(c))
     ]  # fmt: skip
-    limit = None
-    if rerun and resumed and run.status == RunStatus.RUNNING:
-        # The stopped worker carried this run (an earlier lease worked on it); a run this pass has
-        # just started owes nothing to a worker that stopped after finishing the one before.
-        limit = _owner_stopped(p)
+    limit = p.stop_limit if rerun else None  # the stopped owner was counted before the ledger was read
     for call in sorted(started, key=lambda c: (_step_index(p, c), c.index)):
         tool = REGISTRY.get(call.name)
         entry = {"tool": call.name, "arguments": call.arguments, "idempotency_key": call.idempotency_key}
@@ -112,24 +109,40 @@ def recover(p: Pass, *, rerun: bool = True) -> None:
         p.reload()
 
 
-def _owner_stopped(p: Pass) -> str | None:
-    """The worker that carried this run on stopped without releasing it (a crash, a kill, the
-    memory limit, a restart), during a model step or a call: a failure of the run, counted in a row
-    like any other, so a step or a call that stops every worker that takes it on (a conversation
-    too large for the worker's memory, a crash in a library) is not taken on forever. Progress
-    after it (a call done, or a step stored by the pass that took over) resets the count. At the
-    limit: why the run stops (it is parked)."""
+def owner_stopped(lease: Lease, run: AgentRun) -> tuple[bool, str | None]:
+    """Counted before the pass reads the run's ledger (``agents.runner._drive``): the worker that
+    carried this run on stopped without releasing it (a crash, a kill, the memory limit, a restart),
+    reading the ledger, during a model step or a call. A failure of the run, counted in a row like
+    any other, so a ledger, a step or a call that stops every worker that takes it on (a
+    conversation too large for the worker's memory, a crash in a library) is not taken on forever.
+    Progress after it (a call done, or a step stored by the pass that took over) resets the count.
+
+    Returns whether it counted one, and why the run stops at the limit (None below it). Only for a
+    run an earlier lease worked on: a run this pass has just started owes nothing to a worker that
+    stopped after finishing the one before. Past the limit (the pass that reached it stopped too,
+    before it could park the run) the run is parked at once, without reading its ledger again.
+    """
+    if not _taken_from_a_stopped_owner(lease, run) or run.status != RunStatus.RUNNING:
+        return False, None
     failures = agent_services.run_record_failure(
-        lease=p.lease, run=p.run, error="the worker carrying this run on stopped before it finished"
+        lease=lease, run=run, error="the worker carrying this run on stopped before it finished"
     )
-    p.counted_a_stop = True
     if failures < agent_services.max_failures():
-        return None
-    return f"the workers carrying this run on stopped {failures} time(s) in a row; not tried again"
+        return True, None
+    limit = f"the workers carrying this run on stopped {failures} time(s) in a row; not tried again"
+    if failures > agent_services.max_failures():
+        agent_services.park(lease=lease, run=run, error=limit, failures=failures)
+        raise Stop()
+    return True, limit
+
+
+def _taken_from_a_stopped_owner(lease: Lease, run: AgentRun) -> bool:
+    """This lease was taken from an owner that never released it, and an earlier lease worked on the run."""
+    return bool(lease.took_over_from) and bool(run.epochs) and lease.epoch not in run.epochs
 
 
 def _run_again(p: Pass, call: ToolCall, entry: dict[str, Any], found: dict[str, list[Any]]) -> None:
-    """Run an interrupted call again (its worker's stop was counted by ``_owner_stopped``); a call
+    """Run an interrupted call again (its worker's stop was counted by ``owner_stopped``); a call
     that succeeds is progress: the stop was a worker's (a deploy, a restart), not this call's."""
     done = execute(p, call, again=True)
     found["rerun"].append(entry)

@@ -32,7 +32,7 @@ from agents.model_factory import get_model
 from agents.models import PAUSED_RUN_STATUSES, AgentProfile, AgentRun, RunStatus, StepStatus
 from agents.pass_state import Pass, stream_id
 from agents.profiles import active_profile, profile_of
-from agents.recovery import recover
+from agents.recovery import owner_stopped, recover
 from agents.selectors import (
     active_run_and_profile,
     active_run_and_profile_from,
@@ -224,7 +224,11 @@ def _drive(
     """Carry the run on until it replies, pauses, hands off or fails: its state, and whether a
     customer message was waiting when it replied (None if the pass does not know). ``person``:
     a person has had the ticket since the run started (the run only ends)."""
+    # A stopped owner is counted before the ledger is read: a ledger whose reading stops every
+    # worker that takes it on is counted too, and parked at the limit.
+    counted, limit = (False, None) if person or ticket.status in AGENT_STAYS_OUT else owner_stopped(lease, run)
     p = Pass.load(lease, ticket, run)
+    p.counted_a_stop, p.stop_limit = counted, limit
     return _carry_on(p, model, person), p.customer_waiting
 
 
