@@ -52,7 +52,16 @@ def advance_ticket(ticket_id: int) -> str:
 
 def ring(ticket_id: int) -> None:
     """Ring the ticket's doorbell after the current transaction commits. Carries no state."""
-    transaction.on_commit(lambda: advance_ticket.delay(ticket_id))
+    transaction.on_commit(lambda: _send_doorbell(ticket_id))
+
+
+def _send_doorbell(ticket_id: int) -> None:
+    """A broker that cannot be reached loses only the doorbell: what was committed stays, the
+    request that committed it succeeds, and the sweeper rings the ticket once the broker is back."""
+    try:
+        advance_ticket.delay(ticket_id)
+    except Exception:  # noqa: BLE001 - kombu's and the transport's errors alike; nothing to undo
+        logger.exception("ticket %s: the doorbell could not be sent to the broker; the sweeper rings it", ticket_id)
 
 
 @receiver(ticket_needs_agent)
