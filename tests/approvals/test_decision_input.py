@@ -26,8 +26,8 @@ class AsksForIt:
         )
 
 
-@pytest.mark.parametrize("posted", [{"decision": "maybe"}, {}, {"decision": "APPROVE"}], ids=["maybe", "none", "caps"])
-def test_an_invalid_decision_is_a_400_with_the_reason_and_changes_nothing(monkeypatch, posted):
+def waiting_for_a_decision(monkeypatch) -> tuple[ApprovalRequest, Client]:  # noqa: ANN001
+    """A ticket paused on a call staff approve every one of, and an approver's client."""
     monkeypatch.setitem(
         REGISTRY,
         "gated_x",
@@ -36,9 +36,14 @@ def test_an_invalid_decision_is_a_400_with_the_reason_and_changes_nothing(monkey
     )  # fmt: skip
     ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Do it")
     assert advance(ticket.pk, model=AsksForIt()).state == RunStatus.WAITING_APPROVAL
-    approval = ApprovalRequest.objects.get(ticket=ticket)
     client = Client()
     client.force_login(make_staff("approver-x", can_decide=True))
+    return ApprovalRequest.objects.get(ticket=ticket), client
+
+
+@pytest.mark.parametrize("posted", [{"decision": "maybe"}, {}, {"decision": "APPROVE"}], ids=["maybe", "none", "caps"])
+def test_an_invalid_decision_is_a_400_with_the_reason_and_changes_nothing(monkeypatch, posted):
+    approval, client = waiting_for_a_decision(monkeypatch)
 
     response = client.post(f"/staff/approvals/{approval.pk}/decide/", posted)
 

@@ -5,32 +5,16 @@ without the browser's limit is a clear 400 and changes nothing."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
-from agents.models import ReplayPolicy, RunStatus, ToolCall
-from agents.runner import advance
-from agents.tools import REGISTRY, Tool
-from approvals.models import ApprovalRequest, ApprovalStatus
-from tests.approvals.conftest import make_staff
-from tests.approvals.test_decision_input import AsksForIt
-from tests.conftest import make_customer
-from tickets import services as ticket_services
+from agents.models import ToolCall
+from approvals.models import ApprovalStatus
+from tests.approvals.test_decision_input import waiting_for_a_decision
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_rejection_reason_far_over_the_cards_limit_is_a_400_and_changes_nothing(monkeypatch):
-    monkeypatch.setitem(
-        REGISTRY,
-        "gated_x",
-        Tool(name="gated_x", description="", parameters={"type": "object"}, replay_policy=ReplayPolicy.KEYED,
-             handler=lambda ctx, args: {"ok": True}, needs_approval=lambda ctx, args: "staff approve every one"),
-    )  # fmt: skip
-    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Do it")
-    assert advance(ticket.pk, model=AsksForIt()).state == RunStatus.WAITING_APPROVAL
-    approval = ApprovalRequest.objects.get(ticket=ticket)
-    client = Client()
-    client.force_login(make_staff("approver", can_decide=True))
+    approval, client = waiting_for_a_decision(monkeypatch)
     page = client.get("/staff/approvals/").content.decode()
     assert 'name="note" required maxlength="500"' in page  # what the card itself allows
 
