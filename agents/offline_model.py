@@ -185,6 +185,13 @@ class RefundAsk:
     how_much: bool = False
     unsure: bool = False  # taken back or changed in a later message: asked again, nothing refunded
     asked: str = ""  # the clauses that ask for it, when the whole order is asked for
+    request: str = ""  # the customer's words, whole
+
+    def plain(self, order: dict[str, Any]) -> bool:
+        """Is the request worded plainly (``plainly_asked``)? The order's items may be named in it."""
+        lines = [line for line in order.get("lines") or [] if isinstance(line, dict)]
+        items = {word for line in lines for word in _stems(str(line.get("description", "")))}
+        return plainly_asked(self.request, items=items)
 
     def names_an_item(self, order: dict[str, Any]) -> bool:
         """Does the request name one of the order's items, when the order holds more than that item
@@ -198,8 +205,8 @@ class RefundAsk:
     def cents(self, order: dict[str, Any]) -> int | None:
         """What to refund of the looked-up order, in its minor unit: the amount asked, or all that is left
         when none was named; None when the customer must be asked how much (part of it without an
-        amount, or an amount in another currency than the order's)."""
-        if self.how_much:
+        amount, or an amount in another currency than the order's), or asked to put it plainly."""
+        if self.how_much or not self.plain(order):
             return None
         if self.amount is None:
             if self.names_an_item(order):
@@ -268,6 +275,79 @@ def _unread_numbers(asked: str) -> bool:
 
 
 def refund_asked(request: str) -> RefundAsk | None:
+    """The refund the customer's words ask for (see ``_read_refund_ask``). It is paid only when the
+    request is worded plainly as well (``RefundAsk.plain``)."""
+    ask = _read_refund_ask(request)
+    if ask is not None:
+        ask.request = request
+    return ask
+
+
+# --- plain wording ----------------------------------------------------------------------
+# Money moves only on requests put in words this model knows all of: an unknown word ("nvm", "make
+# that", "after the coupon", "probably", "my sister says", "twenty"), an unknown currency ("MX$20",
+# "HKD"), a leftover number ("20-25"), a negation that is not part of a known reason, or a quote
+# mark stops it, whatever the rules above made of the request. The customer is asked instead, and
+# a plain "please refund order A-1001" then pays. Asking costs a message; a wrong refund costs money.
+_PLAIN_WORDS = frozenset(
+    """
+    hi hello hey dear team support there good morning afternoon evening
+    please pls plz thanks thank thx kindly you your
+    i i'd i'm i've id im we we'd would like want need needs needed could can will
+    asking ask request requesting
+    me my our us the a an for on of to from with this that it it's its is was were be been has have had am are
+    refund order orders purchase item items package parcel product delivery shipment
+    full whole entire total amount money back
+    arrived arrive came come received receive got get delivered broken damaged defective faulty cracked
+    scratched torn ripped late lost missing wrong size colour color fit fits working work works what ordered
+    expected described as because since and so stopped today yesterday last week month ago
+    broke one another postage shipping charged overcharged twice
+    onum amt
+    """.split()
+)
+_NEGATION = frozenset(
+    "not never no don't didn't doesn't hasn't haven't hadn't isn't wasn't dont didnt doesnt hasnt havent isnt "
+    "wasnt cannot can't won't wouldn't shouldn't n't".split()
+)
+# A negation is part of a known reason only before these words ("it never arrived", "it was not what I
+# ordered", "did not get it", "doesn't work"), never before "refund" or anything else.
+_NEGATED_REASON = frozenset(
+    "arrived arrive came come received receive got get delivered working work works what as fit fits".split()
+)
+_PLAIN_NUMBER = r"\d+(?:[.,]\d{3})*(?:[.,]\d{2})?(?![\d.,]*\d)"
+_PLAIN_AMOUNT = re.compile(
+    rf"(?<![\w$€£¥])[$€£¥]\s?{_PLAIN_NUMBER}|(?<![\w.,$€£¥]){_PLAIN_NUMBER}\s?(?:[$€£¥]|(?:usd|eur|gbp|jpy"
+    rf"|dollars?|euros?|pounds?|yen)\b)|\b(?:usd|eur|gbp|jpy)\s?{_PLAIN_NUMBER}"
+)
+# Said of a date, a delay or how it broke, not of money or a condition: "on the 3rd", "2 days late",
+# "3 weeks ago", "showed up", "it actually arrived broken", "after the first wash", "after I used it once".
+_PLAIN_PHRASES = re.compile(
+    r"\bon\s+the\s+\d{1,2}(?:st|nd|rd|th)\b|\b\d{1,3}\s+(?:days?|weeks?)\s+(?:late|ago)\b"
+    r"|\b(?:showed|shown|turned)\s+up\b|\bactually\s+(?=arrived|came|showed|turned)"
+    r"|\bafter\s+(?:the\s+first\s+(?:wash|use|day|week)|i\s+used\s+it(?:\s+once)?|(?:a|one|\d{1,3})\s+(?:days?|weeks?|uses?))\b"
+)
+_PLAIN_MARKS = re.compile(r"[^\w\s.,!?:;'#()-]")
+
+
+def plainly_asked(request: str, *, items: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
+    """Is the request put in words this model knows all of (and ``items``, the words of the order's
+    items, as ``_stems`` gives them), with at most one amount?"""
+    text = ORDER_NUMBER.sub(" onum ", COURTESY.sub(" ", request.replace("’", "'"))).lower()
+    text, amounts = _PLAIN_AMOUNT.subn(" amt ", text)
+    text = _PLAIN_PHRASES.sub(" ", text)
+    if amounts > 1 or _PLAIN_MARKS.search(text) or "_" in text:
+        return False
+    words = re.findall(r"[a-z']+|\d+", text)
+    for word, following in zip(words, [*words[1:], ""], strict=True):
+        if word in _NEGATION:
+            if following not in _NEGATED_REASON:
+                return False
+        elif word.strip("'") not in _PLAIN_WORDS and _singular(word) not in items:
+            return False
+    return True
+
+
+def _read_refund_ask(request: str) -> RefundAsk | None:
     """The refund the customer's words ask for, or None when they ask for none (no "refund", "I don't
     want a refund", a question about refunds). Read from the clauses that ask for it: an order or an
     amount named elsewhere in the message ("it cost $80.00; please refund $10.00") is not what is
@@ -348,6 +428,12 @@ def _refunded_before(calls: list[Done], order_number: str) -> Done | None:
         if call.result.get("status") in {"succeeded", "pending"}:
             return call
     return None
+
+
+_TO_BE_SURE = (
+    "Just to be sure before I refund anything: would you like me to refund order {number} now, and how much? "
+    'Please tell me in one message, for example "please refund order {number}".'
+)
 
 
 class OfflineDeterministicModel:
@@ -504,11 +590,7 @@ class OfflineDeterministicModel:
             return f"Which order would you like me to refund: {' or '.join(refund.orders)}?"
         if refund is not None and refund.unsure:
             if len(refund.orders) == 1:
-                number = refund.orders[0]
-                return (
-                    f"Just to be sure before I refund anything: would you like me to refund order {number} now, "
-                    f'and how much? Please tell me in one message, for example "please refund order {number}".'
-                )
+                return _TO_BE_SURE.format(number=refund.orders[0])
             return (
                 "Just to be sure before I refund anything: which order would you like refunded, and how much? "
                 'Please tell me in one message, for example "please refund order A-1001".'
@@ -582,7 +664,9 @@ class OfflineDeterministicModel:
                 parts.append("I've emailed you a summary." if not error else f"I couldn't send the email: {error}")
         lookup = next((d.result for d in done if d.name == "lookup_order" and "error" not in d.result), None)
         if refund is not None and refund.order_number and lookup and "issue_refund" not in {d.name for d in done}:
-            if refund.cents(lookup) is None:
+            if not refund.how_much and not refund.plain(lookup):
+                parts.append(_TO_BE_SURE.format(number=refund.order_number))
+            elif refund.cents(lookup) is None:
                 example = format_money(min(2000, int(lookup.get("total_cents", 0))), str(lookup.get("currency")))
                 parts.append(
                     f"How much of order {refund.order_number} would you like refunded? Tell me the amount in "

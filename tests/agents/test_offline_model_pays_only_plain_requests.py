@@ -1,0 +1,115 @@
+"""The offline model pays only a request worded plainly: every word one it knows (or a word of the
+order's items), at most one amount in a currency it knows, no number it cannot place, no negation
+outside a known reason, no quote marks. Anything else, whatever its rules made of it, is asked
+about first ("Just to be sure before I refund anything ..."), and a plain request then pays.
+
+Pure functions: what ``refund_asked`` reads, and what ``RefundAsk.cents`` would pay of an order.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.offline_model import refund_asked
+
+ORDER = {
+    "order_number": "A-1001",
+    "currency": "usd",
+    "total_cents": 8000,
+    "refundable_cents": 8000,
+    "lines": [{"description": "Blue mug", "quantity": 1}],
+}
+
+
+def paid(words: str) -> int | None:
+    ask = refund_asked(words)
+    if ask is None or ask.order_number is None:
+        return None
+    return ask.cents(ORDER)
+
+
+@pytest.mark.parametrize(
+    ("words", "cents"),
+    [
+        ("Please refund order A-1001", 8000),
+        ("Please refund A-1001", 8000),
+        ("PLEASE REFUND ORDER A-1001", 8000),
+        ("Can you refund order A-1001?", 8000),
+        ("Hi, I'd like a full refund for order #A-1001. Thanks!", 8000),
+        ("I want a refund for A-1001, it never arrived", 8000),
+        ("I didn't get A-1001, please refund it", 8000),
+        ("I would like a refund for order A-1001 as it was not what I ordered", 8000),
+        ("Could you refund A-1001 when you get a chance?", 8000),
+        ("Refund A-1001 please, it came damaged on the 3rd", 8000),
+        ("The blue mug on order A-1001 arrived broken, please refund it", 8000),
+        ("Please refund $50.00 on order A-1001", 5000),
+        ("Please refund $20 of order A-1001, the postage was overcharged", 2000),
+        ("Please refund 20 USD on order A-1001", 2000),
+    ],
+)
+def test_a_plain_request_is_paid(words, cents):  # noqa: ANN001
+    assert paid(words) == cents, f"{words!r}: paid {paid(words)} cents, not {cents}"
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        # taken back, held or conditioned in a later line
+        "Please refund A-1001\nnvm",
+        "Please refund A-1001\nwait, don't",
+        "Please refund A-1001\nonly if it doesn't turn up by Friday",
+        "Please refund A-1001\nnot sure yet",
+        "Please refund A-1001 no wait",
+        "Please refund A-1001 lol jk",
+        "Please refund A-1001 ... or not",
+        # the amount changed or worked out
+        "Please refund A-1001\nmake that $30",
+        "Please refund A-1001. Actually $30",
+        "Please refund A-1001 after deducting the $20 coupon",
+        "Please refund $20 on A-1001 and $10 on shipping",
+        "Please refund A-1001 $20 less than the total",
+        # currencies it does not know, numbers it cannot place
+        "Please refund C$20 on A-1001",
+        "Please refund HK$20 on A-1001",
+        "Please refund MX$20 on A-1001",
+        "Please refund R$20 on A-1001",
+        "Please refund NT$20 on A-1001",
+        "Please refund A-1001 20 HKD",
+        "Please refund 20 pesos on A-1001",
+        "Please refund 20 francs on order A-1001",
+        "Please refund Rs 500 on order A-1001",
+        "Please refund twenty dollars on A-1001",
+        "Please refund 20-25 USD on A-1001",
+        "Please refund 50% of A-1001",
+        "Ref: INV-2024-0001, please refund A-1001",
+        # about a refund, not asking for one
+        "Please check the refund on A-1001",
+        "Please explain the refund on A-1001",
+        "Can you confirm the refund on A-1001",
+        "Please reverse the refund on A-1001",
+        "Please undo the refund on A-1001",
+        "I didnt want a refund for A-1001",
+        "Please do not refund A-1001",
+        # hedged, conditional, either/or, someone else's words
+        "I probably want a refund for A-1001",
+        "I guess please refund A-1001",
+        "I think you should refund A-1001",
+        "You may refund A-1001",
+        "Please refund A-1001 after I return it",
+        "Please refund A-1001 upon return",
+        "Please refund A-1001, unless you can replace it",
+        "I'd like a refund for order A-1001 if it is not too late",
+        "Please refund either A-1001 or give me store credit",
+        'My sister wrote "please refund A-1001"',
+        "> please refund A-1001",
+        "My sister says please refund A-1001",
+        "Please refund A-1001 tomorrow",
+        "Please refund A-1001 in store credit",
+        "Please refund A-1001 to my other card",
+        "Refund my order, not A-1001",
+        # an item the order does not hold
+        "The kettle on order A-1001 arrived broken, please refund it",
+    ],
+)
+def test_anything_else_is_asked_about_first(words):  # noqa: ANN001
+    assert not paid(words), f"{words!r} was paid {paid(words)} cents without asking"
