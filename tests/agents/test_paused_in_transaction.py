@@ -41,7 +41,11 @@ def test_an_owner_paused_inside_its_fenced_transaction_does_not_block_takers_for
 
     # Worker A's own session (opened as the product opens worker connections): it holds the
     # advisory lock, sends a guarded step's fence, and is stopped before its COMMIT.
-    a_session = psycopg.connect(**connection.get_connection_params(), autocommit=True)
+    params = connection.get_connection_params()
+    assert "idle_in_transaction_session_timeout" in params.get("options", ""), "worker connections carry no limit"
+    a_session = psycopg.connect(**params, autocommit=True)
+    # The product's limit, shortened for the test (30 s by default): the server ends the open transaction.
+    a_session.execute("SET idle_in_transaction_session_timeout = 2000")
     taker: dict[str, object] = {}
     try:
         owner.unlock()
@@ -68,7 +72,7 @@ def test_an_owner_paused_inside_its_fenced_transaction_does_not_block_takers_for
         started = time.monotonic()
         thread = threading.Thread(target=worker_b, daemon=True)
         thread.start()
-        thread.join(timeout=settings.DB_IDLE_IN_TRANSACTION_TIMEOUT_MS / 1000 + 15)
+        thread.join(timeout=2 + 15)
         blocked = thread.is_alive()
         waited = time.monotonic() - started
     finally:
