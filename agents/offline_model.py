@@ -301,7 +301,7 @@ _PLAIN_WORDS = frozenset(
     arrived arrive came come received receive got get delivered broken damaged defective faulty cracked
     scratched torn ripped late lost missing wrong size colour color fit fits working work works what ordered
     expected described as because since and so stopped today yesterday last week month ago
-    broke one another postage shipping charged overcharged twice
+    broke one another again postage shipping charged overcharged twice
     onum amt
     """.split()
 )
@@ -330,21 +330,61 @@ _PLAIN_MARKS = re.compile(r"[^\w\s.,!?:;'#()-]")
 
 
 def plainly_asked(request: str, *, items: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
-    """Is the request put in words this model knows all of (and ``items``, the words of the order's
-    items, as ``_stems`` gives them), with at most one amount?"""
-    text = ORDER_NUMBER.sub(" onum ", COURTESY.sub(" ", request.replace("’", "'"))).lower()
-    text, amounts = _PLAIN_AMOUNT.subn(" amt ", text)
-    text = _PLAIN_PHRASES.sub(" ", text)
-    if amounts > 1 or _PLAIN_MARKS.search(text) or "_" in text:
+    """Is the request worded plainly? Every clause that names a refund is put in words this model
+    knows all of (or ``items``, the words of the order's items, as ``_stems`` gives them); the other
+    clauses (why: "the handle snapped off on the first day") may describe in any words, but name no
+    amount, no number but a date or a delay, no other order, no word that changes, conditions,
+    hedges or reports a request (``_NOT_PLAIN``). At most one amount, one order, no negation outside
+    a known reason, no quoted or forwarded line."""
+    text = COURTESY.sub(" ", _ATTACHED.sub(" ", request.replace("’", "'")))
+    # A name in quotes ('the "deluxe" dish') is a description; a request in quotes is someone's words.
+    text = _QUOTED.sub(lambda m: " " if not re.search(r"refund|\d", m[1], re.I) else m[0], text)
+    if re.search(r'["“”]', text):
         return False
-    words = re.findall(r"[a-z']+|\d+", text)
-    for word, following in zip(words, [*words[1:], ""], strict=True):
-        if word in _NEGATION:
-            if following not in _NEGATED_REASON:
+    if len(_distinct(ORDER_NUMBER.findall(text))) > 1 or re.search(r"^\s*>|[<>|*_=+&%@/\\~`^{}\[\]]", text, re.M):
+        return False
+    text = _PLAIN_PHRASES.sub(" ", ORDER_NUMBER.sub(" onum ", text).lower())
+    text, amounts = _PLAIN_AMOUNT.subn(" amt ", text)
+    if amounts > 1:
+        return False
+    for clause in _PLAIN_CLAUSE.split(text):
+        words = re.findall(r"[a-z']+|\d+|[$€£¥₹¢]", clause)
+        strict = any(w.startswith("refund") or w == "amt" for w in words)
+        for word, following in zip(words, [*words[1:], ""], strict=False):
+            if word in _NEGATION:
+                if following not in _NEGATED_REASON:
+                    return False
+            elif strict and word.strip("'") not in _PLAIN_WORDS and _singular(word) not in items:
                 return False
-        elif word.strip("'") not in _PLAIN_WORDS and _singular(word) not in items:
-            return False
+            elif not strict and (word in _NOT_PLAIN or not word[0].isalpha() or word in _CURRENCY_WORDS):
+                return False
     return True
+
+
+# The line the model reads for each file the customer sent (agents.conversation.customer_text).
+_ATTACHED = re.compile(r"^\[attached: [^\]\n]* \([^()\n]*, [^()\n]*\)\]$", re.M)
+_QUOTED = re.compile(r'["“”]([^"“”\n]{0,60})["“”]')
+# Where a request's clauses part ("Please refund A-1, it came broken. Thanks").
+_PLAIN_CLAUSE = re.compile(r"[.;!?:,\n()]+|\s[-–—]+\s|\bbut\b|\band\b|\bso\b|\bbecause\b|\bas\b|\bsince\b")
+_CURRENCY_WORDS = frozenset(
+    "usd eur gbp jpy cad aud nzd hkd sgd mxn brl inr chf cny rmb krw twd dollar dollars euro euros pound pounds "
+    "yen peso pesos franc francs rupee rupees rs real reais won yuan buck bucks quid cent cents percent pct".split()
+)
+# Words that, in a clause that does not name the refund, change it, condition it, hedge it, report
+# someone else's request, ask about a refund instead, or take the order back: then it is asked.
+_NOT_PLAIN = frozenset(
+    """
+    nvm nevermind mind ignore disregard forget scratch cancel cancelled canceled wait hold hmm hm actually
+    instead rather prefer make change changed meant mean correction typo mistake sorry oops jk kidding joke
+    joking lol only just except minus less deduct deducting deducted coupon voucher discount credit store
+    partial partially portion half percent either or other another second sister brother friend wife husband
+    mom mum dad mother father son daughter boss colleague says said told wrote asked tells forward forwarded
+    fwd quote quoted check checking explain confirm confirmed status reverse undo refunded refundable refunds
+    if unless until till when whenever once after before provided assuming suppose supposed maybe probably
+    perhaps possibly might may guess think thought sure unsure yet later tomorrow decide deciding considering
+    thinking let keep return returned returning exchange replace replacement swap already
+    """.split()
+)
 
 
 def _read_refund_ask(request: str) -> RefundAsk | None:

@@ -1,7 +1,9 @@
-"""The offline model pays only a request worded plainly: every word one it knows (or a word of the
-order's items), at most one amount in a currency it knows, no number it cannot place, no negation
-outside a known reason, no quote marks. Anything else, whatever its rules made of it, is asked
-about first ("Just to be sure before I refund anything ..."), and a plain request then pays.
+"""The offline model pays only a request worded plainly: every word of a clause that names the
+refund one it knows (or a word of the order's items), other clauses (why) in any words but none that
+changes, conditions, hedges or reports the request; at most one amount in a currency it knows, no
+number it cannot place, no negation outside a known reason, no request in quotes. Anything else,
+whatever its rules made of it, is asked about first ("Just to be sure before I refund anything
+..."), and a plain request then pays.
 
 Pure functions: what ``refund_asked`` reads, and what ``RefundAsk.cents`` would pay of an order.
 """
@@ -45,6 +47,11 @@ def paid(words: str) -> int | None:
         ("Please refund $50.00 on order A-1001", 5000),
         ("Please refund $20 of order A-1001, the postage was overcharged", 2000),
         ("Please refund 20 USD on order A-1001", 2000),
+        # why, in any words, beside a plainly worded request
+        ("Please refund order A-1001, the handle snapped off on the first day", 8000),
+        ('Please refund order A-1001, the "deluxe" dish arrived smashed', 8000),
+        ("Please refund order A-1001, the crème brûlée dish arrived smashed", 8000),
+        ("My espresso machine A-1001 broke after a week. Please refund order A-1001.", 8000),
     ],
 )
 def test_a_plain_request_is_paid(words, cents):  # noqa: ANN001
@@ -107,8 +114,13 @@ def test_a_plain_request_is_paid(words, cents):  # noqa: ANN001
         "Please refund A-1001 in store credit",
         "Please refund A-1001 to my other card",
         "Refund my order, not A-1001",
-        # an item the order does not hold
-        "The kettle on order A-1001 arrived broken, please refund it",
+        # a later clause that changes, hedges or reports it
+        "Please refund order A-1001. Half is fine.",
+        "Please refund order A-1001. Oh wait, it just arrived",
+        "Please refund order A-1001. My wife will return it next week",
+        "Please refund order A-1001. Store credit works too",
+        "Please refund order A-1001, it arrived 3 times",
+        '"Please refund order A-1001"',
     ],
 )
 def test_anything_else_is_asked_about_first(words):  # noqa: ANN001

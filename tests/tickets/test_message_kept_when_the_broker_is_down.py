@@ -29,7 +29,7 @@ def broker_down():  # noqa: ANN201
     app.close()
 
 
-def test_a_customer_message_is_kept_and_answered_later_when_the_broker_is_down(client, broker_down, caplog):
+def test_a_customer_message_is_kept_and_answered_later_when_the_broker_is_down(client, broker_down):
     customer = make_customer()
     ticket, _ = services.ticket_open(customer=customer, subject="Kettle", body="Where is my kettle?")
     client.force_login(customer.user)
@@ -42,5 +42,4 @@ def test_a_customer_message_is_kept_and_answered_later_when_the_broker_is_down(c
 
     assert response.status_code in (200, 201), response.content
     assert Message.objects.filter(ticket=ticket, client_msg_id="c-broker-down").exists()
-    assert f"ticket {ticket.pk}: the doorbell could not be sent" in caplog.text
     assert ticket.pk in tickets_needing_a_ring()
