@@ -199,7 +199,7 @@ class RefundAsk:
         lines = [line for line in order.get("lines") or [] if isinstance(line, dict)]
         if len(lines) < 2 and not any(int(line.get("quantity") or 1) > 1 for line in lines):
             return False
-        said = _stems(self.asked)
+        said = _stems(self.request or self.asked)  # "Please refund order A-1. The mug." names the mug
         return any(_stems(str(line.get("description", ""))) & said for line in lines)
 
     def cents(self, order: dict[str, Any]) -> int | None:
@@ -221,7 +221,7 @@ _NOT_AN_ITEM = frozenset("the and with for set pack pair box order item items si
 
 def _stems(text: str) -> set[str]:
     """The words of a text, plurals as singulars ("mugs" -> "mug"), short and common words left out."""
-    words = re.findall(r"[a-z]{3,}", text.lower())
+    words = re.findall(r"[^\W\d_]{3,}", text.lower())
     return {_singular(word) for word in words if word not in _NOT_AN_ITEM}
 
 
@@ -291,19 +291,38 @@ def refund_asked(request: str) -> RefundAsk | None:
 # a plain "please refund order A-1001" then pays. Asking costs a message; a wrong refund costs money.
 _PLAIN_WORDS = frozenset(
     """
-    hi hello hey dear team support there good morning afternoon evening
-    please pls plz thanks thank thx kindly you your
-    i i'd i'm i've id im we we'd would like want need needs needed could can will
-    asking ask request requesting
+    hi hello hey dear team support there morning afternoon evening much
+    please pls plz thanks thank thx kindly you your u
+    i i'd i'm i've im we we'd would like want need needs needed could can will
+    asking ask request requesting demand issue process asap
     me my our us the a an for on of to from with this that it it's its is was were be been has have had am are
     refund order orders purchase item items package parcel product delivery shipment
-    full whole entire total amount money back
-    arrived arrive came come received receive got get delivered broken damaged defective faulty cracked
-    scratched torn ripped late lost missing wrong size colour color fit fits working work works what ordered
-    expected described as because since and so stopped today yesterday last week month ago
-    broke one another again postage shipping charged overcharged twice
+    full whole entire total amount money back another again
+    arrived arrive came come received receive got get delivered broken broke damaged damage defective faulty
+    cracked scratched torn ripped smashed shattered chipped dented bent snapped leaking leaked stained dirty
+    late lost wrong size colour color fit fits working work works worked what ordered expected described as
+    because since and so stopped today yesterday last week weeks month ago first day time here photo picture
+    off handle lid screen strap zip zipper button wheel glass piece pieces box packaging small smaller big bigger
+    tight loose quality poor bad terrible awful faded peeling fell apart completely totally all anymore dead
+    rest too very really now opened open unusable useless
     onum amt
     """.split()
+)
+# Words that say how much is wrong ("one item was missing", "the postage was overcharged"): plain only
+# beside an amount the customer named; without one they ask for part of the order.
+_WITH_AMOUNT = frozenset("one part missing charged overcharged".split())
+# Words plain only before these ("good morning", "last week"): "all good", "my last order" are not.
+_ONLY_BEFORE = {
+    "good": frozenset("morning afternoon evening day".split()),
+    "last": frozenset("week month time".split()),
+}
+# "It arrived", "it's here" say the order came: plain only with what went wrong ("it arrived broken")
+# or a negation ("it never arrived") in the same clause; alone they take the request back.
+_ARRIVAL = frozenset("arrived arrive came come delivered here".split())
+_WENT_WRONG = frozenset(
+    "broken broke damaged damage defective faulty cracked scratched torn ripped smashed shattered chipped dented "
+    "bent snapped leaking leaked stained dirty late lost wrong opened open unusable useless dead faded peeling "
+    "apart missing".split()
 )
 _NEGATION = frozenset(
     "not never no don't didn't doesn't hasn't haven't hadn't isn't wasn't dont didnt doesnt hasnt havent isnt "
@@ -312,7 +331,8 @@ _NEGATION = frozenset(
 # A negation is part of a known reason only before these words ("it never arrived", "it was not what I
 # ordered", "did not get it", "doesn't work"), never before "refund" or anything else.
 _NEGATED_REASON = frozenset(
-    "arrived arrive came come received receive got get delivered working work works what as fit fits".split()
+    "arrived arrive came come received receive got get delivered working work works what as fit fits turn close "
+    "open match".split()
 )
 _PLAIN_NUMBER = r"\d+(?:[.,]\d{3})*(?:[.,]\d{2})?(?![\d.,]*\d)"
 _PLAIN_AMOUNT = re.compile(
@@ -323,68 +343,46 @@ _PLAIN_AMOUNT = re.compile(
 # "3 weeks ago", "showed up", "it actually arrived broken", "after the first wash", "after I used it once".
 _PLAIN_PHRASES = re.compile(
     r"\bon\s+the\s+\d{1,2}(?:st|nd|rd|th)\b|\b\d{1,3}\s+(?:days?|weeks?)\s+(?:late|ago)\b"
-    r"|\b(?:showed|shown|turned)\s+up\b|\bactually\s+(?=arrived|came|showed|turned)"
+    r"|\b(?:showed|shown|turned)\s+up\s+(?=broken|damaged|cracked|smashed|late|wrong)|\bactually\s+(?=arrived|came)"
+    r"|\bwhen\s+(?:it|they)\s+(?=came|arrived)"
     r"|\bafter\s+(?:the\s+first\s+(?:wash|use|day|week)|i\s+used\s+it(?:\s+once)?|(?:a|one|\d{1,3})\s+(?:days?|weeks?|uses?))\b"
 )
-_PLAIN_MARKS = re.compile(r"[^\w\s.,!?:;'#()-]")
 
 
 def plainly_asked(request: str, *, items: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
-    """Is the request worded plainly? Every clause that names a refund is put in words this model
-    knows all of (or ``items``, the words of the order's items, as ``_stems`` gives them); the other
-    clauses (why: "the handle snapped off on the first day") may describe in any words, but name no
-    amount, no number but a date or a delay, no other order, no word that changes, conditions,
-    hedges or reports a request (``_NOT_PLAIN``). At most one amount, one order, no negation outside
-    a known reason, no quoted or forwarded line."""
+    """Is the request worded plainly? Every word is one this model knows (``_PLAIN_WORDS``, and
+    ``_WITH_AMOUNT`` beside an amount), or a word of the order's items (``items``, as ``_stems``
+    gives them); at most one amount and one order; no number but a date or a delay; no negation
+    outside a known reason; no mark it does not know (a fraction, an emoji, a quoted request, a
+    forwarded line). A file's line and a name in quotes ('the "deluxe" mug') are left out."""
     text = COURTESY.sub(" ", _ATTACHED.sub(" ", request.replace("’", "'")))
-    # A name in quotes ('the "deluxe" dish') is a description; a request in quotes is someone's words.
     text = _QUOTED.sub(lambda m: " " if not re.search(r"refund|\d", m[1], re.I) else m[0], text)
-    if re.search(r'["“”]', text):
+    if len(_distinct(ORDER_NUMBER.findall(text))) > 1:
         return False
-    if len(_distinct(ORDER_NUMBER.findall(text))) > 1 or re.search(r"^\s*>|[<>|*_=+&%@/\\~`^{}\[\]]", text, re.M):
-        return False
-    text = _PLAIN_PHRASES.sub(" ", ORDER_NUMBER.sub(" onum ", text).lower())
+    text = ORDER_NUMBER.sub(" onum ", text).lower()
+    text = _PLAIN_PHRASES.sub(lambda m: " late " if m[0].endswith("late") else " ", text)  # "2 days late"
     text, amounts = _PLAIN_AMOUNT.subn(" amt ", text)
-    if amounts > 1:
+    if amounts > 1 or any(not (c.isalpha() or c.isspace() or c in _PLAIN_MARKS) for c in text):
         return False
-    for clause in _PLAIN_CLAUSE.split(text):
-        words = re.findall(r"[a-z']+|\d+|[$€£¥₹¢]", clause)
-        strict = any(w.startswith("refund") or w == "amt" for w in words)
+    known = _PLAIN_WORDS | (_WITH_AMOUNT if amounts else frozenset())
+    for clause in re.split(r"[.;!?:,\n()–—]+|\s-+\s|\band\b|\bbut\b", text):
+        words = re.findall(r"[^\W\d_]+(?:'[^\W\d_]+)*|\d+", clause)
+        if _ARRIVAL & set(words) and not (_WENT_WRONG | _NEGATION) & set(words):
+            return False
         for word, following in zip(words, [*words[1:], ""], strict=False):
-            if word in _NEGATION:
-                if following not in _NEGATED_REASON:
+            if word in _NEGATION or word in _ONLY_BEFORE:
+                if following not in _ONLY_BEFORE.get(word, _NEGATED_REASON):
                     return False
-            elif strict and word.strip("'") not in _PLAIN_WORDS and _singular(word) not in items:
-                return False
-            elif not strict and (word in _NOT_PLAIN or not word[0].isalpha() or word in _CURRENCY_WORDS):
+            elif word not in known and _singular(word) not in items:
                 return False
     return True
 
 
 # The line the model reads for each file the customer sent (agents.conversation.customer_text).
 _ATTACHED = re.compile(r"^\[attached: [^\]\n]* \([^()\n]*, [^()\n]*\)\]$", re.M)
+# A name in quotes ('the "deluxe" dish') is a description; a request in quotes is someone's words.
 _QUOTED = re.compile(r'["“”]([^"“”\n]{0,60})["“”]')
-# Where a request's clauses part ("Please refund A-1, it came broken. Thanks").
-_PLAIN_CLAUSE = re.compile(r"[.;!?:,\n()]+|\s[-–—]+\s|\bbut\b|\band\b|\bso\b|\bbecause\b|\bas\b|\bsince\b")
-_CURRENCY_WORDS = frozenset(
-    "usd eur gbp jpy cad aud nzd hkd sgd mxn brl inr chf cny rmb krw twd dollar dollars euro euros pound pounds "
-    "yen peso pesos franc francs rupee rupees rs real reais won yuan buck bucks quid cent cents percent pct".split()
-)
-# Words that, in a clause that does not name the refund, change it, condition it, hedge it, report
-# someone else's request, ask about a refund instead, or take the order back: then it is asked.
-_NOT_PLAIN = frozenset(
-    """
-    nvm nevermind mind ignore disregard forget scratch cancel cancelled canceled wait hold hmm hm actually
-    instead rather prefer make change changed meant mean correction typo mistake sorry oops jk kidding joke
-    joking lol only just except minus less deduct deducting deducted coupon voucher discount credit store
-    partial partially portion half percent either or other another second sister brother friend wife husband
-    mom mum dad mother father son daughter boss colleague says said told wrote asked tells forward forwarded
-    fwd quote quoted check checking explain confirm confirmed status reverse undo refunded refundable refunds
-    if unless until till when whenever once after before provided assuming suppose supposed maybe probably
-    perhaps possibly might may guess think thought sure unsure yet later tomorrow decide deciding considering
-    thinking let keep return returned returning exchange replace replacement swap already
-    """.split()
-)
+_PLAIN_MARKS = frozenset("0123456789.,!?:;'#()-–—")
 
 
 def _read_refund_ask(request: str) -> RefundAsk | None:

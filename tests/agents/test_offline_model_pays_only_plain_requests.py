@@ -1,9 +1,8 @@
-"""The offline model pays only a request worded plainly: every word of a clause that names the
-refund one it knows (or a word of the order's items), other clauses (why) in any words but none that
-changes, conditions, hedges or reports the request; at most one amount in a currency it knows, no
-number it cannot place, no negation outside a known reason, no request in quotes. Anything else,
-whatever its rules made of it, is asked about first ("Just to be sure before I refund anything
-..."), and a plain request then pays.
+"""The offline model pays only a request worded plainly: every word one it knows (or a word of the
+order's items), "it arrived" only with what went wrong, at most one amount in a currency it knows,
+no number it cannot place, no negation outside a known reason, no mark it does not know, no request
+in quotes. Anything else, whatever its rules made of it, is asked about first ("Just to be sure
+before I refund anything ..."), and a plain request then pays.
 
 Pure functions: what ``refund_asked`` reads, and what ``RefundAsk.cents`` would pay of an order.
 """
@@ -45,13 +44,15 @@ def paid(words: str) -> int | None:
         ("Refund A-1001 please, it came damaged on the 3rd", 8000),
         ("The blue mug on order A-1001 arrived broken, please refund it", 8000),
         ("Please refund $50.00 on order A-1001", 5000),
-        ("Please refund $20 of order A-1001, the postage was overcharged", 2000),
+        ("Please refund $20 of order A-1001, it was overcharged", 2000),
+        ("Please refund order A-1001, it arrived 3 days late", 8000),
+        ("My order A-1001 showed up broken, please refund it", 8000),
         ("Please refund 20 USD on order A-1001", 2000),
         # why, in any words, beside a plainly worded request
         ("Please refund order A-1001, the handle snapped off on the first day", 8000),
-        ('Please refund order A-1001, the "deluxe" dish arrived smashed', 8000),
-        ("Please refund order A-1001, the crème brûlée dish arrived smashed", 8000),
-        ("My espresso machine A-1001 broke after a week. Please refund order A-1001.", 8000),
+        ('Please refund order A-1001, the "deluxe" mug arrived smashed', 8000),
+        ("Please refund order A-1001, the blue mug arrived smashed", 8000),
+        ("My blue mug A-1001 broke after a week. Please refund order A-1001.", 8000),
     ],
 )
 def test_a_plain_request_is_paid(words, cents):  # noqa: ANN001
@@ -121,6 +122,18 @@ def test_a_plain_request_is_paid(words, cents):  # noqa: ANN001
         "Please refund order A-1001. Store credit works too",
         "Please refund order A-1001, it arrived 3 times",
         '"Please refund order A-1001"',
+        "Please refund order A-1001\nI take that back",
+        "Please refund order A-1001\nall good, it's arrived",
+        "Please refund order A-1001\nWrong ID",
+        "Please refund order A-1001 and my last order",
+        "Please refund $20 on order A-1001\nand the postage",
+        "Please refund order A-1001, a quarter of it",
+        "Please refund ½ of order A-1001",
+        "Please refund order A-1001 🤔",
+        "Hypothetically, could you refund order A-1001?",
+        "Per my manager, please refund order A-1001",
+        "Please refund order A-1001 as a gift card",
+        "Please refund order A-1001, I was overcharged",
     ],
 )
 def test_anything_else_is_asked_about_first(words):  # noqa: ANN001

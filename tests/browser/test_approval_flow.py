@@ -47,6 +47,7 @@ def test_staff_approve_a_refund_on_the_dashboard_and_the_customer_sees_it_confir
     stack = payments_stack
     customer = make_customer()
     order = make_order(customer, total_cents=64900, number="E-5001")
+    order.lines.update(description="Espresso machine")
     payment_sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
     make_staff("dana", can_decide=True)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)

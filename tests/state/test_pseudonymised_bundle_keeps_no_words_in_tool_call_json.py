@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
 )
 def test_a_pseudonymised_bundle_withholds_the_customers_words_quoted_in_the_models_tool_calls(tmp_path, words):
     customer = make_customer("evadne", flagged=True)
-    make_order(customer, number="Q-4407", total_cents=4999)
+    make_order(customer, number="Q-4407", total_cents=4999).lines.update(description="Crème brûlée dish")
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body=words)
     assert advance(ticket.pk).state == RunStatus.WAITING_APPROVAL
     call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
