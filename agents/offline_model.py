@@ -12,6 +12,7 @@ with no delay: the zero-latency model of the benchmarks.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -284,98 +285,124 @@ def refund_asked(request: str) -> RefundAsk | None:
 
 
 # --- plain wording ----------------------------------------------------------------------
-# Money moves only on requests put in words this model knows all of: an unknown word ("nvm", "make
-# that", "after the coupon", "probably", "my sister says", "twenty"), an unknown currency ("MX$20",
-# "HKD"), a leftover number ("20-25"), a negation that is not part of a known reason, or a quote
-# mark stops it, whatever the rules above made of the request. The customer is asked instead, and
-# a plain "please refund order A-1001" then pays. Asking costs a message; a wrong refund costs money.
-_PLAIN_WORDS = frozenset(
-    """
-    hi hello hey dear team support there morning afternoon evening much
-    please pls plz thanks thank thx kindly you your u
-    i i'd i'm i've im we we'd would like want need needs needed could can will
-    asking ask request requesting demand issue process asap
-    me my our us the a an for on of to from with this that it it's its is was were be been has have had am are
-    refund order orders purchase item items package parcel product delivery shipment
-    full whole entire total amount money back another again
-    arrived arrive came come received receive got get delivered broken broke damaged damage defective faulty
-    cracked scratched torn ripped smashed shattered chipped dented bent snapped leaking leaked stained dirty
-    late lost wrong size colour color fit fits working work works worked what ordered expected described as
-    because since and so stopped today yesterday last week weeks month ago first day time here photo picture
-    off handle lid screen strap zip zipper button wheel glass piece pieces box packaging small smaller big bigger
-    tight loose quality poor bad terrible awful faded peeling fell apart completely totally all anymore dead
-    rest too very really now opened open unusable useless
-    onum amt
-    """.split()
-)
-# Words that say how much is wrong ("one item was missing", "the postage was overcharged"): plain only
-# beside an amount the customer named; without one they ask for part of the order.
-_WITH_AMOUNT = frozenset("one part missing charged overcharged".split())
-# Words plain only before these ("good morning", "last week"): "all good", "my last order" are not.
-_ONLY_BEFORE = {
-    "good": frozenset("morning afternoon evening day".split()),
-    "last": frozenset("week month time".split()),
-}
-# "It arrived", "it's here" say the order came: plain only with what went wrong ("it arrived broken")
-# or a negation ("it never arrived") in the same clause; alone they take the request back.
-_ARRIVAL = frozenset("arrived arrive came come delivered here".split())
-_WENT_WRONG = frozenset(
-    "broken broke damaged damage defective faulty cracked scratched torn ripped smashed shattered chipped dented "
-    "bent snapped leaking leaked stained dirty late lost wrong opened open unusable useless dead faded peeling "
-    "apart missing".split()
-)
-_NEGATION = frozenset(
-    "not never no don't didn't doesn't hasn't haven't hadn't isn't wasn't dont didnt doesnt hasnt havent isnt "
-    "wasnt cannot can't won't wouldn't shouldn't n't".split()
-)
-# A negation is part of a known reason only before these words ("it never arrived", "it was not what I
-# ordered", "did not get it", "doesn't work"), never before "refund" or anything else.
-_NEGATED_REASON = frozenset(
-    "arrived arrive came come received receive got get delivered working work works what as fit fits turn close "
-    "open match".split()
-)
+# Money moves only on a request put in a few plain forms (``plainly_asked``): an unknown word or form
+# ("nvm", "make that $30", "after the coupon", "I have it now", "we will refund"), an unknown currency
+# ("MX$20", "HKD") or number ("20-25", "$1.500") stops it, whatever the rules above made of the
+# request. The customer is asked instead, and a plain "please refund order A-1001" then pays. Asking
+# costs a message; a wrong refund costs money.
 _PLAIN_NUMBER = r"\d+(?:[.,]\d{3})*(?:[.,]\d{2})?(?![\d.,]*\d)"
 _PLAIN_AMOUNT = re.compile(
     rf"(?<![\w$€£¥])[$€£¥]\s?{_PLAIN_NUMBER}|(?<![\w.,$€£¥]){_PLAIN_NUMBER}\s?(?:[$€£¥]|(?:usd|eur|gbp|jpy"
     rf"|dollars?|euros?|pounds?|yen)\b)|\b(?:usd|eur|gbp|jpy)\s?{_PLAIN_NUMBER}"
 )
-# Said of a date, a delay or how it broke, not of money or a condition: "on the 3rd", "2 days late",
-# "3 weeks ago", "showed up", "it actually arrived broken", "after the first wash", "after I used it once".
-_PLAIN_PHRASES = re.compile(
-    r"\bon\s+the\s+\d{1,2}(?:st|nd|rd|th)\b|\b\d{1,3}\s+(?:days?|weeks?)\s+(?:late|ago)\b"
-    r"|\b(?:showed|shown|turned)\s+up\s+(?=broken|damaged|cracked|smashed|late|wrong)|\bactually\s+(?=arrived|came)"
-    r"|\bwhen\s+(?:it|they)\s+(?=came|arrived)"
-    r"|\bafter\s+(?:the\s+first\s+(?:wash|use|day|week)|i\s+used\s+it(?:\s+once)?|(?:a|one|\d{1,3})\s+(?:days?|weeks?|uses?))\b"
-)
 
 
 def plainly_asked(request: str, *, items: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
-    """Is the request worded plainly? Every word is one this model knows (``_PLAIN_WORDS``, and
-    ``_WITH_AMOUNT`` beside an amount), or a word of the order's items (``items``, as ``_stems``
-    gives them); at most one amount and one order; no number but a date or a delay; no negation
-    outside a known reason; no mark it does not know (a fraction, an emoji, a quoted request, a
-    forwarded line). A file's line and a name in quotes ('the "deluxe" mug') are left out."""
+    """Is the request worded plainly? Read sentence by sentence (and clause by clause: commas, "as",
+    "because", "and", "but"), each must be one of a few plain forms: a greeting or thanks, the request
+    itself ("please refund order A-1001", "I would like a refund of $20 for order A-1001", "could you
+    refund it"), or why ("it never arrived", "the handle snapped off on the first day", "my espresso
+    machine A-1001 broke after a week", with ``items``, the words of the order's items). Anything else
+    ("I have it now", "the delivery", "on the 30th", "we will refund order A-1001") is not plain: the
+    customer is asked first. At most one amount; no mark it does not know; a file's line and a name
+    in quotes ('the "deluxe" mug') are left out."""
     text = COURTESY.sub(" ", _ATTACHED.sub(" ", request.replace("’", "'")))
     text = _QUOTED.sub(lambda m: " " if not re.search(r"refund|\d", m[1], re.I) else m[0], text)
     if len(_distinct(ORDER_NUMBER.findall(text))) > 1:
         return False
     text = ORDER_NUMBER.sub(" onum ", text).lower()
-    text = _PLAIN_PHRASES.sub(lambda m: " late " if m[0].endswith("late") else " ", text)  # "2 days late"
+    if any(re.search(r"\.\d{3}(?!\d)", m[0]) and "," not in m[0] for m in _PLAIN_AMOUNT.finditer(text)):
+        return False  # "$1.500": a decimal point or thousands? Asked.
     text, amounts = _PLAIN_AMOUNT.subn(" amt ", text)
     if amounts > 1 or any(not (c.isalpha() or c.isspace() or c in _PLAIN_MARKS) for c in text):
         return False
-    known = _PLAIN_WORDS | (_WITH_AMOUNT if amounts else frozenset())
-    for clause in re.split(r"[.;!?:,\n()–—]+|\s-+\s|\band\b|\bbut\b", text):
-        words = re.findall(r"[^\W\d_]+(?:'[^\W\d_]+)*|\d+", clause)
-        if _ARRIVAL & set(words) and not (_WENT_WRONG | _NEGATION) & set(words):
+    for short, long in _SPELLED_OUT:
+        text = re.sub(short, long, text)
+    forms = _plain_forms(frozenset(items), bool(amounts))
+    for sentence in _SENTENCE.split(text):
+        sentence = " ".join(re.findall(r"[^\W_]+(?:'[^\W_]+)*|#", sentence)).replace("# ", "#")
+        if sentence and not forms.fullmatch(sentence):
             return False
-        for word, following in zip(words, [*words[1:], ""], strict=False):
-            if word in _NEGATION or word in _ONLY_BEFORE:
-                if following not in _ONLY_BEFORE.get(word, _NEGATED_REASON):
-                    return False
-            elif word not in known and _singular(word) not in items:
-                return False
     return True
+
+
+_SENTENCE = re.compile(r"[.;!?:,\n()–—]+|\s-+\s|\b(?:as|because|since|and|but)\b")
+_SPELLED_OUT = [
+    (r"\b(did|does|do|has|have|had|is|was|are|were|wo|ca|could|would|should)n't\b", r"\1 not"),
+    (r"\b(did|does|do|has|have|had|is|was|are|were)nt\b", r"\1 not"),
+    (r"\bwo not\b", "will not"), (r"\bca not\b", "can not"), (r"\bcannot\b", "can not"),
+    (r"\bi'd\b", "i would"), (r"\bi'm\b", "i am"), (r"\bit's\b", "it is"), (r"\bi've\b", "i have"),
+]  # fmt: skip
+_WENT_WRONG_WORDS = (
+    r"(?:broken|damaged|cracked|smashed|shattered|chipped|dented|bent|torn|ripped|scratched|defective|faulty|late"
+    r"|leaking|stained|dirty|opened|wrong|in pieces|unusable|useless|dead|missing|not working|lost)"
+)
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_forms(items: frozenset[str], amount: bool) -> re.Pattern[str]:
+    """The plain forms of a sentence (see ``plainly_asked``), for an order with these item words."""
+    item = "|".join(sorted((re.escape(w) + "s?" for w in items), key=len, reverse=True)) or "(?!)"
+    order = r"(?:(?:my|the|this|that) )?(?:(?:whole|entire|full) )?(?:order )?(?:number )?#?onum"
+    it = rf"(?:it|them|this|that|this one|{order})"
+    thing = (
+        rf"(?:(?:my|the|this|that|your) (?:(?:{item}) )*(?:order|item|package|parcel|product|delivery|shipment"
+        rf"|handle|lid|screen|strap|zip|zipper|button|wheel|glass|box|packaging|rest|{item})"
+        rf"(?: (?:on|from|in|of) {order}| onum)?)"
+    )
+    subject = rf"(?:it|they|this|that|onum|{order}|{thing})"
+    when = (
+        r"(?: (?:on the \d{1,2}(?:st|nd|rd|th)|on arrival|on the first (?:day|use)|after (?:a|one|\d{1,3}) "
+        r"(?:days?|weeks?|uses?)|after the first (?:wash|use|day|week)|after i used it(?: once)?|within (?:a|one"
+        r"|\d{1,3}) (?:days?|weeks?)|\d{1,3} (?:days?|weeks?) ago|in (?:shipping|transit|the post|delivery)"
+        r"|today|yesterday|last week|again|too|now))*"
+    )
+    bad = rf"(?:(?:completely|totally|very|really|all) )?{_WENT_WRONG_WORDS}"
+    went_wrong = (
+        rf"(?:(?:has |had )?never (?:arrived|came|come|been delivered|showed up|turned up)"
+        rf"|(?:did|has|have|had) not (?:arrive|arrived|come|been delivered|show up|turn up)(?: yet)?"
+        rf"|(?:actually )?(?:arrived|came|was delivered|were delivered|showed up|turned up) (?:{bad}|\d{{1,3}} "
+        rf"(?:days?|weeks?) late)"
+        rf"|(?:is|was|are|were) (?:{bad}|not what i ordered|not as described|the wrong (?:size|colou?r|item|one"
+        rf"|product)|too (?:small|big|large|tight|loose))"
+        rf"|(?:broke|stopped working|does not work|did not work|will not (?:turn on|work)|does not (?:turn on|fit)"
+        rf"|did not fit|fell apart|snapped(?: off)?|cracked|leaks|leaked))"
+    )
+    why = [
+        rf"{subject} {went_wrong}{when}",
+        rf"i (?:never|did not|have not|still have not) (?:received|receive|got|get) {it}(?: yet)?",
+        r"i (?:received|got) (?:the |a )?wrong (?:item|size|colou?r|product|order|one)",
+        rf"i (?:received|got) {it} {bad}{when}",
+        r"here is (?:a (?:photo|picture) of )?the damage(?: on (?:(?:my|the) )?(?:order )?onum)?",
+    ]
+    if amount:  # how much went wrong, beside the amount the customer named
+        why += [
+            rf"(?:one|an|a) (?:item|part|piece|{item}) (?:was|is) missing",
+            r"(?:it|i) was overcharged|the (?:postage|shipping) was overcharged",
+            r"amt",
+        ]
+    please = r"(?:(?:please|pls|plz|kindly) )?"
+    full = r"(?:(?:a|my|the) )?(?:full )?refund"
+    to_what = rf"(?:for|on|of) {it}"
+    everything = rf"(?:the (?:full|whole|total) amount (?:for|on|of) {it})"
+    of_amount = rf"(?:of )?(?:another )?amt(?: (?:on|of|for|from) {it})?"
+    ask = [
+        rf"{please}(?:(?:can|could|would|will) (?:you|u) (?:please )?)?refund (?:me )?(?:for )?(?:{it}|{of_amount}"
+        rf"|{everything})",
+        rf"(?:i|we) (?:would like|want|need) (?:my|our) money back(?: for {it})?",
+        rf"(?:i|we) (?:would like|want|need|am asking for|am requesting|request|demand)(?: to (?:get|have|request))?"
+        rf" (?:{full} {to_what}|(?:a )?refund {of_amount})",
+        rf"(?:can|could|may) i (?:please )?(?:get|have) (?:{full} {to_what}|(?:a )?refund {of_amount})",
+        rf"{please}(?:issue|process) {full} {to_what}",
+        rf"{full} {to_what}",
+    ]
+    greeting = (
+        r"(?:hi|hello|hey|dear)(?: (?:team|support|there|all))?|good (?:morning|afternoon|evening)"
+        r"|(?:many )?thanks?(?: you)?(?: (?:so|very) much)?(?: in advance)?|thx|cheers|(?:kind )?regards"
+    )
+    then = r"(?: (?:please|pls|plz|thanks|thank you|again|asap|now|today))*"
+    forms = [f"(?:{please}{form}{then})" for form in ask] + why + [greeting]
+    return re.compile("|".join(forms))
 
 
 # The line the model reads for each file the customer sent (agents.conversation.customer_text).

@@ -1,8 +1,8 @@
-"""The offline model pays only a request worded plainly: every word one it knows (or a word of the
-order's items), "it arrived" only with what went wrong, at most one amount in a currency it knows,
-no number it cannot place, no negation outside a known reason, no mark it does not know, no request
-in quotes. Anything else, whatever its rules made of it, is asked about first ("Just to be sure
-before I refund anything ..."), and a plain request then pays.
+"""The offline model pays only a request worded plainly: each sentence (and clause) one of a few
+plain forms (a greeting, the request itself, why: what went wrong with the order or one of its
+items), at most one amount in a currency it knows, no mark it does not know, no request in quotes.
+Anything else, whatever its rules made of it, is asked about first ("Just to be sure before I
+refund anything ..."), and a plain request then pays.
 
 Pure functions: what ``refund_asked`` reads, and what ``RefundAsk.cents`` would pay of an order.
 """
@@ -134,6 +134,25 @@ def test_a_plain_request_is_paid(words, cents):  # noqa: ANN001
         "Per my manager, please refund order A-1001",
         "Please refund order A-1001 as a gift card",
         "Please refund order A-1001, I was overcharged",
+        # known words that take it back, narrow it, defer it or ask nothing
+        "Please refund order A-1001.\nI received it today.",
+        "Please refund order A-1001.\nI have it now.",
+        "Please refund order A-1001, but it works now",
+        "Please refund order A-1001.\nThe lost parcel arrived today.",
+        "Please refund order A-1001.\nI got the money back.",
+        "I would like to thank you for the full refund on order A-1001",
+        "Please, the refund for order A-1001 was wrong",
+        "What would you refund for order A-1001?",
+        "We will refund order A-1001",
+        "Please refund order A-1001, the delivery",
+        "Please refund all of order A-1001 but the delivery",
+        "Please refund order A-1001 with $20 off",
+        "Please refund $20 on order A-1001, the rest too",
+        "Please refund $1.500 on order A-1001",
+        "Please refund order A-1001 on the 30th",
+        "Please refund order A-1001 another time",
+        "Please refund order A-1001, to another order",
+        "Please refund order A-1001. I want another mug.",
     ],
 )
 def test_anything_else_is_asked_about_first(words):  # noqa: ANN001
