@@ -18,6 +18,24 @@ def openai_server() -> Iterator[OpenAIServer]:
         server.stop()
 
 
+class CallsThenReplies:
+    """A scripted model: asks for ``tools`` (no arguments) in one step, then, once any result is in
+    the conversation, replies ``reply``."""
+
+    name = "calls-then-replies"
+
+    def __init__(self, *tools: str, reply: str = "Done.") -> None:
+        self.tools, self.reply = tools, reply
+
+    def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001, ANN201
+        from agents.llm import ModelResponse, ToolCallRequest, Usage
+
+        if any(m["role"] == "tool" for m in messages):
+            return ModelResponse(text=self.reply)
+        calls = [ToolCallRequest(f"c{i}", name, "{}") for i, name in enumerate(self.tools)]
+        return ModelResponse(text="", tool_calls=calls, usage=Usage(10, 5), finish_reason="tool_calls")
+
+
 def retry_time_comes(ticket_id: int) -> None:
     """The backoff of the ticket's failed run is over, as when the retry the task scheduled comes
     (moved to now rather than slept through)."""

@@ -9,27 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from agents.llm import ModelResponse, ToolCallRequest, Usage
 from agents.models import AgentRun, ReplayPolicy, RunStatus
 from agents.pass_state import Pass
 from agents.tools import REGISTRY, Tool
-from tests.agents.conftest import WorkerDied, rung_again_and_again
+from tests.agents.conftest import CallsThenReplies, WorkerDied, rung_again_and_again
 from tests.conftest import make_customer
 from tickets import services as ticket_services
 from tickets.models import Message, TicketStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class OneLookup:
-    name = "one-lookup"
-
-    def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
-        if any(m["role"] == "tool" for m in messages):
-            return ModelResponse(text="Looked it up.")
-        return ModelResponse(
-            text="", tool_calls=[ToolCallRequest("l0", "lookup", "{}")], usage=Usage(10, 5), finish_reason="tool_calls"
-        )
 
 
 def test_a_ledger_whose_reading_stops_every_worker_is_parked_with_a_person(monkeypatch, settings):
@@ -52,7 +40,7 @@ def test_a_ledger_whose_reading_stops_every_worker_is_parked_with_a_person(monke
              handler=lookup),
     )  # fmt: skip
     ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Look it up")
-    assert rung_again_and_again(ticket.pk, OneLookup(), rings=1) == 1
+    assert rung_again_and_again(ticket.pk, CallsThenReplies("lookup", reply="Looked it up."), rings=1) == 1
     reads = []
 
     def reading_stops_the_worker(self):  # noqa: ANN001, ANN202 - every later worker stops reading the ledger
@@ -61,7 +49,9 @@ def test_a_ledger_whose_reading_stops_every_worker_is_parked_with_a_person(monke
 
     monkeypatch.setattr(Pass, "reload", reading_stops_the_worker)
 
-    deaths = rung_again_and_again(ticket.pk, OneLookup(), rings=8, until_settled=True)
+    deaths = rung_again_and_again(
+        ticket.pk, CallsThenReplies("lookup", reply="Looked it up."), rings=8, until_settled=True
+    )
 
     ticket.refresh_from_db()
     run = AgentRun.objects.get(ticket=ticket)

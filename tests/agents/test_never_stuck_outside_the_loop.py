@@ -22,7 +22,7 @@ from agents.services import WAITING_NOTE
 from agents.tools import REGISTRY, Tool
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest
-from tests.agents.conftest import WorkerDied, retry_time_comes, rung_again_and_again
+from tests.agents.conftest import CallsThenReplies, WorkerDied, retry_time_comes, rung_again_and_again
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer
 from tickets import services as ticket_services
@@ -83,20 +83,6 @@ def _gated(name: str, handler) -> Tool:  # noqa: ANN001
     )
 
 
-class AsksForBoth:
-    name = "asks-for-both"
-
-    def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
-        if any(m["role"] == "tool" for m in messages):
-            return ModelResponse(text="Done.")
-        return ModelResponse(
-            text="",
-            tool_calls=[ToolCallRequest("a1", "gated_a", "{}"), ToolCallRequest("b1", "gated_b", "{}")],
-            usage=Usage(10, 5),
-            finish_reason="tool_calls",
-        )
-
-
 def test_a_run_waiting_out_its_backoff_is_not_rung_again_and_again_for_an_approved_call(monkeypatch):
     """Two approved calls of one step; the first crashes, so the run waits out a backoff with the
     second still approved and waiting. During that wait nothing is due: the retry the task scheduled
@@ -111,7 +97,7 @@ def test_a_run_waiting_out_its_backoff_is_not_rung_again_and_again_for_an_approv
     monkeypatch.setattr("agents.runner.retry_delay", lambda failures, retry_after=None: 30.0)  # a wait to be in
     monkeypatch.setitem(REGISTRY, "gated_b", _gated("gated_b", lambda ctx, args: {"ok": True}))
     ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Do both, please")
-    model = AsksForBoth()
+    model = CallsThenReplies("gated_a", "gated_b")
     assert advance(ticket.pk, model=model).state == RunStatus.WAITING_APPROVAL
     approver = make_staff("approver-r", can_decide=True)
     for approval in ApprovalRequest.objects.filter(ticket=ticket).order_by("pk"):
