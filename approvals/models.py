@@ -22,7 +22,9 @@ class ApprovalStatus(models.TextChoices):
 
 class ApprovalRequest(models.Model):
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="approval_requests")
-    tool_call = models.OneToOneField(ToolCall, on_delete=models.CASCADE, related_name="approval_request")
+    # One call may be asked about again (its arguments changed after an approval): each request stays, with
+    # its decision; at most one waits at a time (the constraint below).
+    tool_call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="approval_requests")
     tool_name = models.CharField(max_length=100)
     # The exact arguments approved; changed arguments need a new approval.
     arguments = models.JSONField()
@@ -44,6 +46,11 @@ class ApprovalRequest(models.Model):
         ordering = ["requested_at", "id"]
         permissions = [("decide_approval", "Can approve or reject the agent's sensitive actions")]
         indexes = [models.Index(fields=["status", "requested_at"], name="approval_status_requested")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tool_call"], condition=models.Q(status="pending"), name="approval_one_pending_per_call"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"approval {self.pk} for {self.tool_name} on #{self.ticket_id} ({self.status})"

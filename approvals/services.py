@@ -60,11 +60,10 @@ def _evidence(call: ToolCall) -> tuple[dict[str, Any], int | None, str]:
 
 def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:
     """Record the request. Runs inside the agent's pausing transaction (agents.approval.pause_hooks)."""
-    existing = ApprovalRequest.objects.filter(tool_call=call).first()
-    if existing is not None and existing.status == ApprovalStatus.PENDING:
-        return existing
-    if existing is not None:
-        existing.delete()  # a fresh request for changed arguments replaces the old decision
+    earlier = ApprovalRequest.objects.filter(tool_call=call).order_by("-requested_at", "-id").first()
+    if earlier is not None and earlier.status == ApprovalStatus.PENDING:
+        return earlier
+    # An earlier request decided on other arguments stays, with its decision: a fresh one is asked for.
     policy = policy_values(profile_of(call.run))  # the run's pinned profile version
     evidence, amount, currency = _evidence(call)
     step = ModelStep.objects.filter(pk=call.step_id).only("response_text").first()
@@ -101,7 +100,13 @@ def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:
         kind="approval_requested",
         actor_kind=ActorKind.AGENT,
         actor_ref=f"run:{call.run_id}",
-        payload={"approval_id": approval.pk, "tool": call.name, "reason": reason, "label": label},
+        payload={
+            "approval_id": approval.pk,
+            "tool": call.name,
+            "reason": reason,
+            "label": label,
+            **({"asked_before": earlier.pk} if earlier is not None else {}),
+        },
         is_public=True,
     )
     notify_staff(approval.pk, "requested")

@@ -202,7 +202,9 @@ def _approved_before_paid(rows: dict[str, list[Row]]) -> Check:
     """
     check = Check("no refund paid without an approval for its exact arguments")
     calls = {c["id"]: c for c in rows["agents.ToolCall"]}
-    approvals = {a["tool_call_id"]: a for a in rows["approvals.ApprovalRequest"]}
+    approvals: dict[Any, list[Row]] = defaultdict(list)  # a call asked about again has one request per asking
+    for approval in rows["approvals.ApprovalRequest"]:
+        approvals[approval["tool_call_id"]].append(approval)
     run_profile = {r["id"]: r.get("profile_id") for r in rows["agents.AgentRun"]}
     profiles = {p["id"]: p for p in rows.get("agents.AgentProfile", [])}
     ruled = {r["tool_name"] for r in rows["agents.ToolApprovalRule"] if r["requires_approval"]}
@@ -227,10 +229,10 @@ def _approved_before_paid(rows: dict[str, list[Row]]) -> Check:
         )
         if not needed:
             continue
-        approval = approvals.get(refund["tool_call_id"])
-        if approval is None or approval["status"] != "approved":
+        approved = [a for a in approvals.get(refund["tool_call_id"], []) if a["status"] == "approved"]
+        if not approved:
             check.violations.append(f"refund {refund['idempotency_key']} was paid with no approved request")
-        elif approval["arguments_digest"] != arguments_digest(call.get("arguments") or {}):
+        elif all(a["arguments_digest"] != arguments_digest(call.get("arguments") or {}) for a in approved):
             check.violations.append(f"refund {refund['idempotency_key']}: the approval was for other arguments")
     check.detail = f"{len(paid)} refund(s) that reached the provider"
     return check

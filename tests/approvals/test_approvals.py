@@ -143,8 +143,9 @@ def test_an_approval_does_not_cover_changed_arguments(sandbox, approver):
 
     assert outcome.state == RunStatus.WAITING_APPROVAL
     assert provider_refunds(sandbox, order) == []
-    renewed = ApprovalRequest.objects.get(ticket=ticket)
+    kept, renewed = ApprovalRequest.objects.filter(ticket=ticket).order_by("requested_at", "id")
     assert renewed.status == ApprovalStatus.PENDING and renewed.arguments["amount_cents"] == 64000
+    assert kept.pk == first.pk and kept.status == ApprovalStatus.APPROVED  # the earlier decision stays on record
 
 
 def test_the_guardrails_are_checked_again_after_the_approval_wait(sandbox, approver):
