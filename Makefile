@@ -22,9 +22,13 @@ install: $(STAMP)
 run: $(STAMP)
 	$(PY) -m support.launcher
 
-## Run the whole test suite (embedded servers unless DATABASE_URL/REDIS_URL are set).
+## Run the whole test suite (embedded servers unless DATABASE_URL/REDIS_URL are set), on one
+## pytest-xdist worker per core (at most 4), each with a database and a Redis database of its own
+## (tests/parallel.py). TEST_WORKERS=0 runs it in one process; so does a RabbitMQ broker, which
+## the workers would share.
+TEST_WORKERS ?= $(if $(CELERY_BROKER_URL),0,auto)
 test: $(STAMP)
-	$(PY) -m support.embedded -- $(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m support.embedded -- $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist=loadgroup $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

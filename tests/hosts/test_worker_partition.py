@@ -13,6 +13,7 @@ import re
 
 import pytest
 import redis
+from django.conf import settings
 
 from tests.hosts.stack import Customer, Stack, wait_worker_ready
 from tests.workers import wait_until
@@ -54,7 +55,11 @@ def test_a_worker_cut_off_mid_answer_is_taken_over_and_its_late_writes_are_refus
     buffers = redis.Redis.from_url(hosts.redis_url, socket_timeout=5)
 
     # The refund is paid and the answer is streaming: the worker holds the lease, mid-answer.
-    wait_until(lambda: buffers.exists(f"asgi:stream:{ticket_id}"), timeout=60, what="the answer to start streaming")
+    wait_until(
+        lambda: buffers.exists(f"{settings.CHANNELS_PREFIX}:stream:{ticket_id}"),
+        timeout=60,
+        what="the answer to start streaming",
+    )
     assert [r["status"] for r in refunds_of(hosts, "A-1002")] == ["succeeded"]
     (stale_epoch, stale_owner, stale_expiry), *_ = hosts.sql(
         "SELECT epoch, owner, expires_at FROM agents_ticketlease WHERE ticket_id = %s", ticket_id

@@ -1,0 +1,65 @@
+"""Keeps the suite's parallel workers (pytest-xdist, ``make test``) out of each other's way.
+
+Loaded with ``-p tests.parallel`` (pyproject's addopts), before pytest-django reads the
+settings. Each xdist worker already gets a database of its own (pytest-django adds the worker's
+id to the test database's name); here it also gets a Redis database of its own, which holds the
+Celery queues, the cache and the streamed-answer buffers, and a Channels prefix of its own: Redis
+Pub/Sub channels are shared by every database of a server, so live updates of one worker's
+tickets would otherwise reach the other's sockets. Processes the tests start (Celery workers, the
+web server) inherit these through the environment.
+
+Outside a worker (a plain ``pytest`` run) nothing changes.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse, urlunparse
+
+import pytest
+
+REDIS_DATABASES = 16  # a Redis server's default number of databases
+
+
+def worker_index() -> int | None:
+    """The xdist worker's number (gw0 -> 0), or None outside a worker."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+
+
+def redis_url_of_worker(url: str, index: int) -> str:
+    """The same Redis server, the database after the given one's plus the worker's number."""
+    parts = urlparse(url)
+    path = parts.path.strip("/")
+    base = int(path) if path.isdigit() else 0
+    return urlunparse(parts._replace(path=f"/{(base + 1 + index) % REDIS_DATABASES}"))
+
+
+def _isolate() -> None:
+    index = worker_index()
+    if index is None:
+        return
+    if index + 1 >= REDIS_DATABASES:
+        raise RuntimeError(f"at most {REDIS_DATABASES - 1} test workers share one Redis server")
+    from support import embedded  # no Django here: the settings are not read yet
+
+    url = os.environ.get("REDIS_URL") or embedded.redis_running_url()
+    if url:
+        os.environ["REDIS_URL"] = redis_url_of_worker(url, index)
+    # The same prefix for the live updates' Pub/Sub channels, the cache's keys and the buffers.
+    os.environ["CHANNELS_PREFIX"] = f"{os.environ.get('CHANNELS_PREFIX', 'asgi')}-gw{index}"
+    os.environ["CACHE_PREFIX"] = f"{os.environ.get('CACHE_PREFIX', 'support')}-gw{index}"
+
+
+_isolate()
+
+# Tests that share one costly setup, or one machine-wide resource, run on one worker, one after
+# another (``--dist loadgroup``): the many-hosts tests share one network of test hosts (package scope).
+GROUPS = {"hosts": "hosts"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker, group in GROUPS.items():
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
