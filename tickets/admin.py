@@ -86,27 +86,14 @@ class OrderAdmin(admin.ModelAdmin):
     # What a refund on the order was (or may be) paid against: the provider is asked about it under
     # these (the reconciler, a retry under the same key), so they stay as they were once one exists.
     PAID_AGAINST = ["number", "customer", "currency", "payment_reference"]
+    # Whether money was, or may be, asked for on an order: the app that moves it says (agents/admin.py).
+    money_asked_on: list[Callable[[Order], bool]] = []
 
     def get_readonly_fields(self, request: HttpRequest, obj: Order | None = None) -> list[str]:
         fields = list(super().get_readonly_fields(request, obj))
-        if obj is not None and (self._refunded_against(obj) or self._refund_asked_on(obj)):
+        if obj is not None and any(asked(obj) for asked in self.money_asked_on):
             fields += self.PAID_AGAINST
         return fields
-
-    @staticmethod
-    def _refunded_against(order: Order) -> bool:
-        return getattr(order, "refunds", None) is not None and order.refunds.exists()
-
-    @staticmethod
-    def _refund_asked_on(order: Order) -> bool:
-        """Was a refund on this order asked for, in any ticket of its customer (paid or not: declined,
-        stopped by a person)? Earlier requests are found by the order's number (asking again after a
-        refusal is reviewed), so the number stays as it was."""
-        number = order.number.strip().upper()
-        asked = Ticket.objects.filter(customer_id=order.customer_id).values_list(
-            "tool_calls__arguments__order_number", flat=True
-        )
-        return any(str(n or "").strip().upper() == number for n in asked.filter(tool_calls__name="issue_refund"))
 
     @admin.display(description="total", ordering="total_cents")
     def total_amount(self, order: Order) -> str:
