@@ -60,8 +60,9 @@ ABOUT_REFUNDS = re.compile(
 # get ...", or "refund" said to us ("Refund order A-1 please", "refund me $20"). A clause that names a
 # refund without asking ("I'm thinking about a refund", "my sister got a refund") is asked about first.
 REQUEST = re.compile(
-    r"\bplease\b|\b(?:i|we)\b[^.?!]{0,20}?\b(?:want|wanted|need|needed|like|request|requesting|demand|expect"
-    r"|asking|ask)\b|\b(?:can|could|would|will)\s+(?:you|u)\b|\b(?:can|could|may)\s+i\b|^\W*refund\b"
+    r"\b(?:please|pls|plz|kindly)\b|\b(?:i|we)\b[^.?!]{0,20}?\b(?:want|wanted|need|needed|like|request|requesting"
+    r"|demand|expect|asking|ask)\b|\b(?:can|could|would|will)\s+(?:you|u)\b|\b(?:can|could|may)\s+i\b"
+    r"|^\W*(?:requesting\s+(?:a\s+)?(?:full\s+)?)?refund\b"
     r"|\brefund\s+(?:me|it|this|that|order|my|the|[$€£¥\d])",
     re.IGNORECASE,
 )
@@ -80,7 +81,7 @@ COURTESY = re.compile(
 # A question that asks us to do it: "Could you refund ...?", "Can I get a refund for ...?".
 ASKS_US = re.compile(
     r"\b(?:can|could|would|will)\s+(?:you|u)\b|\b(?:can|could|may)\s+i\s+(?:please\s+)?(?:get|have|ask|request)\b"
-    r"|\bplease\b",
+    r"|\b(?:please|pls|plz|kindly)\b",
     re.IGNORECASE,
 )
 # A later message that takes the request back or changes it: the agent asks before refunding anything.
@@ -394,13 +395,14 @@ def _plain_forms(items: frozenset[str], amount: bool) -> re.Pattern[str]:
         rf" (?:{full} {to_what}|(?:a )?refund {of_amount})",
         rf"(?:can|could|may) i (?:please )?(?:get|have) (?:{full} {to_what}|(?:a )?refund {of_amount})",
         rf"{please}(?:issue|process) {full} {to_what}",
+        rf"(?:i am )?requesting {full} {to_what}",
         rf"{full} {to_what}",
     ]
     greeting = (
         r"(?:hi|hello|hey|dear)(?: (?:team|support|there|all))?|good (?:morning|afternoon|evening)"
         r"|(?:many )?thanks?(?: you)?(?: (?:so|very) much)?(?: in advance)?|thx|cheers|(?:kind )?regards"
     )
-    then = r"(?: (?:please|pls|plz|thanks|thank you|again|asap|now|today))*"
+    then = r"(?: (?:please|pls|plz|thanks|thank you|thx|again|asap|now|today))*"
     forms = [f"(?:{please}{form}{then})" for form in ask] + why + [greeting]
     return re.compile("|".join(forms))
 

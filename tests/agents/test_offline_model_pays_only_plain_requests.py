@@ -48,6 +48,10 @@ def paid(words: str) -> int | None:
         ("Please refund order A-1001, it arrived 3 days late", 8000),
         ("My order A-1001 showed up broken, please refund it", 8000),
         ("Please refund 20 USD on order A-1001", 2000),
+        ("pls refund A-1001 thx", 8000),
+        ("Kindly refund order A-1001", 8000),
+        ("Requesting a refund for order A-1001", 8000),
+        ("I am requesting a full refund for order A-1001, it arrived broken", 8000),
         # why, in any words, beside a plainly worded request
         ("Please refund order A-1001, the handle snapped off on the first day", 8000),
         ('Please refund order A-1001, the "deluxe" mug arrived smashed', 8000),
@@ -70,6 +74,8 @@ def test_a_plain_request_is_paid(words, cents):  # noqa: ANN001
         "Please refund A-1001 no wait",
         "Please refund A-1001 lol jk",
         "Please refund A-1001 ... or not",
+        "pls refund A-1001 later",
+        "Requesting a refund for order A-1001 if it is lost",
         # the amount changed or worked out
         "Please refund A-1001\nmake that $30",
         "Please refund A-1001. Actually $30",
