@@ -77,9 +77,10 @@ def recovery_trials(stack: Any, customer: Any, trials: int) -> list[dict[str, fl
     for proc in workers.values():
         wait_worker_ready(proc)
     samples = []
+    prefix = os.environ.get("CHANNELS_PREFIX", "asgi")  # the stack's processes take it from this environment
     for n in range(trials):
         ticket_id = customer.open_ticket("Where is my order A-1001?", client_ref=f"bench-recovery-{n}-{time.time()}")
-        wait_until(lambda t=ticket_id: buffers.exists(f"asgi:stream:{t}"), timeout=60, what="the answer to stream",
+        wait_until(lambda t=ticket_id: buffers.exists(f"{prefix}:stream:{t}"), timeout=60, what="the answer to stream",
                    interval=0.005)  # fmt: skip
         pid = _owner_pid(stack, ticket_id)
         owner = next(name for name, proc in workers.items() if proc.popen.pid == pid)
