@@ -19,7 +19,9 @@ NAME = "worker-under-test"
 
 def worker_sessions() -> list[int]:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", [NAME])
+        cursor.execute(  # this test database's: another test worker may run this test on its own
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND datname = current_database()", [NAME]
+        )
         return [pid for (pid,) in cursor.fetchall()]
 
 
