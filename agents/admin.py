@@ -27,11 +27,12 @@ from agents.profiles import (
     run_move_to_active,
 )
 from agents.refunds import refund_reconcile
+from agents.selectors import refund_asked_on
 from agents.tasks import ring
 from agents.tools import REGISTRY
 from tickets import services as ticket_services
 from tickets.admin import OrderAdmin, ReadOnlyInline, TicketAdmin
-from tickets.models import Order, Ticket
+from tickets.models import Ticket
 from tickets.money import format_money
 
 
@@ -69,19 +70,7 @@ class RefundTicketInline(ReadOnlyInline):
 TicketAdmin.inlines = [*TicketAdmin.inlines, AgentRunInline, ToolCallTicketInline, RefundTicketInline]
 
 
-def refund_asked_on(order: Order) -> bool:
-    """Was a refund on this order paid, or asked for in any ticket of its customer (declined, stopped
-    by a person)? Earlier requests are found by the order's number (asking again after a refusal is
-    reviewed), so what the order was paid against stays as it was (``OrderAdmin.PAID_AGAINST``)."""
-    if Refund.objects.filter(order=order).exists():
-        return True
-    number = order.number.strip().upper()
-    asked = ToolCall.objects.filter(ticket__customer_id=order.customer_id, name="issue_refund").values_list(
-        "arguments__order_number", flat=True
-    )
-    return any(str(n or "").strip().upper() == number for n in asked)
-
-
+# The order's admin keeps what it was paid against once money was asked for on it.
 if refund_asked_on not in OrderAdmin.money_asked_on:
     OrderAdmin.money_asked_on.append(refund_asked_on)
 

@@ -250,3 +250,16 @@ def refunded_total_cents(order: Order, *, exclude_key: str | None = None) -> int
     if exclude_key:
         refunds = refunds.exclude(idempotency_key=exclude_key)
     return int(refunds.aggregate(total=Sum("amount_cents"))["total"] or 0)
+
+
+def refund_asked_on(order: Order) -> bool:
+    """Was a refund on this order paid, or asked for in any ticket of its customer (declined, stopped
+    by a person)? Earlier requests are found by the order's number (asking again after a refusal is
+    reviewed), so the admin keeps what the order was paid against as it was (``OrderAdmin.PAID_AGAINST``)."""
+    if Refund.objects.filter(order=order).exists():
+        return True
+    number = order.number.strip().upper()
+    asked = ToolCall.objects.filter(ticket__customer_id=order.customer_id, name="issue_refund").values_list(
+        "arguments__order_number", flat=True
+    )
+    return any(str(n or "").strip().upper() == number for n in asked)
