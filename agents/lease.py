@@ -91,6 +91,11 @@ class Lease:
     # This worker's connection holds the ticket's advisory lock.
     locked: bool = False
     lost: bool = False
+    # The ticket's last timeline number as this worker knows it: read with the ticket (``watch``),
+    # then moved on by each of its own fenced transactions. ``others_wrote``: someone else (a
+    # customer, a person, a decision) has appended to the timeline since; True until it is read.
+    seq: int | None = None
+    others_wrote: bool = True
     # Set while a fenced transaction of this lease is open (guards inside it add no statement).
     _fencing: bool = field(default=False, repr=False)
 
@@ -130,6 +135,23 @@ class Lease:
         except FenceRefused:
             self.lost = True
             raise LeaseLost(f"lease on ticket {self.ticket_id} epoch {self.epoch} is no longer held") from None
+        if fence.numbered is not None:
+            # A gap between the number this worker knew and its own events' first is someone else's.
+            # (Inside a transaction of the caller's, which may still roll back, it knows no more.)
+            before, after = fence.numbered
+            self.others_wrote = self.others_wrote or before != self.seq or not outermost
+            self.seq = after
+
+    def watch(self, seq: int) -> None:
+        """The ticket was read now with ``seq`` its last timeline number: count others' writes from here."""
+        self.seq, self.others_wrote = seq, False
+
+    def alone_since_read(self, seq: int | None = None) -> bool:
+        """Has no one but this worker appended to the ticket's timeline since it was read
+        (``watch``), as far as its own transactions have seen? ``seq``: the last number read
+        just now (with the ticket's row locked), which sees others' writes since this worker's
+        last transaction too. (Costs no statement: the numbers come back with the writes.)"""
+        return not self.others_wrote and (seq is None or seq == self.seq)
 
     def renew(self) -> bool:
         """Move the expiry on; False if the lease is no longer this worker's."""

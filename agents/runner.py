@@ -113,6 +113,7 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
         for _ in range(20):  # bounded: each pass finishes or pauses a run
             if outcome.runs:
                 ticket = ticket_with_customer(ticket_id=ticket_id)
+            lease.watch(ticket.last_event_seq)  # whatever others write from here is seen by the lease
             run, person = _current_run(lease, ticket, chosen, first_read)
             first_read = None
             if run is None:
@@ -264,9 +265,16 @@ def _carry_on(p: Pass, model: ChatModel | None, person: bool = False) -> str:
                 p.flush_outcomes()
                 agent_services.hand_off(lease=lease, run=run, reason=limit)
                 return RunStatus.HANDED_OFF
-            if not read_just_now and person_spoke_since(ticket_id=ticket.pk, since=p.read_at):
+            if (
+                not read_just_now
+                and not lease.alone_since_read()
+                and person_spoke_since(ticket_id=ticket.pk, since=p.read_at)
+            ):
                 # A person answered the customer (and handed the ticket back) since the conversation
                 # was read: the next step is written with their reply in it (DESIGN.md, invariant 12).
+                # Asked only once someone else has written on the ticket's timeline, which each of
+                # the pass's own commits tells it at no cost. (One who writes after the pass's last
+                # commit, while a call runs, is seen by the answer's own check: it is not posted.)
                 p.flush_outcomes()
                 p.reload()
             read_just_now = False

@@ -270,10 +270,13 @@ def reply_post(
     posted: list[Message] = []
     with lease.guard():
         # A customer who wrote while this answer was being written is not waited on: their turn comes next.
-        status, unanswered, person_answered, key = ticket_locked_for_reply(
+        status, unanswered, person_answered, key, last_seq = ticket_locked_for_reply(
             ticket_id=run.ticket_id, since=min(read_at or step.started_at, step.started_at)
         )
-        if status in AGENT_STAYS_OUT or person_answered or person_took_the_ticket_since(run):
+        # Whether a person took the ticket since the run started is read from the timeline, unless no
+        # one but this worker has written on it since the pass read it (and asked the same then).
+        took = not lease.alone_since_read(last_seq) and person_took_the_ticket_since(run)
+        if status in AGENT_STAYS_OUT or person_answered or took:
             # A person has the ticket, or answered the customer while this answer was being written
             # (and handed the ticket back): written before their reply, it is not the customer's to
             # read any more. (One written after it, with their reply in its conversation, is posted.)

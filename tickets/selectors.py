@@ -46,22 +46,24 @@ def has_unanswered_messages(*, ticket_id: int) -> bool:
     return _unanswered.exists(ticket_id)
 
 
-def ticket_locked_for_reply(*, ticket_id: int, since: datetime) -> tuple[str, bool, bool, int]:
+def ticket_locked_for_reply(*, ticket_id: int, since: datetime) -> tuple[str, bool, bool, int, int]:
     """Lock the ticket's row for the agent's reply: (its status, whether a customer message waits
     unanswered, whether a person answered the customer after ``since``, a key for the reply's
-    message from its sequence). Sent with the rows the transaction holds (they write neither table)."""
+    message from its sequence, the last number of its timeline). Sent with the rows the
+    transaction holds (they write neither table)."""
     unanswered, params = _unanswered.sql(ticket_id)
     found = rows.fetch_beside_held(
         f"SELECT status, EXISTS ({unanswered}), EXISTS (SELECT 1 FROM tickets_message m WHERE m.ticket_id = %s "
         "AND m.author_kind = %s AND m.is_public AND m.created_at > %s), "
-        "nextval(pg_get_serial_sequence('tickets_message', 'id')) FROM tickets_ticket WHERE id = %s FOR UPDATE",
+        "nextval(pg_get_serial_sequence('tickets_message', 'id')), last_event_seq "
+        "FROM tickets_ticket WHERE id = %s FOR UPDATE",
         [*params, ticket_id, AuthorKind.STAFF, since, ticket_id],
         tables=("tickets_ticket", "tickets_message"),
     )
     if not found:
         raise Ticket.DoesNotExist(f"ticket {ticket_id} does not exist")
-    status, waiting, person_answered, key = found[0]
-    return status, bool(waiting), bool(person_answered), key
+    status, waiting, person_answered, key, last_seq = found[0]
+    return status, bool(waiting), bool(person_answered), key, last_seq
 
 
 def ticket_with_customer_sql(ticket_id: int) -> tuple[str, Any]:

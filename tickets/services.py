@@ -80,6 +80,9 @@ class Fence:
     ticket_id: int
     sql: str
     params: list[Any]
+    # Once the transaction's events of ``ticket_id`` are numbered with the fence: the ticket's last
+    # event number before them and after them (a gap before them is someone else's writes).
+    numbered: tuple[int, int] | None = None
 
 
 class _EventBatch(threading.local):
@@ -169,6 +172,8 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None, whol
             raise FenceRefused()
         if last is None:
             raise Ticket.DoesNotExist(f"ticket {ticket_id} does not exist")
+        if guard is not None:
+            guard.numbered = (last - len(events), last)
         for offset, (event, key) in enumerate(zip(events, keys, strict=True)):
             event.seq, event.pk = last - len(events) + 1 + offset, key
             event._state.adding, event._state.db = False, connection.alias
