@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 
 from agents.models import CallStatus, Refund, ToolCall
 from agents.selectors import orders_with_refunded_total
@@ -372,4 +372,11 @@ def approvals_decided(
         approvals = approvals.filter(decided_by__username=decider)
     if ticket_id is not None:
         approvals = approvals.filter(ticket_id=ticket_id)
-    return approvals.select_related("ticket", "ticket__customer", "decided_by").order_by("-decided_at", "-id")
+    # A decision left behind by a newer request of the same call (its arguments changed after it,
+    # so the agent asked again): the history names the request that replaced it.
+    newer = ApprovalRequest.objects.filter(tool_call_id=OuterRef("tool_call_id"), pk__gt=OuterRef("pk"))
+    return (
+        approvals.annotate(asked_again_as=Subquery(newer.order_by("pk").values("pk")[:1]))
+        .select_related("ticket", "ticket__customer", "decided_by")
+        .order_by("-decided_at", "-id")
+    )

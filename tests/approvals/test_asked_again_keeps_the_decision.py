@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import IntegrityError, transaction
+from django.test import Client
 
 from agents.models import CallStatus, Refund, RefundStatus, ToolCall
 from agents.runner import advance
@@ -54,6 +55,12 @@ def test_a_refund_asked_about_again_keeps_the_first_decision_and_pays_what_the_s
     assert second.amount_cents == 45000 and "arguments changed" in second.reason
     asked = TicketEvent.objects.filter(ticket=ticket, kind="approval_requested").order_by("seq")
     assert [e.payload.get("asked_before") for e in asked] == [None, first.pk]
+
+    # The decision history shows the first decision, and that it was asked again under another request.
+    client = Client()
+    client.force_login(approver)
+    page = client.get("/staff/approvals/history/", {"ticket": ticket.pk}).content.decode()
+    assert f"then asked again as #{second.pk}" in page, page
 
     # Only one request of a call waits at a time, whatever writes it.
     with pytest.raises(IntegrityError), transaction.atomic():
