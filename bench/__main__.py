@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--json", type=Path, default=RESULTS_DIR / "bench.json", help="where to write the raw numbers")
     add("--keep-databases", action="store_true", help="keep the scratch databases at the end")
     group = parser.add_argument_group("overhead")
-    group.add_argument("--turns", type=int, default=10, help="measured turns per system (default 10)")
+    group.add_argument("--turns", type=int, default=30, help="measured turns per system (default 30)")
     group.add_argument("--tool-calls", type=int, default=None, help="tool calls per turn (bench.overhead: 10)")
     group = parser.add_argument_group("ceiling")
     group.add_argument("--ceiling-seconds", type=float, default=5.0, help="seconds per pgbench run (default 5)")
