@@ -60,6 +60,15 @@ def _run(argv: list[str], log: Path, timeout: float) -> None:
 # --- durable overhead of a turn ------------------------------------------------------------------------
 
 
+def _per_turn(system: dict[str, Any]) -> str:
+    """What one turn of a side sent and wrote: SQL statements counted in psycopg (median), write
+    transactions read server-wide (minimum), the same way for every side."""
+    statements, xids = system.get("statements_per_turn_median"), system.get("xids_per_turn_min")
+    return (
+        f"{statements if statements is not None else '?'} statements, {xids if xids is not None else '?'} xids per turn"
+    )
+
+
 def run_overhead(ctx: Context) -> PartResult:
     part = PartResult("overhead")
     out = ctx.log_dir / "overhead.json"
@@ -79,7 +88,7 @@ def run_overhead(ctx: Context) -> PartResult:
     calls = report["tool_calls"]
     stmts = report.get("ours_statements_per_advance") or {}
     ceiling = ctx.ceiling(1)
-    notes = f"p50 {ours['p50_ms']:.1f}, p95 {ours['p95_ms']:.1f}"
+    notes = f"{_per_turn(ours)}; p50 {ours['p50_ms']:.1f}, p95 {ours['p95_ms']:.1f}"
     if ceiling:
         # How many raw commits of the ceiling fit in one turn, and the most turns/s if a turn cost only its commits.
         notes += f"; the time of {ours['mean_ms'] * ceiling / 1000:.0f} ceiling commits (1 client)"
@@ -119,7 +128,7 @@ def run_overhead(ctx: Context) -> PartResult:
             f"Turn overhead: {label}",
             s["mean_ms"],
             "ms/turn (mean)",
-            f"{s['ratio_to_ours']:.2f} x ours; p50 {s['p50_ms']:.1f}, p95 {s['p95_ms']:.1f}",
+            f"{s['ratio_to_ours']:.2f} x ours; {_per_turn(s)}; p50 {s['p50_ms']:.1f}, p95 {s['p95_ms']:.1f}",
             2,
         )
     part.raw["summary"] = f"{report['turns']} measured turns per system, {report['warmup']} warm-up"
