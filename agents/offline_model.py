@@ -307,7 +307,8 @@ def plainly_asked(request: str, *, items: set[str] = frozenset()) -> bool:  # ty
     ("I have it now", "the delivery", "on the 30th", "we will refund order A-1001") is not plain: the
     customer is asked first. At most one amount; no mark it does not know; a file's line and a name
     in quotes ('the "deluxe" mug') are left out."""
-    text = COURTESY.sub(" ", _ATTACHED.sub(" ", request.replace("’", "'")))
+    text = _EMPHASIS.sub(r"\2", _POLITE_EMOJI.sub(" ", request))
+    text = COURTESY.sub(" ", _ATTACHED.sub(" ", text.replace("’", "'")))
     text = _QUOTED.sub(lambda m: " " if not re.search(r"refund|\d", m[1], re.I) else m[0], text)
     if len(_distinct(ORDER_NUMBER.findall(text))) > 1:
         return False
@@ -402,11 +403,21 @@ def _plain_forms(items: frozenset[str], amount: bool) -> re.Pattern[str]:
         r"(?:hi|hello|hey|dear)(?: (?:team|support|there|all))?|good (?:morning|afternoon|evening)"
         r"|(?:many )?thanks?(?: you)?(?: (?:so|very) much)?(?: in advance)?|thx|cheers|(?:kind )?regards"
     )
-    then = r"(?: (?:please|pls|plz|thanks|thank you|thx|again|asap|now|today))*"
+    # A deadline is no condition: paying now meets it ("by Friday"; "tomorrow" alone would be later).
+    by = r"by (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|tomorrow|the end of (?:the|this) week)"
+    then = rf"(?: (?:please|pls|plz|thanks|thank you|thx|again|asap|now|today|{by}))*"
     forms = [f"(?:{please}{form}{then})" for form in ask] + why + [greeting]
     return re.compile("|".join(forms))
 
 
+# A friendly face, a thumbs up, folded hands or a heart says nothing about the request; any other mark
+# ("🤔", "😬") is not plain, and the customer is asked.
+_POLITE_EMOJI = re.compile(
+    "[\U0001f64f\U0001f60a\U0001f642\U0001f600\U0001f603\U0001f604\U0001f44d\u263a\u2764\u2665]"
+    "[\ufe0f\U0001f3fb-\U0001f3ff]*"
+)
+# Emphasis as chat boxes and mail write it ("**A-1001**", "_please_"): the words stay, the marks go.
+_EMPHASIS = re.compile(r"(\*\*|__|\*|_)(?=[^\s*_])([^*_\n]{1,200}?)(?<=[^\s*_])\1")
 # The line the model reads for each file the customer sent (agents.conversation.customer_text).
 _ATTACHED = re.compile(r"^\[attached: [^\]\n]* \([^()\n]*, [^()\n]*\)\]$", re.M)
 # A name in quotes ('the "deluxe" dish') is a description; a request in quotes is someone's words.
