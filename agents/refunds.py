@@ -89,7 +89,7 @@ from payments.provider import (
     ProviderUncertain,
 )
 from tickets import services as ticket_services
-from tickets.models import REFUNDABLE_ORDER_STATUSES, ActorKind, AuthorKind, Customer, Order, OrderStatus
+from tickets.models import REFUNDABLE_ORDER_STATUSES, ActorKind, AuthorKind, Customer, Message, Order, OrderStatus
 from tickets.money import format_money
 
 logger = logging.getLogger(__name__)
@@ -612,9 +612,15 @@ def refund_reconcile(
 
 
 def refund_escalate(*, refund: Refund, reason: str, by: AbstractBaseUser | None = None) -> None:
-    """A refund that failed or stays unknown: the customer is told once, a person takes the ticket."""
+    """A refund that failed or stays unknown: the customer is told once, a person takes the ticket.
+    Once per status: the reconciler asks again every tick while the provider is away (each time with
+    its latest error), and a refund already escalated in this status has nothing new to say; a
+    person who has handed the ticket back is not handed it again every minute."""
     with transaction.atomic():
         locked = Refund.objects.select_for_update().select_related("order").get(pk=refund.pk)
+        note_key = f"refund-note:{locked.pk}:{locked.status}"
+        if Message.objects.filter(ticket_id=locked.ticket_id, client_msg_id=note_key).exists():
+            return
         first = locked.escalated_at is None
         if first:
             locked.escalated_at = timezone.now()
@@ -634,7 +640,7 @@ def refund_escalate(*, refund: Refund, reason: str, by: AbstractBaseUser | None 
                 f"{reason}. Check it with the payment provider before refunding again."
             ),
             is_public=False,
-            client_msg_id=f"refund-note:{locked.pk}:{locked.status}",
+            client_msg_id=note_key,
         )
         ticket_services.event_append(
             ticket=locked.ticket_id,
