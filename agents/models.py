@@ -199,6 +199,10 @@ class ModelStep(models.Model):
     # The ticket's timeline position when the step completed: where its tool calls
     # sit among the ticket's messages when a later turn rebuilds the conversation.
     ticket_seq = models.PositiveIntegerField(null=True, blank=True)
+    # The ticket's timeline position when the conversation this step was written from was read:
+    # a person's reply numbered after it is not in the step's request, and nothing the step asks to
+    # say to the customer goes out after such a reply (None: a step stored before it was kept).
+    read_seq = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
 

@@ -71,8 +71,10 @@ class Pass:
     counted_a_stop: bool = False
     # Why the run stops, when that stop was the last one the limit allows (recovery parks the run).
     stop_limit: str | None = None
-    # When the conversation was read: a person's reply after it is in no request of this pass.
+    # When the conversation was read, and the ticket's timeline number then (read just before the
+    # messages): a person's reply numbered after it is in no request of this pass until it reads again.
     read_at: datetime | None = None
+    read_seq: int | None = None
 
     @classmethod
     def load(cls, lease: Lease, ticket: Ticket, run: AgentRun) -> Pass:
@@ -84,13 +86,15 @@ class Pass:
         """Read the run's ledger again and rebuild the conversation from it."""
         ticket_id = self.ticket.pk
         self.read_at = timezone.now()
-        steps, calls, messages = reads.fetch_together(
+        seq, steps, calls, messages = reads.fetch_together(
             [
+                ("SELECT last_event_seq FROM tickets_ticket WHERE id = %s", [ticket_id]),
                 reads.select_sql(ModelStep, "ticket_id = %s", [ticket_id], tail='ORDER BY run_id, "index", attempt'),
                 reads.select_sql(ToolCall, "ticket_id = %s", [ticket_id]),
                 conversation_messages_query(ticket_id),
             ]
-        )  # one round trip
+        )  # one round trip; the timeline's number first, so every message it counts is in what follows
+        self.read_seq = seq[0][0] if seq else None
         self.steps = reads.instances(ModelStep, steps)
         self.calls = {(c.step_id, c.index): c for c in reads.instances(ToolCall, calls)}
         profile = profile_of(self.run)

@@ -40,7 +40,6 @@ from agents.selectors import (
     decided_calls,
     in_backoff,
     messages_not_told_to_wait,
-    person_spoke_since,
     person_took_the_ticket_since,
     ticket_has_agent_work,
 )
@@ -49,6 +48,7 @@ from tickets import realtime
 from tickets.models import AGENT_STAYS_OUT, Ticket
 from tickets.selectors import (
     has_unanswered_messages,
+    person_answered_after,
     ticket_with_customer,
     ticket_with_customer_from,
     ticket_with_customer_sql,
@@ -268,13 +268,16 @@ def _carry_on(p: Pass, model: ChatModel | None, person: bool = False) -> str:
             if (
                 not read_just_now
                 and not lease.alone_since_read()
-                and person_spoke_since(ticket_id=ticket.pk, since=p.read_at)
+                and p.read_seq is not None
+                and person_answered_after(ticket_id=ticket.pk, seq=p.read_seq)
             ):
                 # A person answered the customer (and handed the ticket back) since the conversation
                 # was read: the next step is written with their reply in it (DESIGN.md, invariant 12).
                 # Asked only once someone else has written on the ticket's timeline, which each of
-                # the pass's own commits tells it at no cost. (One who writes after the pass's last
-                # commit, while a call runs, is seen by the answer's own check: it is not posted.)
+                # the pass's own commits tells it at no cost. One who writes after the pass's last
+                # commit, while a call runs, is in no request until the next read: nothing a step
+                # written before it asks to say or do for the customer goes out (the answer's own
+                # check, and execution.execute_now's for a call with an effect, by the step's read_seq).
                 p.flush_outcomes()
                 p.reload()
             read_just_now = False
@@ -315,7 +318,7 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
 
     step_fields = {
         "lease": lease, "run": run, "index": index, "attempt": attempt, "model_name": model.name,
-        "request_prefix": prefix, "request_messages": delta, "started_at": started_at,
+        "request_prefix": prefix, "request_messages": delta, "started_at": started_at, "read_seq": p.read_seq,
     }  # fmt: skip
     try:
         specs = tool_specs(enabled=p.enabled_tools)

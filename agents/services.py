@@ -181,6 +181,7 @@ def step_store(
     error: str = "",
     wasted: int = 0,
     started_at: datetime | None = None,
+    read_seq: int | None = None,
 ) -> ModelStep:
     """Store one model step, completed (with its ``response``) or not (failed, interrupted).
 
@@ -201,6 +202,7 @@ def step_store(
         epoch=lease.epoch,
         started_at=started_at or now,
         completed_at=now,
+        read_seq=read_seq,
     )
     if response is not None:
         step.response_text = response.text
@@ -271,7 +273,7 @@ def reply_post(
     with lease.guard():
         # A customer who wrote while this answer was being written is not waited on: their turn comes next.
         status, unanswered, person_answered, key, last_seq = ticket_locked_for_reply(
-            ticket_id=run.ticket_id, since=min(read_at or step.started_at, step.started_at)
+            ticket_id=run.ticket_id, since=min(read_at or step.started_at, step.started_at), after_seq=step.read_seq
         )
         # Whether a person took the ticket since the run started is read from the timeline, unless no
         # one but this worker has written on it since the pass read it (and asked the same then).

@@ -26,10 +26,15 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import F, Q
 
-from agents.models import ModelStep, ReplayPolicy, ToolCall
-from agents.selectors import orders_with_refunded_total, refunded_total_cents
+from agents.models import AgentRun, ReplayPolicy, ToolCall
+from agents.selectors import (
+    orders_with_refunded_total,
+    person_answered_after_step_read,
+    person_took_the_ticket_since,
+    refunded_total_cents,
+)
 from tickets import services as ticket_services
-from tickets.models import ActorKind, AuthorKind, HelpArticle, Message, Order, Ticket, TicketStatus
+from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, HelpArticle, Message, Order, Ticket, TicketStatus
 from tickets.money import format_money
 
 
@@ -279,20 +284,27 @@ def search_help(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _post(ctx: ToolContext, text: str, *, public: bool) -> dict[str, Any]:
-    if public and ctx.call.step_id is not None:
-        written = ModelStep.objects.filter(pk=ctx.call.step_id).values_list("started_at", flat=True).first()
-        if written is not None and ticket_services.person_answered_since(ticket_id=ctx.ticket.pk, since=written):
-            # Written before a person answered the customer (and handed the ticket back): stale.
-            raise ToolError("not posted: a person answered the customer after this was written; read their reply")
+    if public and ctx.call.step_id is not None and person_answered_after_step_read(step_id=ctx.call.step_id):
+        # Written before a person answered the customer (and handed the ticket back): stale.
+        raise ToolError("not posted: a person answered the customer after this was written; read their reply")
     try:
-        message, created = ticket_services.message_post(
-            ticket=ctx.ticket,
-            author_kind=AuthorKind.AGENT,
-            body=text,
-            is_public=public,
-            client_msg_id=message_key(ctx),
-            actor_ref=ctx.actor_ref,
-        )
+        with transaction.atomic():
+            if public:
+                # Under the ticket's row lock: a take-over, resolve or close that committed after the
+                # call was checked is seen here, and none lands between this check and the message.
+                status = ticket_services.ticket_hold(ctx.ticket.pk)
+                if status in AGENT_STAYS_OUT or person_took_the_ticket_since(
+                    AgentRun(pk=ctx.call.run_id, ticket_id=ctx.ticket.pk)
+                ):
+                    raise ToolStopped("not posted: a person took the ticket over")
+            message, created = ticket_services.message_post(
+                ticket=ctx.ticket,
+                author_kind=AuthorKind.AGENT,
+                body=text,
+                is_public=public,
+                client_msg_id=message_key(ctx),
+                actor_ref=ctx.actor_ref,
+            )
     except ValidationError as exc:
         raise ToolError(" ".join(exc.messages)) from None
     return {"message_id": message.pk, "posted": True, "deduplicated": not created}
@@ -328,6 +340,9 @@ def add_internal_note(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def notify_customer_by_email(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    if ctx.call.step_id is not None and person_answered_after_step_read(step_id=ctx.call.step_id):
+        # Written before a person answered the customer (and handed the ticket back): stale words.
+        raise ToolError("not sent: a person answered the customer after this was written; read their reply")
     customer = ctx.ticket.customer
     sent = send_mail(args["subject"], args["body"], None, [customer.email], fail_silently=False)
     return {"sent": bool(sent), "to": customer.email}

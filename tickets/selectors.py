@@ -46,19 +46,43 @@ def has_unanswered_messages(*, ticket_id: int) -> bool:
     return _unanswered.exists(ticket_id)
 
 
-def ticket_locked_for_reply(*, ticket_id: int, since: datetime) -> tuple[str, bool, bool, int, int]:
+PERSON_ANSWERED_AFTER_SQL = (
+    "EXISTS (SELECT 1 FROM tickets_ticketevent e WHERE e.ticket_id = %s AND e.seq > %s AND e.kind = 'message' "
+    "AND e.actor_kind = 'staff' AND e.is_public)"
+)
+
+
+def person_answered_after(*, ticket_id: int, seq: int) -> bool:
+    """Has a person written to the customer on this ticket after its timeline's number ``seq``?
+    Judged by the timeline's numbers, not by clocks: a reply whose transaction was still open when
+    ``seq`` was read (its row stamped earlier) is numbered after it, and a host's clock does not
+    matter."""
+    return bool(reads.fetch(f"SELECT {PERSON_ANSWERED_AFTER_SQL}", [ticket_id, seq])[0][0])
+
+
+def ticket_locked_for_reply(
+    *, ticket_id: int, since: datetime, after_seq: int | None = None
+) -> tuple[str, bool, bool, int, int]:
     """Lock the ticket's row for the agent's reply: (its status, whether a customer message waits
-    unanswered, whether a person answered the customer after ``since``, a key for the reply's
-    message from its sequence, the last number of its timeline). Sent with the rows the
-    transaction holds (they write neither table)."""
+    unanswered, whether a person answered the customer after ``after_seq`` on the timeline, or
+    where that is not known after ``since``, a key for the reply's message from its sequence, the
+    last number of its timeline). Sent with the rows the transaction holds (they write neither
+    table)."""
     unanswered, params = _unanswered.sql(ticket_id)
+    if after_seq is not None:
+        answered, answered_params = PERSON_ANSWERED_AFTER_SQL, [ticket_id, after_seq]
+    else:
+        answered = (
+            "EXISTS (SELECT 1 FROM tickets_message m WHERE m.ticket_id = %s AND m.author_kind = %s "
+            "AND m.is_public AND m.created_at > %s)"
+        )
+        answered_params = [ticket_id, AuthorKind.STAFF, since]
     found = rows.fetch_beside_held(
-        f"SELECT status, EXISTS ({unanswered}), EXISTS (SELECT 1 FROM tickets_message m WHERE m.ticket_id = %s "
-        "AND m.author_kind = %s AND m.is_public AND m.created_at > %s), "
+        f"SELECT status, EXISTS ({unanswered}), {answered}, "
         "nextval(pg_get_serial_sequence('tickets_message', 'id')), last_event_seq "
         "FROM tickets_ticket WHERE id = %s FOR UPDATE",
-        [*params, ticket_id, AuthorKind.STAFF, since, ticket_id],
-        tables=("tickets_ticket", "tickets_message"),
+        [*params, *answered_params, ticket_id],
+        tables=("tickets_ticket", "tickets_message", "tickets_ticketevent"),
     )
     if not found:
         raise Ticket.DoesNotExist(f"ticket {ticket_id} does not exist")

@@ -890,13 +890,6 @@ def _choice(choices: type[models.TextChoices], value: Any) -> str:
     return value
 
 
-def person_answered_since(*, ticket_id: int, since: Any) -> bool:
-    """Did a person post a public reply on the ticket after ``since``?"""
-    return Message.objects.filter(
-        ticket_id=ticket_id, author_kind=AuthorKind.STAFF, is_public=True, created_at__gt=since
-    ).exists()
-
-
 def client_key(client_msg_id: str | None) -> str:
     """A message ID sent by a customer's or a staff member's client, checked. The product's own
     messages are keyed ``<kind>:<id>`` (``reply:7:0``, ``parked-note:7``, ``open:<ref>``): an ID
