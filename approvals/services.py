@@ -256,6 +256,25 @@ def approval_decide(
     return approval
 
 
+class _PersonHasIt(Exception):
+    def __init__(self, ticket_id: int) -> None:
+        super().__init__(ticket_id)
+        self.ticket_id = ticket_id
+
+
+def _expired(approval: ApprovalRequest) -> None:
+    """What an expiry tells: the customer (on the timeline), the ticket's workers (a ring) and staff."""
+    ticket_services.event_append(
+        ticket=approval.ticket_id,
+        kind="approval_expired",
+        actor_kind=ActorKind.SYSTEM,
+        payload={"approval_id": approval.pk, "label": "We could not review your request in time."},
+        is_public=True,
+    )
+    ring(approval.ticket_id)
+    notify_staff(approval.pk, "expired")
+
+
 def approvals_expire_due(*, now: datetime | None = None) -> dict[str, int]:
     """Expire overdue requests (the ticket then goes to a person) and remind staff of those close to it."""
     now = now or timezone.now()
@@ -265,24 +284,27 @@ def approvals_expire_due(*, now: datetime | None = None) -> dict[str, int]:
         "pk", flat=True
     )
     for approval_id in list(due):
-        with transaction.atomic():
-            approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
-            if approval.status != ApprovalStatus.PENDING:
-                continue
-            approval.status = ApprovalStatus.EXPIRED
-            approval.decided_at = now
-            approval.save(update_fields=["status", "decided_at"])
-            call_record_decision(call_id=approval.tool_call_id, decision=ApprovalDecision.EXPIRED)
-            ticket_services.event_append(
-                ticket=approval.ticket_id,
-                kind="approval_expired",
-                actor_kind=ActorKind.SYSTEM,
-                payload={"approval_id": approval.pk, "label": "We could not review your request in time."},
-                is_public=True,
-            )
-            ring(approval.ticket_id)
-            notify_staff(approval.pk, "expired")
-            expired += 1
+        try:
+            with transaction.atomic():
+                approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
+                if approval.status != ApprovalStatus.PENDING:
+                    continue
+                approval.status = ApprovalStatus.EXPIRED
+                approval.decided_at = now
+                approval.save(update_fields=["status", "decided_at"])
+                call_record_decision(call_id=approval.tool_call_id, decision=ApprovalDecision.EXPIRED)
+                # As a decision: after a person took the ticket, the request is theirs to close (the
+                # run's end withdraws it); an expiry written over a take-over would tell the customer
+                # "we could not review it" on a ticket a person holds. (Locks in the decision's order:
+                # request, call, ticket; a take-over in flight lands first and is seen.)
+                ticket_services.ticket_hold(approval.ticket_id)
+                if person_took_the_ticket_since(AgentRun(pk=approval.tool_call.run_id, ticket_id=approval.ticket_id)):
+                    raise _PersonHasIt(approval.ticket_id)
+                _expired(approval)
+        except _PersonHasIt as taken:
+            ring(taken.ticket_id)  # the pass that ends the run withdraws the request
+            continue
+        expired += 1
     remind_from = now + timedelta(hours=policy.reminder_before_hours)
     soon = ApprovalRequest.objects.filter(
         status=ApprovalStatus.PENDING, reminder_sent_at__isnull=True, expires_at__lte=remind_from
