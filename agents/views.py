@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_POST
@@ -25,10 +26,14 @@ def confirmation_answer(request: HttpRequest, ticket_id: int, call_id: int) -> J
             status=401,
         )
     ticket = ticket_get_for_customer(user=request.user, ticket_id=ticket_id)  # 404 for anyone else
-    try:
-        data = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return JsonResponse({"error": "The request body must be JSON."}, status=400)
+    if request.content_type in {"multipart/form-data", "application/x-www-form-urlencoded"}:
+        # A plain form (its body already read by the middleware that checks input): its fields.
+        data: Any = {name: request.POST.get(name) for name in ("answer", "digest")}
+    else:
+        try:
+            data = json.loads(request.body or b"{}")
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return JsonResponse({"error": "The request body must be JSON."}, status=400)
     answer = data.get("answer") if isinstance(data, dict) else None
     if not isinstance(answer, str) or answer not in ANSWERS or not isinstance(data.get("digest"), str):
         return JsonResponse({"error": 'Send {"answer": "confirm" or "cancel", "digest": "..."}.'}, status=400)
