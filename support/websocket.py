@@ -52,7 +52,12 @@ def origin_allowed(origin: str, *, scheme: str, host_header: str) -> bool:
         if "*" not in trusted and _origin(trusted) == wanted:
             return True
     own = _origin(f"{'https' if scheme in {'wss', 'https'} else 'http'}://{host_header}")
-    return own is not None and own == wanted and validate_host(own[1], settings.ALLOWED_HOSTS)
+    if own is None or own != wanted:
+        return False
+    # ALLOWED_HOSTS writes an IPv6 address in brackets ("[::1]"), as the Host header does; the
+    # parsed host name has none.
+    host = f"[{own[1]}]" if ":" in own[1] else own[1]
+    return validate_host(host, settings.ALLOWED_HOSTS)
 
 
 class StrictOriginValidator:

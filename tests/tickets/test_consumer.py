@@ -381,10 +381,14 @@ def test_a_token_goes_out_while_the_socket_is_still_reading_an_earlier_event(cus
         ("http://evil.example:8000", "evil.example:8000", False),  # not in ALLOWED_HOSTS
         ("https://support.example.com", "127.0.0.1:8000", True),  # CSRF_TRUSTED_ORIGINS
         ("https://support.example.com:8443", "127.0.0.1:8000", False),
+        ("http://[::1]:8000", "[::1]:8000", True),  # an IPv6 host, bracketed in ALLOWED_HOSTS
+        ("http://[::1]:8001", "[::1]:8000", False),
+        ("http://[::2]:8000", "[::2]:8000", False),  # an IPv6 host ALLOWED_HOSTS does not list
     ],
 )
 def test_a_socket_opens_only_from_an_exactly_allowed_origin(customer, ticket, settings, origin, host, allowed):
     settings.CSRF_TRUSTED_ORIGINS = ["https://support.example.com"]
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "[::1]"]
     cookie = session_cookie(customer)[-1]
     headers = [(b"host", host.encode()), cookie] + ([(b"origin", origin.encode())] if origin else [])
 
