@@ -292,15 +292,22 @@ class AgentProfileForm(forms.ModelForm):
 
     def clean_tools(self) -> list[dict]:
         tools = self.cleaned_data["tools"]
-        if not isinstance(tools, list) or not all(isinstance(t, dict) and t.get("name") for t in tools):
-            raise forms.ValidationError('A list of tools: [{"name": ..., "requires_approval": true|false}, ...].')
+        shape = 'A list of tools: [{"name": "...", "requires_approval": true or false}, ...].'
+        if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"] for t in tools
+        ):
+            raise forms.ValidationError(shape)
         unknown = sorted({t["name"] for t in tools} - set(REGISTRY))
         if unknown:
             raise forms.ValidationError(f"No such tool: {', '.join(unknown)}. Known: {', '.join(sorted(REGISTRY))}.")
+        # true or false as JSON writes them, or left out (false): "false" in quotes is not read as true.
+        odd = [t["name"] for t in tools if not isinstance(t.get("requires_approval", False), bool)]
+        if odd:
+            raise forms.ValidationError(f"requires_approval must be true or false (no quotes): {', '.join(odd)}.")
         # The replay policy is the tool's own (code); the version records it.
         return [
             {"name": t["name"], "replay_policy": REGISTRY[t["name"]].replay_policy,
-             "requires_approval": bool(t.get("requires_approval"))}
+             "requires_approval": t.get("requires_approval", False)}
             for t in tools
         ]  # fmt: skip
 

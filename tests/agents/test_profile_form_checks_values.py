@@ -105,3 +105,37 @@ def test_a_model_class_path_that_cannot_be_built_is_a_form_error_not_a_server_er
         "saving an agent profile whose model is 'agents.llm_openai.OpenAIChatModel' crashed with a 500 "
         "instead of a form error naming the model"
     )
+
+
+def _save_tools_in_the_admin(admin_client, tools):  # noqa: ANN001, ANN202
+    opened = active_profile()
+    page = admin_client.get(f"/admin/agents/agentprofile/{opened.pk}/change/")
+    form = page.context["adminform"].form
+    data = {name: form[name].value() for name in ["system_prompt", "model", "model_parameters", "approval_policy"]}
+    data.update(tools=json.dumps(tools), note="tools edited", make_active="on")
+    return admin_client.post(f"/admin/agents/agentprofile/{opened.pk}/change/", data)
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [{"name": 5}, {"name": True}, {"name": ["issue_refund"]}, {"name": {"a": 1}},
+     {"name": "issue_refund", "requires_approval": "false"}, {"name": "issue_refund", "requires_approval": 0}],
+    ids=["number", "boolean", "list", "object", "quoted-false", "zero"],
+)  # fmt: skip
+def test_a_tool_entry_of_the_wrong_type_is_a_form_error_and_changes_nothing(admin_client, tool):  # noqa: ANN001
+    """Well-formed JSON of the wrong shape: said on the form, no new version. ("false" in quotes was
+    read as true: every tool then waited for a staff approval.)"""
+    admin_client.raise_request_exception = False
+    before = active_profile()
+
+    response = _save_tools_in_the_admin(admin_client, [tool])
+
+    assert response.status_code == 200, response.status_code  # the form again, with the reason
+    assert "tools" in response.content.decode()
+    assert active_profile().pk == before.pk
+
+
+def test_requires_approval_left_out_is_false(admin_client, db):  # noqa: ANN001
+    tools = [{"name": t["name"]} for t in active_profile().tools]
+    _save_tools_in_the_admin(admin_client, tools)
+    assert not any(t["requires_approval"] for t in active_profile().tools)
