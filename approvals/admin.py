@@ -74,6 +74,11 @@ class ToolApprovalRuleAdmin(admin.ModelAdmin):
         )
         _tell_the_version(request, version)
 
+    def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        # A rule is turned off (requires approval unticked), which makes the next profile version; a
+        # deleted row would leave the active version still asking for approvals the page no longer shows.
+        return False
+
 
 def _fields_with_amount() -> list[str]:
     """Every field of a request, the amount (cents and currency) shown once, as money."""

@@ -112,3 +112,22 @@ def test_a_tool_rule_edit_changes_that_tool_only(admin_client):  # noqa: ANN001
 
     rules = {t["name"]: t["requires_approval"] for t in active_profile().tools}
     assert rules["issue_refund"] and rules["notify_customer_by_email"]
+
+
+def test_a_tool_rule_is_turned_off_not_deleted(admin_client):  # noqa: ANN001
+    """Deleting a rule made no profile version: the active one still asked for approvals the page no
+    longer showed. A rule is turned off instead (that makes the next version)."""
+    v1 = active_profile()
+    save_profile_in_admin(
+        admin_client,
+        tools=[{**t, "requires_approval": t["name"] == "issue_refund" or t["requires_approval"]} for t in v1.tools],
+    )
+    rule = ToolApprovalRule.objects.get(tool_name="issue_refund")
+
+    assert admin_client.get(f"/admin/agents/toolapprovalrule/{rule.pk}/delete/").status_code == 403
+    listing = admin_client.post(
+        "/admin/agents/toolapprovalrule/", {"action": "delete_selected", "_selected_action": [rule.pk]}
+    )
+    assert listing.status_code in {200, 302}  # no such action offered: the page again, nothing deleted
+    assert ToolApprovalRule.objects.filter(pk=rule.pk).exists()
+    assert {t["name"]: t["requires_approval"] for t in active_profile().tools}["issue_refund"]
