@@ -276,8 +276,8 @@ def _carry_on(p: Pass, model: ChatModel | None, person: bool = False) -> str:
                 # Asked only once someone else has written on the ticket's timeline, which each of
                 # the pass's own commits tells it at no cost. One who writes after the pass's last
                 # commit, while a call runs, is in no request until the next read: nothing a step
-                # written before it asks to say or do for the customer goes out (the answer's own
-                # check, and execution.execute_now's for a call with an effect, by the step's read_seq).
+                # written before it asks to say to the customer goes out (the answer's own check, and
+                # post_reply's and the email tool's, by the step's read_seq).
                 p.flush_outcomes()
                 p.reload()
             read_just_now = False

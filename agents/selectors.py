@@ -26,7 +26,7 @@ from agents.models import (
 )
 from support import reads
 from tickets.models import AGENT_STAYS_OUT, AuthorKind, Message, Order, Ticket, TicketEvent, TicketStatus
-from tickets.selectors import PERSON_ANSWERED_AFTER_SQL, unanswered_messages
+from tickets.selectors import person_answered_after_sql, unanswered_messages
 
 
 def _active_run_sql(ticket_id: int) -> tuple[str, Any]:
@@ -73,12 +73,11 @@ def decided_calls(*, run: AgentRun | None = None) -> QuerySet[ToolCall]:
 def person_answered_after_step_read(*, step_id: int) -> bool:
     """Has a person written to the customer since the conversation this step was written from was
     read? By the timeline number kept with the step (``ModelStep.read_seq``); for a step kept before
-    that number was, since the step started. Whatever the step asks to say to the customer, or to
-    do for them, is then written without the person's reply in view."""
+    that number was, since the step started. Whatever the step asks to say to the customer is then
+    written without the person's reply in view."""
     found = reads.fetch(
-        "SELECT CASE WHEN s.read_seq IS NOT NULL THEN "
-        + PERSON_ANSWERED_AFTER_SQL.replace("%s AND e.seq > %s", "s.ticket_id AND e.seq > s.read_seq")
-        + " ELSE EXISTS (SELECT 1 FROM tickets_message m WHERE m.ticket_id = s.ticket_id AND m.author_kind = %s "
+        f"SELECT CASE WHEN s.read_seq IS NOT NULL THEN {person_answered_after_sql('s.ticket_id', 's.read_seq')}"
+        " ELSE EXISTS (SELECT 1 FROM tickets_message m WHERE m.ticket_id = s.ticket_id AND m.author_kind = %s "
         "AND m.is_public AND m.created_at > s.started_at) END FROM agents_modelstep s WHERE s.id = %s",
         [AuthorKind.STAFF, step_id],
     )

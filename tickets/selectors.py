@@ -46,10 +46,13 @@ def has_unanswered_messages(*, ticket_id: int) -> bool:
     return _unanswered.exists(ticket_id)
 
 
-PERSON_ANSWERED_AFTER_SQL = (
-    "EXISTS (SELECT 1 FROM tickets_ticketevent e WHERE e.ticket_id = %s AND e.seq > %s AND e.kind = 'message' "
-    "AND e.actor_kind = 'staff' AND e.is_public)"
-)
+def person_answered_after_sql(ticket: str = "%s", seq: str = "%s") -> str:
+    """SQL of one boolean: has a person written to the customer on the ticket ``ticket`` (an SQL
+    expression) after its timeline's number ``seq`` (one too)? Their reply's ``message`` event."""
+    return (
+        f"EXISTS (SELECT 1 FROM tickets_ticketevent e WHERE e.ticket_id = {ticket} AND e.seq > {seq} "
+        "AND e.kind = 'message' AND e.actor_kind = 'staff' AND e.is_public)"
+    )
 
 
 def person_answered_after(*, ticket_id: int, seq: int) -> bool:
@@ -57,7 +60,7 @@ def person_answered_after(*, ticket_id: int, seq: int) -> bool:
     Judged by the timeline's numbers, not by clocks: a reply whose transaction was still open when
     ``seq`` was read (its row stamped earlier) is numbered after it, and a host's clock does not
     matter."""
-    return bool(reads.fetch(f"SELECT {PERSON_ANSWERED_AFTER_SQL}", [ticket_id, seq])[0][0])
+    return bool(reads.fetch(f"SELECT {person_answered_after_sql()}", [ticket_id, seq])[0][0])
 
 
 def ticket_locked_for_reply(
@@ -70,7 +73,7 @@ def ticket_locked_for_reply(
     table)."""
     unanswered, params = _unanswered.sql(ticket_id)
     if after_seq is not None:
-        answered, answered_params = PERSON_ANSWERED_AFTER_SQL, [ticket_id, after_seq]
+        answered, answered_params = person_answered_after_sql(), [ticket_id, after_seq]
     else:
         answered = (
             "EXISTS (SELECT 1 FROM tickets_message m WHERE m.ticket_id = %s AND m.author_kind = %s "
