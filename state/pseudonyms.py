@@ -152,6 +152,13 @@ def _replacer(terms: dict[str, str], *, words: bool, ignore_case: bool) -> Calla
     return lambda text: pattern.sub(lambda m: lookup[m.group(0).casefold() if ignore_case else m.group(0)], text)
 
 
+def _product_words() -> frozenset[str]:
+    """Names the product itself writes: its tools and the keys of its structured values."""
+    from agents.tools import REGISTRY
+
+    return frozenset(REGISTRY) | CODE_KEYS | TOP_CODE_KEYS
+
+
 def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_labels: Iterable[str]) -> None:
     """Replace the customers' personal data in ``rows`` (by part label) and ``users``, in place.
 
@@ -192,21 +199,27 @@ def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_label
             if len(ticket["subject"]) >= MIN_QUOTED_CHARS:
                 texts[ticket["subject"]] = WITHHELD_SUBJECT
             ticket["subject"] = WITHHELD_SUBJECT
+    # A file's name is changed where it stands as a name of its own ("IMG_2041.jpg" in "[attached:
+    # IMG_2041.jpg ...]"), not inside other words: a photo named "refund" or "order_number" must not
+    # rewrite the agent's tool names, its words or the keys of its arguments.
+    file_names: dict[str, str] = {}
     for attachment in rows.get("tickets.Attachment", []):
         name = attachment["original_name"]
         extension = name.rsplit(".", 1)[1] if "." in name else ""
         anonymous = f"file-{attachment['id']}" + (f".{extension}" if extension.isalnum() else "")
         if name != anonymous:
-            texts[name] = anonymous
+            if len(name) >= MIN_QUOTED_CHARS and name not in _product_words():
+                file_names[name] = anonymous
             attachment["original_name"] = anonymous
-    if not identities and not texts:
+    if not identities and not texts and not file_names:
         return
     users[:] = [{**user, "username": logins.get(user["username"], user["username"])} for user in users]
     quoted = _replacer(texts, words=False, ignore_case=False)
+    files = _replacer(file_names, words=True, ignore_case=False)
     named = _replacer(identities, words=True, ignore_case=True)
 
     def change(text: str) -> str:
-        return named(quoted(text))
+        return named(files(quoted(text)))
 
     # An order number in arguments and results is what the money rules find earlier requests by (a
     # person's stop, a second refund on the order): kept as it is when it is one of the bundle's orders,

@@ -43,7 +43,7 @@ from state.rows import (
     unknown_keys,
     user_row_problems,
 )
-from state.verify import references
+from state.verify import ledger_checks, references
 from support.rows import forget_key_blocks
 
 ON_CONFLICT = ("fail", "skip")
@@ -349,6 +349,10 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
     if not missing:
         # Every row of a ticket points inside the bundle: none lands in a ticket of this database.
         problems += references({**rows, USERS_LABEL: rows.get(USERS_LABEL, [])}).violations
+        # And the ledger's invariants hold on what would be written (a refund for another amount than
+        # its call asked, a paid refund without its approval, a row twice, a gap in a timeline).
+        for check in ledger_checks({**rows, USERS_LABEL: rows.get(USERS_LABEL, [])}):
+            problems += [f"{check.name}: {violation}" for violation in check.violations]
     users = rows.get(USERS_LABEL, [])
     known_users = {u["username"] for u in users}
     for part in PARTS:

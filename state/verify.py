@@ -85,6 +85,10 @@ def verify(path: Path, *, database: bool) -> Report:
         report.checks.append(Check("checksums and format", violations=exc.problems))
         return report
     manifest = b.manifest
+    absent = [key for key in MANIFEST_KEYS if key not in manifest]
+    if absent:  # a manifest written by no release of ours (its digest rewritten to match)
+        report.checks.append(Check("checksums and format", violations=[f"the manifest has no {k!r}" for k in absent]))
+        return report
     report.title += (
         f"\n  format {manifest['format_version']}, written {manifest['created_at']} by {manifest['app']['name']} "
         f"{manifest['app']['version']} ({manifest['app'].get('revision') or 'revision unknown'}); "
@@ -103,6 +107,12 @@ def verify(path: Path, *, database: bool) -> Report:
             Check("counts", detail=", ".join(f"{label} {n}" for label, n in manifest["counts"].items() if n))
         )
         report.checks.append(references(rows))
+    # Every part, even an empty one, is listed by the export: one left out (the refunds, say) would
+    # otherwise read as a ticket with none.
+    missing = [label for label in [USERS_LABEL, *(p.label for p in PARTS)] if label not in bundled]
+    report.checks.append(
+        Check("every part is in the bundle", violations=[f"the bundle does not carry {label}" for label in missing])
+    )
     rows = {part.label: rows.get(part.label, []) for part in PARTS} | {USERS_LABEL: rows.get(USERS_LABEL, [])}
     report.sections = {
         "Identity": _identity(rows, manifest),
@@ -110,8 +120,53 @@ def verify(path: Path, *, database: bool) -> Report:
         "Permissions": _permissions(rows, manifest),
         "Activity": _activity(rows),
     }
-    report.checks += [_one_refund_per_key(rows), _approved_before_paid(rows), _gapless(rows)]
+    report.checks += ledger_checks(rows)
     return report
+
+
+# What a manifest of this release always carries (state.export writes them all).
+MANIFEST_KEYS = ("format_version", "created_at", "app", "personal_data", "selection", "counts", "tools", "settings",
+                 "secrets")  # fmt: skip
+
+
+def ledger_checks(rows: dict[str, list[Row]]) -> list[Check]:
+    """The ledger's invariants, checked on a bundle's rows (by part label, every part present): what
+    ``verify`` reports, and what ``restore`` refuses to write in when one fails."""
+    return [
+        _one_row_per_key(rows),
+        _one_refund_per_key(rows),
+        _approved_before_paid(rows),
+        _refund_as_asked(rows),
+        _gapless(rows),
+    ]
+
+
+def _one_row_per_key(rows: dict[str, list[Row]]) -> Check:
+    check = Check("no row twice")
+    for label, found in rows.items():
+        if label == USERS_LABEL or not found:
+            continue
+        pk = part_named(label).model._meta.pk.attname
+        for key, count in Counter(r.get(pk) for r in found if isinstance(r, dict)).items():
+            if count > 1:
+                check.violations.append(f"{label} {key} is in the bundle {count} times")
+    return check
+
+
+def _refund_as_asked(rows: dict[str, list[Row]]) -> Check:
+    """A refund is for the amount its tool call asked (what staff approved, when they were asked)."""
+    check = Check("every refund is the amount its call asked for")
+    calls = {c["id"]: c for c in rows["agents.ToolCall"]}
+    for refund in rows["agents.Refund"]:
+        call = calls.get(refund.get("tool_call_id"))
+        if call is None:
+            continue  # reported by the key check
+        asked = (call.get("arguments") or {}).get("amount_cents")
+        if asked != refund["amount_cents"]:
+            check.violations.append(
+                f"refund {refund['idempotency_key']}: {refund['amount_cents']} cents, its call asked for {asked!r}"
+            )
+    return check
 
 
 def _compare_database(bundled: dict[str, list[Row]], manifest: dict, report: Report) -> dict[str, list[Row]]:
@@ -243,12 +298,20 @@ def _gapless(rows: dict[str, list[Row]]) -> Check:
     seqs: dict[int, list[int]] = defaultdict(list)
     for event in rows["tickets.TicketEvent"]:
         seqs[event["ticket_id"]].append(event["seq"])
+    last = {}
     for ticket in rows["tickets.Ticket"]:
         got = sorted(seqs.get(ticket["id"], []))
+        last[ticket["id"]] = ticket["last_event_seq"]
         if got != list(range(1, len(got) + 1)) or len(got) != ticket["last_event_seq"]:
             check.violations.append(
                 f"ticket #{ticket['id']}: events {got[:8]}..., last number {ticket['last_event_seq']}"
             )
+    # A step read its conversation at a number of the timeline that existed (a later one would hide
+    # every person's reply after it from the checks on what the step says).
+    for step in rows["agents.ModelStep"]:
+        read = step.get("read_seq")
+        if read is not None and step.get("ticket_id") in last and read > last[step["ticket_id"]]:
+            check.violations.append(f"step {step['id']}: read at number {read}, after its ticket's last")
     check.detail = f"{len(rows['tickets.TicketEvent'])} event(s) on {len(rows['tickets.Ticket'])} ticket(s)"
     return check
 
