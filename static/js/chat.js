@@ -510,7 +510,8 @@
   }
 
   function sendHeaders(clientMsgId) {
-    var headers = { "X-CSRFToken": csrfToken };
+    // Accept: a refusal comes back as JSON with its reason, for a form with files as for JSON.
+    var headers = { "X-CSRFToken": csrfToken, Accept: "application/json" };
     if (!(attach() && attach().has(clientMsgId))) headers["Content-Type"] = "application/json";
     return headers;
   }
@@ -713,13 +714,20 @@
 
   function send() {
     var text = input.value.trim();
-    var files = attach() && !input.disabled ? attach().take() : [];
-    if (!text && files.length) text = files.map(function (file) { return file.name; }).join(", ");
-    if (!text || input.disabled) return;
+    if (input.disabled) return;
     if (codePoints(text).length > config.maxChars) {
+      // Refused before anything is taken: the text and the files chosen for it both stay.
       note.textContent = "A message can be at most " + config.maxChars + " characters.";
       return;
     }
+    var files = attach() ? attach().take() : [];
+    if (!text && files.length) {
+      // Files alone: their names are the message (cut to the limit, never refused for it).
+      text = codePoints(files.map(function (file) { return file.name; }).join(", "))
+        .slice(0, config.maxChars)
+        .join("");
+    }
+    if (!text) return;
     var clientMsgId = newClientMsgId();
     var el = messageElement("customer", config.authorNames.customer, text, null);
     el.classList.add("pending", "sending");

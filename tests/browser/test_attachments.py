@@ -97,3 +97,51 @@ def test_a_photo_reaches_staff_a_forbidden_file_is_refused_and_strangers_get_404
 
     for page in (shopper, person, stranger):
         assert page.evaluate("window.__csp") == []
+
+
+def _chat_with_a_photo_chosen(live: Stack, browser):  # noqa: ANN001, ANN202
+    customer = make_customer()
+    ticket, _ = services.ticket_open(customer=customer, subject="Kettle", body="My kettle arrived cracked.")
+    page = sign_in(browser, live, customer)
+    page.goto(live.url(f"/tickets/{ticket.pk}/"))
+    page.wait_for_selector("#chat-log li.msg.from-agent[data-seq]")
+    page.get_by_label("Attach a photo or PDF").set_input_files(
+        [{"name": "kettle.png", "mimeType": "image/png", "buffer": png_bytes(64, 48)}]
+    )
+    page.wait_for_selector("#chat-files-chosen li:has-text('kettle.png')")
+    return page, ticket
+
+
+def test_a_message_too_long_to_send_keeps_the_photo_chosen_for_it(live: Stack, browser):  # noqa: ANN001
+    """Text the page puts back in the box itself (two messages refused while signed out come back
+    joined) is not held to the box's maxlength: refused as too long, it must not lose the photo."""
+    page, ticket = _chat_with_a_photo_chosen(live, browser)
+    too_long = "My kettle arrived cracked. " * 160  # over the 4000 characters a message may have
+    page.evaluate("text => { document.getElementById('chat-input').value = text; }", too_long)
+    page.press("#chat-input", "Enter")
+    page.wait_for_function("() => document.getElementById('chat-note').textContent.includes('at most')")
+
+    assert page.input_value("#chat-input") == too_long
+    assert page.locator("#chat-files-chosen li", has_text="kettle.png").count() == 1, "the chosen photo was lost"
+    # Shortened, it goes with the photo.
+    page.fill("#chat-input", "My kettle arrived cracked.")
+    page.press("#chat-input", "Enter")
+    page.locator("#chat-log li.msg.from-customer[data-seq]", has_text="arrived cracked").locator("img").wait_for()
+    assert Attachment.objects.filter(message__ticket=ticket, original_name="kettle.png").count() == 1
+    page.context.close()
+
+
+def test_a_message_with_a_photo_refused_for_its_text_says_why(live: Stack, browser):  # noqa: ANN001
+    """Sent as a form (it carries a file), a refusal of the text came back as plain text, which the
+    page could not read: it said only "please try again", which cannot help."""
+    page, ticket = _chat_with_a_photo_chosen(live, browser)
+    page.evaluate("() => { document.getElementById('chat-input').value = 'cracked\\u0000kettle'; }")
+    page.press("#chat-input", "Enter")
+    error = page.locator("#chat-log li.msg.failed .msg-error")
+    error.wait_for(timeout=15_000)
+
+    assert "NUL" in error.inner_text(), error.inner_text()
+    # Nothing posted: the ticket holds only the message that opened it, and no file.
+    assert Message.objects.filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER).count() == 1
+    assert not Attachment.objects.filter(message__ticket=ticket).exists()
+    page.context.close()
