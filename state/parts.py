@@ -8,7 +8,7 @@ bundled row points at a table that is not in the bundle).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -218,3 +218,11 @@ def is_user_model(model: type[Model] | str | None) -> bool:
     if isinstance(model, str):
         return model.lower() == settings.AUTH_USER_MODEL.lower()
     return model._meta.label_lower == settings.AUTH_USER_MODEL.lower()
+
+
+def missing_parts(labels: Iterable[str]) -> list[str]:
+    """The parts a bundle with these labels lacks. Every part, even an empty one, is listed by the
+    export: a bundle without one was cut (its refunds left out, say), and would read as a ticket
+    with none of them."""
+    present = set(labels)
+    return [label for label in [USERS_LABEL, *(p.label for p in PARTS)] if label not in present]

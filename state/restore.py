@@ -31,7 +31,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from agents.models import AgentProfile
 from agents.profiles import CONTENT_FIELDS, profile_activate
 from state import bundle
-from state.parts import PARTS, USERS_LABEL, Part
+from state.parts import PARTS, USERS_LABEL, Part, missing_parts
 from state.rows import (
     Row,
     columns,
@@ -321,9 +321,7 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
         raise ValueError(on_conflict)
     b = bundle.read(path)
     problems = _check_release(b)
-    # Every part, even an empty one, is listed by the export: a bundle without one was cut (its
-    # refunds left out, say), and restoring the rest would lose them silently.
-    missing = [label for label in [USERS_LABEL, *(p.label for p in PARTS)] if label not in b.labels]
+    missing = missing_parts(b.labels)  # restoring the rest would lose what was cut out silently
     if missing:
         problems.append(f"the bundle does not carry these parts: {', '.join(missing)}")
     rows: dict[str, Any] = {label: b.rows(label) for label in b.labels}

@@ -18,7 +18,7 @@ from django.db import connection
 from agents.calls import arguments_digest
 from state import bundle
 from state.export import collect
-from state.parts import PARTS, USERS_LABEL, Selection, is_user_model, part_named
+from state.parts import PARTS, USERS_LABEL, Selection, is_user_model, missing_parts, part_named
 from state.rows import Row, columns, is_user_column
 from tickets.money import format_money
 
@@ -107,9 +107,7 @@ def verify(path: Path, *, database: bool) -> Report:
             Check("counts", detail=", ".join(f"{label} {n}" for label, n in manifest["counts"].items() if n))
         )
         report.checks.append(references(rows))
-    # Every part, even an empty one, is listed by the export: one left out (the refunds, say) would
-    # otherwise read as a ticket with none.
-    missing = [label for label in [USERS_LABEL, *(p.label for p in PARTS)] if label not in bundled]
+    missing = missing_parts(bundled)
     report.checks.append(
         Check("every part is in the bundle", violations=[f"the bundle does not carry {label}" for label in missing])
     )

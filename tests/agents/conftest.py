@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.utils import timezone
@@ -16,6 +16,24 @@ def openai_server() -> Iterator[OpenAIServer]:
         yield server
     finally:
         server.stop()
+
+
+def while_tool_runs(monkeypatch: pytest.MonkeyPatch, name: str, action: Callable[[], object]) -> None:
+    """``action`` runs once, inside the tool's handler, before the tool's own work (a write that
+    lands after the pass's last commit, while a call runs)."""
+    import dataclasses
+
+    from agents.tools import REGISTRY
+
+    tool, done = REGISTRY[name], []
+
+    def handler(ctx, args):  # noqa: ANN001, ANN202
+        if not done:
+            done.append(True)
+            action()
+        return tool.handler(ctx, args)
+
+    monkeypatch.setitem(REGISTRY, name, dataclasses.replace(tool, handler=handler))
 
 
 class CallsThenReplies:

@@ -22,7 +22,7 @@ from tests.agents.test_money_gates import Refunds
 from tests.agents.test_money_path import order_for
 from tests.conftest import make_customer
 from tickets import services as ticket_services
-from tickets.models import Message, TicketEvent
+from tickets.models import Message, Ticket, TicketEvent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -37,27 +37,37 @@ class Unreachable:
         raise ProviderUncertain(f"could not reach the payment provider: {next(self.errors)}")
 
 
-def test_reconciling_an_uncertain_refund_twice_from_the_admin_is_not_a_500(admin_client, sandbox, monkeypatch):
+def left_uncertain(sandbox, number: str) -> tuple[Ticket, Refund]:  # noqa: ANN001
+    """A $10 refund on order ``number``, left uncertain an hour ago, as a worker that died between
+    the provider's answer and its own commit leaves it."""
     customer = make_customer()
-    order_for(customer, "R-8001", 5000, sandbox)
-    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund R-8001 please")
-    advance(ticket.pk, model=Refunds(("R-8001", 1000)))
+    order_for(customer, number, 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body=f"Refund {number} please")
+    advance(ticket.pk, model=Refunds((number, 1000)))
     refund = Refund.objects.get(ticket=ticket)
-    # As a worker that died between the provider's answer and our commit leaves it, long enough ago.
     Refund.objects.filter(pk=refund.pk).update(
         status=RefundStatus.UNCERTAIN, updated_at=timezone.now() - timedelta(hours=1)
     )
+    return ticket, refund
+
+
+def reconcile_in_the_admin(admin_client, refund: Refund) -> int:  # noqa: ANN001
+    """Staff press "Reconcile with the payment provider now" on the refund: the response's status."""
+    action = {"action": "reconcile_refunds", "_selected_action": [refund.pk]}
+    return admin_client.post("/admin/agents/refund/", action).status_code
+
+
+def test_reconciling_an_uncertain_refund_twice_from_the_admin_is_not_a_500(admin_client, sandbox, monkeypatch):
+    ticket, refund = left_uncertain(sandbox, "R-8001")
     monkeypatch.setattr(refund_module, "provider", lambda: stub)
     stub = Unreachable()
     admin_client.raise_request_exception = False
 
-    first = admin_client.post("/admin/agents/refund/", {"action": "reconcile_refunds", "_selected_action": [refund.pk]})
-    second = admin_client.post(
-        "/admin/agents/refund/", {"action": "reconcile_refunds", "_selected_action": [refund.pk]}
-    )
+    first = reconcile_in_the_admin(admin_client, refund)
+    second = reconcile_in_the_admin(admin_client, refund)
 
-    assert first.status_code == 302
-    assert second.status_code == 302, second.status_code
+    assert first == 302
+    assert second == 302, second
     assert_escalated_once(ticket)
 
 
@@ -69,14 +79,7 @@ def assert_escalated_once(ticket) -> None:  # noqa: ANN001
 
 
 def test_the_beat_reconciler_survives_a_second_different_provider_error(sandbox, monkeypatch):
-    customer = make_customer()
-    order_for(customer, "R-8002", 5000, sandbox)
-    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund R-8002 please")
-    advance(ticket.pk, model=Refunds(("R-8002", 1000)))
-    refund = Refund.objects.get(ticket=ticket)
-    Refund.objects.filter(pk=refund.pk).update(
-        status=RefundStatus.UNCERTAIN, updated_at=timezone.now() - timedelta(hours=1)
-    )
+    ticket, _ = left_uncertain(sandbox, "R-8002")
     stub = Unreachable()
     monkeypatch.setattr(refund_module, "provider", lambda: stub)
 
@@ -98,16 +101,13 @@ def test_a_pending_refund_escalated_then_reconciled_while_the_provider_is_down_i
     Refund.objects.filter(pk=refund.pk).update(updated_at=timezone.now() - timedelta(hours=1))
     admin_client.raise_request_exception = False
 
-    first = admin_client.post("/admin/agents/refund/", {"action": "reconcile_refunds", "_selected_action": [refund.pk]})
-    assert first.status_code == 302
+    assert reconcile_in_the_admin(admin_client, refund) == 302
     refund.refresh_from_db()
     assert refund.status == RefundStatus.PENDING and refund.escalated_at is not None
 
     sandbox.stop()  # the provider is away at the next reconcile (the fixture restarts it for the next test)
     refund_module._provider = None
-    second = admin_client.post(
-        "/admin/agents/refund/", {"action": "reconcile_refunds", "_selected_action": [refund.pk]}
-    )
+    second = reconcile_in_the_admin(admin_client, refund)
 
-    assert second.status_code == 302, second.status_code
+    assert second == 302, second
     assert_escalated_once(ticket)

@@ -10,7 +10,6 @@ runs stops its message: the ticket's status is read under its row lock next to t
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 from typing import Any
@@ -22,9 +21,9 @@ from agents.conversation import request_of
 from agents.llm import ModelError, ModelResponse, ToolCallRequest, Usage
 from agents.models import ModelStep
 from agents.runner import advance
-from agents.tools import REGISTRY
-from tests.agents.conftest import retry_time_comes
+from tests.agents.conftest import retry_time_comes, while_tool_runs
 from tests.agents.test_money_path import public_words
+from tests.agents.test_reply_after_hand_back_mid_pass import answers_and_hands_back
 from tests.conftest import make_customer, make_order
 from tickets import services as ticket_services
 from tickets.models import AuthorKind, Message, Ticket, TicketEvent
@@ -56,19 +55,6 @@ class Scripted:
         return self.responses[min(len(self.requests), len(self.responses)) - 1]
 
 
-def while_tool_runs(monkeypatch: pytest.MonkeyPatch, name: str, action: Any) -> None:
-    """``action`` runs once, inside the tool's handler, before the tool's own work."""
-    tool, done = REGISTRY[name], []
-
-    def handler(ctx, args):  # noqa: ANN001, ANN202
-        if not done:
-            done.append(True)
-            action()
-        return tool.handler(ctx, args)
-
-    monkeypatch.setitem(REGISTRY, name, dataclasses.replace(tool, handler=handler))
-
-
 def seq_of(message: Message) -> int:
     return TicketEvent.objects.get(ticket_id=message.ticket_id, kind="message", payload__message_id=message.pk).seq
 
@@ -98,12 +84,7 @@ def answered_while_lookup_runs(person, monkeypatch):  # noqa: ANN001, ANN201
     order = make_order(customer)
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Order", body=f"Where is {order.number}?")
 
-    def person_answers_and_hands_back() -> None:
-        ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
-        ticket_services.staff_reply(ticket=ticket.pk, user=person, body=PERSON, client_msg_id="p1")
-        ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)
-
-    while_tool_runs(monkeypatch, "lookup_order", person_answers_and_hands_back)
+    while_tool_runs(monkeypatch, "lookup_order", answers_and_hands_back(person, ticket.pk, PERSON))
     return ticket, order
 
 

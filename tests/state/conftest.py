@@ -27,6 +27,24 @@ def paused_ticket(name: str = "", number: str = "S-1001", total_cents: int = 499
     return ticket, order
 
 
+def paid_after_approval(sandbox) -> tuple[Ticket, Order]:  # noqa: ANN001
+    """``paused_ticket``, approved by staff: the refund is paid (succeeded at the sandbox)."""
+    from agents.models import Refund
+    from approvals import services as approval_services
+    from approvals.models import ApprovalRequest
+    from tests.approvals.conftest import make_staff
+
+    ticket, order = paused_ticket()
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    approval = ApprovalRequest.objects.get(ticket=ticket)
+    approval_services.approval_decide(
+        approval_id=approval.pk, user=make_staff("approves", can_decide=True), approve=True
+    )
+    advance(ticket.pk)
+    assert Refund.objects.get(ticket=ticket).status == "succeeded"
+    return ticket, order
+
+
 def export(tmp_path: Path, *tickets: Ticket, name: str = "bundle", **options: object) -> Path:
     output = tmp_path / name
     args = [arg for t in tickets for arg in ("--ticket", str(t.pk))]

@@ -6,14 +6,11 @@ from __future__ import annotations
 import pytest
 
 from agents.calls import arguments_digest
-from agents.models import Refund, ToolCall
-from agents.runner import advance
-from approvals import services as approval_services
+from agents.models import ToolCall
 from approvals.models import ApprovalRequest
 from state.export import collect
 from state.parts import Selection
-from tests.approvals.conftest import make_staff
-from tests.state.conftest import export, paused_ticket, verify
+from tests.state.conftest import export, paid_after_approval, paused_ticket, verify
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
 
@@ -33,14 +30,7 @@ def test_a_pseudonymised_bundle_keeps_a_paused_approval_bound_to_its_calls_argum
 
 
 def test_verify_passes_on_a_default_bundle_of_a_refund_paid_after_an_approval(tmp_path, sandbox):
-    ticket, order = paused_ticket()
-    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
-    approval = ApprovalRequest.objects.get(ticket=ticket)
-    approval_services.approval_decide(
-        approval_id=approval.pk, user=make_staff("approver-here", can_decide=True), approve=True
-    )
-    advance(ticket.pk)
-    assert Refund.objects.get(ticket=ticket).status == "succeeded"
+    ticket, _ = paid_after_approval(sandbox)
     assert verify(export(tmp_path, ticket, name="with-personal-data", include_personal_data=True))[0] == 0
 
     status, report = verify(export(tmp_path, ticket, name="default"))

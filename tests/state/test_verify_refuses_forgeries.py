@@ -15,32 +15,15 @@ import pytest
 from django.core.management.base import CommandError
 
 from agents.models import Refund
-from agents.runner import advance
-from approvals import services as approval_services
-from approvals.models import ApprovalRequest
 from state import bundle
-from tests.approvals.conftest import make_staff
-from tests.state.conftest import export, paused_ticket, rewrite_part, verify, write_manifest
+from tests.state.conftest import export, paid_after_approval, paused_ticket, rewrite_part, verify, write_manifest
 from tests.state.test_bundle import empty_the_ledger, restore
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
 
 
-def paid_after_approval(sandbox):  # noqa: ANN001, ANN201
-    ticket, order = paused_ticket()
-    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
-    approval = ApprovalRequest.objects.get(ticket=ticket)
-    approval_services.approval_decide(
-        approval_id=approval.pk, user=make_staff("approves", can_decide=True), approve=True
-    )
-    advance(ticket.pk)
-    refund = Refund.objects.get(ticket=ticket)
-    assert refund.status == "succeeded"
-    return ticket, order, refund
-
-
 def test_a_paid_refund_whose_amount_was_changed_is_reported_and_not_restored(tmp_path, sandbox):  # noqa: ANN001
-    ticket, _, _ = paid_after_approval(sandbox)
+    ticket, _ = paid_after_approval(sandbox)
     path = export(tmp_path, ticket, include_personal_data=True)
     assert verify(path)[0] == 0
     rewrite_part(path, "agents.Refund", lambda rows: [{**r, "amount_cents": 1} for r in rows])
@@ -54,7 +37,7 @@ def test_a_paid_refund_whose_amount_was_changed_is_reported_and_not_restored(tmp
 
 
 def test_a_bundle_without_its_refunds_part_is_reported(tmp_path, sandbox):  # noqa: ANN001
-    ticket, _, _ = paid_after_approval(sandbox)
+    ticket, _ = paid_after_approval(sandbox)
     path = export(tmp_path, ticket, include_personal_data=True)
     manifest = json.loads((path / bundle.MANIFEST).read_text())
     manifest["parts"] = [p for p in manifest["parts"] if p["label"] != "agents.Refund"]
