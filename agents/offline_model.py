@@ -66,6 +66,8 @@ REQUEST = re.compile(
     r"|\brefund\s+(?:me|it|this|that|order|my|the|[$€£¥\d])",
     re.IGNORECASE,
 )
+# "Refund order A-1001", "refund me $20": the verb said to us, at the start of the clause.
+IMPERATIVE_REFUND = re.compile(r"\W*refund\s+(?:me|it|this|that|order|my|the|[$€£¥\d])", re.IGNORECASE)
 HEDGE = re.compile(
     r"\b(?:might|maybe|perhaps|thinking|considering|possibly|not\s+sure|let\s+you\s+know|later|decide|deciding)\b",
     re.IGNORECASE,
@@ -258,7 +260,8 @@ def _asks_for_it(clause: str, question: bool) -> str:
     if ABOUT_REFUNDS.search(clause):
         return "no"
     if question and not ASKS_US.search(clause):
-        return "no"
+        # "Refund order A-1001?": said to us, but as a question; asked first, not paid and not waved off.
+        return "unsure" if IMPERATIVE_REFUND.match(clause) else "no"
     if CONDITION.search(COURTESY.sub(" ", clause)) or HEDGE.search(clause) or not REQUEST.search(clause):
         return "unsure"
     return "yes"

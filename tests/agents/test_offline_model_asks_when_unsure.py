@@ -109,6 +109,25 @@ def test_a_refund_the_customer_took_back_before_the_agent_answered_is_not_paid(s
     assert "Just to be sure" in _last_answer(ticket)
 
 
+@pytest.mark.parametrize("words", ["Refund order {n}?", "Refund my order {n}??", "It broke. Refund order {n}?"])
+def test_a_refund_said_as_a_question_is_asked_about_not_waved_off(sandbox, words):  # noqa: ANN001
+    """ "Refund order A-1001?" is said to us, but as a question: the agent asks to be sure (not an
+    answer about refunds in general, not a payment), and the plain request then pays."""
+    customer = make_customer()
+    order = order_for(customer, "B-8701", 8000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body=words.format(n=order.number))
+
+    rung_again_and_again(ticket.pk, OfflineDeterministicModel(), rings=5, until_settled=True)
+
+    assert paid(sandbox, order) == [], "a request put as a question was paid without asking"
+    answer = _last_answer(ticket)
+    assert "Just to be sure" in answer and order.number in answer, answer
+
+    write(ticket, f"Please refund order {order.number}.")
+    rung_again_and_again(ticket.pk, OfflineDeterministicModel(), rings=5, until_settled=True)
+    assert [r["amount"] for r in paid(sandbox, order)] == [8000]
+
+
 def test_a_request_changed_to_another_order_is_asked_again_not_guessed(sandbox):  # noqa: ANN001
     customer = make_customer()
     wrong = order_for(customer, "A-8601", 3000, sandbox)
