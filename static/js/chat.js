@@ -717,7 +717,7 @@
     if (input.disabled) return;
     if (codePoints(text).length > config.maxChars) {
       // Refused before anything is taken: the text and the files chosen for it both stay.
-      note.textContent = "A message can be at most " + config.maxChars + " characters.";
+      sayIfTooLong();
       return;
     }
     var files = attach() ? attach().take() : [];
@@ -761,7 +761,22 @@
       send();
     }
   });
-  input.addEventListener("input", autosize);
+  // The box's maxlength counts UTF-16 units, so 2,000 emoji would fill a box that takes 4,000
+  // characters: the page holds the limit itself, in characters, as the server counts them.
+  input.removeAttribute("maxlength");
+  var TOO_LONG = "A message can be at most " + config.maxChars + " characters";
+  function sayIfTooLong() {
+    var count = codePoints(input.value.trim()).length;
+    if (count > config.maxChars) {
+      note.textContent = TOO_LONG + " (this one has " + count + ").";
+    } else if (note.textContent.indexOf(TOO_LONG) === 0) {
+      note.textContent = "";
+    }
+  }
+  input.addEventListener("input", function () {
+    autosize();
+    sayIfTooLong();
+  });
 
   // --- start ----------------------------------------------------------------------------
 

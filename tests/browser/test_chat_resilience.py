@@ -146,3 +146,26 @@ def test_a_send_after_the_session_ended_says_so_and_signing_in_comes_back_to_the
     page.locator(SENT, has_text=text).wait_for()
     wait_until(lambda: stored(ticket, text) == 1, timeout=10, what="the message to be stored")
     page.context.close()
+
+
+def test_a_message_of_emoji_is_held_to_the_servers_limit_in_characters(live: Stack, browser):  # noqa: ANN001
+    """The box's maxlength counted UTF-16 units: 2,500 emoji (5,000 units) were cut to 2,000, though
+    a message may have 4,000 characters. The page counts characters, as the server does, and says so
+    past the limit without cutting what was written."""
+    page, ticket = open_chat(live, browser, "Emoji")
+    page.focus("#chat-input")
+    page.keyboard.insert_text("🙂" * 2500)
+    assert page.evaluate("() => Array.from(document.getElementById('chat-input').value).length") == 2500
+    page.press("#chat-input", "Enter")
+    page.locator(SENT).last.wait_for()
+    wait_until(lambda: stored(ticket, "🙂" * 2500) == 1, timeout=10, what="the 2,500 emoji to be stored")
+
+    page.focus("#chat-input")
+    page.keyboard.insert_text("🙂" * 4001)
+    note = page.locator("#chat-note")
+    assert note.inner_text() == "A message can be at most 4000 characters (this one has 4001)."
+    page.press("#chat-input", "Backspace")  # one emoji less: within the limit, the note goes
+    page.wait_for_function("() => document.getElementById('chat-note').textContent === ''")
+    page.press("#chat-input", "Enter")
+    wait_until(lambda: stored(ticket, "🙂" * 4000) == 1, timeout=10, what="the 4,000 emoji to be stored")
+    page.context.close()
