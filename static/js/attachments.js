@@ -9,6 +9,10 @@
  *   form(clientMsgId, text)     the multipart body of its POST
  *   pending(el, files)          show "name (uploading)" in a bubble not yet sent
  *   show(el, attachments)       show a message's files as the server lists them
+ *   stash(clientMsgId)          keep that message's files in the browser (IndexedDB) while the
+ *                               customer signs in again; a promise of whether they were kept
+ *   restore()                   put the files stashed for this ticket back among those chosen;
+ *                               a promise of how many came back
  *
  * The server decides what is accepted, from the bytes; the checks here (size, count) only say
  * so sooner. Names are set with textContent, never as HTML.
@@ -24,6 +28,45 @@
   var config = JSON.parse(configEl.textContent);
   var chosen = [];
   var kept = {}; // client_msg_id -> [File]
+
+  // Files of a message refused because the customer was signed out wait here (IndexedDB keeps
+  // File objects; sessionStorage keeps only text) until the page comes back after sign-in, for an
+  // hour at most; the page takes them out as it puts them back.
+  var STASH_DB = "chat-files";
+  var STASH_KEY = "ticket-" + config.ticketId;
+  var STASH_MS = 60 * 60 * 1000;
+
+  function stashStore(mode, work) {
+    return new Promise(function (resolve, reject) {
+      if (!window.indexedDB) return reject(new Error("this browser keeps no files"));
+      var open = window.indexedDB.open(STASH_DB, 1);
+      open.onupgradeneeded = function () {
+        open.result.createObjectStore("unsent");
+      };
+      open.onerror = function () {
+        reject(open.error);
+      };
+      open.onsuccess = function () {
+        var db = open.result;
+        var tx = db.transaction("unsent", mode);
+        var found = [];
+        var get = tx.objectStore("unsent").get(STASH_KEY);
+        get.onsuccess = function () {
+          var entry = get.result;
+          if (entry && Date.now() - entry.at < STASH_MS) found = entry.files;
+          work(tx.objectStore("unsent"), found);
+        };
+        tx.oncomplete = function () {
+          db.close();
+          resolve(found);
+        };
+        tx.onerror = tx.onabort = function () {
+          db.close();
+          reject(tx.error);
+        };
+      };
+    });
+  }
 
   function sizeWords(size) {
     if (size < 1024) return size + " bytes";
@@ -116,6 +159,39 @@
         li.appendChild(progress);
         list.appendChild(li);
       });
+    },
+    stash: function (clientMsgId) {
+      var files = kept[clientMsgId];
+      if (!files) return Promise.resolve(false);
+      return stashStore("readwrite", function (store, before) {
+        store.put({ at: Date.now(), files: before.concat(files) }, STASH_KEY);
+      }).then(
+        function () {
+          return true;
+        },
+        function () {
+          return false;
+        }
+      );
+    },
+    restore: function () {
+      return stashStore("readwrite", function (store) {
+        store.delete(STASH_KEY);
+      }).then(
+        function (found) {
+          var room = Math.max(0, config.attachMaxFiles - chosen.length);
+          chosen = chosen.concat(found.slice(0, room));
+          renderChosen();
+          if (found.length > room) {
+            say("You can attach at most " + config.attachMaxFiles + " files to one message: " +
+              found.slice(room).map(function (file) { return file.name; }).join(", ") + " did not fit; choose again.");
+          }
+          return Math.min(found.length, room);
+        },
+        function () {
+          return 0;
+        }
+      );
     },
     show: function (el, attachments) {
       if (!attachments || !attachments.length) return;

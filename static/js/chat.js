@@ -603,7 +603,17 @@
     var why = el.querySelector(".msg-error");
     why.textContent = "Not sent: you were signed out. ";
     why.appendChild(signInLink());
-    why.appendChild(document.createTextNode(" and your message will be back in the box."));
+    var back = document.createTextNode(" and your message will be back in the box.");
+    why.appendChild(back);
+    if (attach() && attach().has(clientMsgId)) {
+      attach()
+        .stash(clientMsgId)
+        .then(function (stashed) {
+          back.textContent = stashed
+            ? " and your message and its files will be back in the box."
+            : " and your message will be back in the box (choose its files again).";
+        });
+    }
   }
 
   // Settles once the message is sent or shown as not sent.
@@ -814,6 +824,16 @@
     input.value = unsent;
     autosize();
     note.textContent = "The message you wrote before you were signed out is back in the box: press Send to send it.";
+  }
+  if (!input.disabled && attach()) {
+    attach()
+      .restore()
+      .then(function (count) {
+        if (!count) return;
+        note.textContent =
+          "The message you wrote before you were signed out is back in the box with its " +
+          (count === 1 ? "file" : count + " files") + ": press Send to send it.";
+      });
   }
   if (!input.disabled) sendKeptMessages();
   // Ready to type on open; not on a touch screen, where focus would open the keyboard over the conversation.

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from django.contrib.sessions.models import Session
 
-from tests.browser.conftest import SCREENSHOTS, Stack, sign_in
+from tests.browser.conftest import PASSWORD, SCREENSHOTS, Stack, sign_in
 from tests.browser.test_staff_inbox import sign_in_person
 from tests.conftest import make_customer
 from tests.staff.conftest import make_support_staff
@@ -144,4 +145,33 @@ def test_a_message_with_a_photo_refused_for_its_text_says_why(live: Stack, brows
     # Nothing posted: the ticket holds only the message that opened it, and no file.
     assert Message.objects.filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER).count() == 1
     assert not Attachment.objects.filter(message__ticket=ticket).exists()
+    page.context.close()
+
+
+def test_a_message_with_a_photo_refused_because_the_customer_was_signed_out_comes_back_with_it(live: Stack, browser):  # noqa: ANN001
+    """Signed out while sending a message with a photo: after signing in again, the text came back
+    in the box and the photo was gone. Both come back, and go out together."""
+    page, ticket = _chat_with_a_photo_chosen(live, browser)
+    Session.objects.all().delete()  # the session ended on the server
+    page.fill("#chat-input", "Here is the crack.")
+    page.press("#chat-input", "Enter")
+    failure = page.locator("#chat-log li.msg.from-customer.failed .msg-error")
+    failure.get_by_text("and your message and its files will be back in the box.").wait_for()
+
+    failure.get_by_role("link", name="Sign in again").click()
+    page.fill("#id_username", ticket.customer.user.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("main form button[type=submit]")
+    page.wait_for_url(live.url(f"/tickets/{ticket.pk}/"))
+
+    assert page.input_value("#chat-input") == "Here is the crack."
+    page.wait_for_selector("#chat-files-chosen li:has-text('kettle.png')")
+    assert "back in the box with its file" in page.inner_text("#chat-note")
+    page.press("#chat-input", "Enter")
+    page.locator("#chat-log li.msg.from-customer[data-seq]", has_text="Here is the crack").locator("img").wait_for()
+    assert Attachment.objects.filter(message__ticket=ticket, original_name="kettle.png").count() == 1
+    # Taken out as it came back: a reload does not choose it again.
+    page.reload()
+    page.wait_for_selector("#chat-log li.msg.from-agent[data-seq]")
+    assert page.locator("#chat-files-chosen li").count() == 0
     page.context.close()
