@@ -381,6 +381,13 @@ def _retrying() -> Retrying:
     )
 
 
+GIVEN_UP = (
+    "Not sent again: this refund failed earlier (the customer was told it could not be completed) and a "
+    "person was asked to check it with the payment provider before refunding again. Tell the customer a "
+    "member of the team is looking into it; do not ask for the refund again."
+)
+
+
 def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     """The tool's effect. Keyed: safe to call again with the same call (same key)."""
     key = ctx.call.idempotency_key
@@ -393,6 +400,10 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         existing = Refund.objects.select_for_update().select_related("order").filter(idempotency_key=key).first()
         if existing is not None and existing.status in {RefundStatus.SUCCEEDED, RefundStatus.PENDING}:
             return _result(existing)
+        if existing is not None and existing.status == RefundStatus.FAILED and existing.escalated_at is not None:
+            # Settled as failed, the customer told so and a person asked to check it with the provider
+            # before refunding again: never sent again under this call, whoever gives the run back.
+            raise ToolError(GIVEN_UP)
         order, amount, currency = _check_guardrails(ctx, args, key)
         person = not _agent_still_has_the_ticket(ctx)
         if person:
