@@ -298,8 +298,14 @@ def _storable_or_refuse(text: str, what: str) -> None:
         raise ValidationError(f"{what} contains characters that are not valid Unicode.", code="bad_unicode") from None
 
 
+def one_line_break(text: str) -> str:
+    """Line breaks as one character each: a form posts the box's breaks as CRLF (two), which
+    the box itself counted as one; a message the box took whole is not refused for them."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def _clean_body(body: str) -> str:
-    text = (body or "").strip()
+    text = one_line_break(body or "").strip()
     if not text:
         raise ValidationError("A message cannot be empty.", code="empty")
     _storable_or_refuse(text, "The message")
@@ -1032,7 +1038,7 @@ def ticket_rate(
         value = 0
     if value not in RATING_SCORES:
         raise ValidationError("Choose a rating from 1 to 5.", code="bad_score")
-    text = (comment or "").strip()
+    text = one_line_break(comment or "").strip()
     _storable_or_refuse(text, "The comment")
     if len(text) > RATING_COMMENT_MAX_CHARS:
         raise ValidationError(

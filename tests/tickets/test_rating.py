@@ -187,3 +187,17 @@ def test_writing_again_reopens_the_ticket_hides_the_form_and_keeps_the_rating(si
     assert not rating_form_shown(signed_in, resolved)
     assert rate(signed_in, resolved, "5").status_code == 409
     assert TicketRating.objects.get(ticket=resolved).score == 3
+
+
+def test_a_comment_at_the_limit_with_line_breaks_sent_as_crlf_is_taken(signed_in, resolved):  # noqa: ANN001
+    """The form posts the comment's line breaks as CRLF; the box counted each as one character, the
+    server two: a comment the box took whole was refused as too long."""
+    from tickets.models import RATING_COMMENT_MAX_CHARS
+
+    as_typed = "\n".join(["z" * 19] * 50)[: RATING_COMMENT_MAX_CHARS - 1] + "w"
+    assert len(as_typed) == RATING_COMMENT_MAX_CHARS and "\n" in as_typed
+
+    response = rate(signed_in, resolved, "5", as_typed.replace("\n", "\r\n"))
+
+    assert response.status_code in {200, 302}, text_of(response)
+    assert TicketRating.objects.get(ticket=resolved).comment == as_typed

@@ -192,3 +192,21 @@ def test_timeline_sequence_numbers_are_unique_and_gap_free_under_concurrent_writ
     seqs = list(TicketEvent.objects.filter(ticket=ticket).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, start_seq + committed + 1))
     assert Ticket.objects.get(pk=ticket.pk).last_event_seq == start_seq + committed
+
+
+def test_a_message_at_the_limit_with_line_breaks_sent_as_crlf_is_taken_with_one_character_a_break(customer):
+    """A form posts the box's line breaks as CRLF; the box counted each as one character. A message
+    the box took whole (4,000 characters with breaks) was refused as "this one has 4,099"."""
+    ticket = open_ticket(customer)
+    lines = ["x" * 39] * 100
+    as_typed = "\n".join(lines) + "y"  # 100 lines of 39, 99 breaks and a last letter: 4,000 in the box
+    assert len(as_typed) == services.MESSAGE_MAX_CHARS
+
+    services.message_post(
+        ticket=ticket, author_kind=AuthorKind.CUSTOMER, body=as_typed.replace("\n", "\r\n"), client_msg_id="c-crlf"
+    )
+    services.message_post(  # the same send retried: the same message, not a conflict
+        ticket=ticket, author_kind=AuthorKind.CUSTOMER, body=as_typed.replace("\n", "\r\n"), client_msg_id="c-crlf"
+    )
+
+    assert list(Message.objects.filter(client_msg_id="c-crlf").values_list("body", flat=True)) == [as_typed]
