@@ -320,6 +320,8 @@
         );
       })
       .then(function (res) {
+        // Answered meanwhile over the socket (this answer came late, or not at all): it stands.
+        if (!res.ok && card.classList.contains("answered")) return;
         if (res.ok) answered(card, res.body.decision === "confirmed" ? "Confirmed." : "Cancelled.");
         else if (res.status === 401) {
           // Signed out: nothing was done; the buttons stay for when they are back.
@@ -336,6 +338,7 @@
       })
       .catch(function () {
         delete card.dataset.sending;
+        if (card.classList.contains("answered")) return;
         card.querySelectorAll("button[data-answer]").forEach(function (b) { b.disabled = false; });
         note.textContent = "Not sent. Check your connection and try again.";
       });
@@ -453,6 +456,7 @@
     else if (frame.type === "ready") {
       state.attempts = 0;
       setConnected(true);
+      markSeen(); // what came while the socket was away and the page is showing now
       retryFailed();
     }
   }
@@ -670,6 +674,8 @@
       );
 
     function retry() {
+      // Its event came over the socket: the server has it, whatever became of this answer.
+      if (state.unsent[clientMsgId] === undefined) return;
       if (attempt >= QUICK_RETRIES || navigator.onLine === false) {
         markFailed(el, clientMsgId, null, true);
         return;

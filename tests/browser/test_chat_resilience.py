@@ -169,3 +169,71 @@ def test_a_message_of_emoji_is_held_to_the_servers_limit_in_characters(live: Sta
     page.press("#chat-input", "Enter")
     wait_until(lambda: stored(ticket, "🙂" * 4000) == 1, timeout=10, what="the 4,000 emoji to be stored")
     page.context.close()
+
+
+def test_a_message_stored_whose_answer_was_lost_is_not_then_marked_not_sent(live: Stack, browser):  # noqa: ANN001
+    """The send reached the server (stored; its event came over the socket and the bubble showed it
+    sent), but the HTTP answer was lost and the network stayed down: the quick retries ran out and
+    marked it "Not sent. Retry", and Retry did nothing. A customer then types it again."""
+    page, ticket = open_chat(live, browser, "Answer lost")
+    sends = {"n": 0}
+
+    def lose_the_answer(route):  # noqa: ANN001, ANN202
+        sends["n"] += 1
+        if sends["n"] == 1:
+            route.fetch()  # the server stores it ...
+            page.wait_for_timeout(1500)  # ... its event reaches the page over the socket ...
+            route.abort("connectionreset")  # ... and the answer is lost
+        else:
+            route.abort("internetdisconnected")
+
+    page.route("**/messages", lose_the_answer)
+    text = "Where is my parcel? It was due on Monday."
+    page.fill("#chat-input", text)
+    page.press("#chat-input", "Enter")
+    bubble = page.locator("#chat-log li.msg.from-customer", has_text=text)
+    bubble.and_(page.locator("[data-seq]")).wait_for()
+    page.wait_for_timeout(3500)  # the quick retries (0.5 s, then 1 s) would have run out
+
+    assert stored(ticket, text) == 1
+    assert bubble.locator(".msg-error").count() == 0, bubble.locator(".msg-error").inner_text()
+    assert "failed" not in (bubble.get_attribute("class") or "")
+    page.context.close()
+
+
+# Makes the page hidden or visible, as a phone's pocket does (a headless page is always visible).
+SET_VISIBLE = """visible => {
+  if (!window.__visibility) {
+    Object.defineProperty(document, "visibilityState", { get: () => window.__visibility, configurable: true });
+    Object.defineProperty(document, "hidden", { get: () => window.__visibility === "hidden", configurable: true });
+  }
+  window.__visibility = visible ? "visible" : "hidden";
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+
+
+def test_a_reply_that_came_while_the_page_was_hidden_and_the_socket_dropped_is_read_once_looked_at(
+    live: Stack, browser  # noqa: ANN001
+):  # fmt: skip
+    """A reply came while the chat was in a pocket, and the phone dropped the socket meanwhile: back
+    on screen, the page could not say it was read (no socket), and the socket's return did not
+    either, so My tickets kept it unread."""
+    from tickets.selectors import tickets_for_customer
+
+    page, ticket = open_chat(live, browser, "In a pocket")
+    page.evaluate(SET_VISIBLE, False)
+    reply = "Your parcel is with the courier and arrives tomorrow."
+    ticket_services.message_post(ticket=ticket, author_kind=AuthorKind.AGENT, body=reply)
+    page.locator("#chat-log li.msg.from-agent[data-seq]", has_text=reply).wait_for()
+    page.evaluate("() => window.__chat.dropSocket(2000)")
+    page.wait_for_function("() => !window.__chat.state().connected")
+    assert tickets_for_customer(user=ticket.customer.user).get(pk=ticket.pk).unread
+
+    page.evaluate(SET_VISIBLE, True)
+    page.wait_for_function("() => window.__chat.state().connected && window.__chat.state().reconnects >= 1")
+    wait_until(
+        lambda: not tickets_for_customer(user=ticket.customer.user).get(pk=ticket.pk).unread,
+        timeout=10,
+        what="the reply read on screen to be marked read",
+    )
+    page.context.close()

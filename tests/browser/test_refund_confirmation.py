@@ -87,3 +87,26 @@ def test_an_expired_question_pays_nothing_and_the_customer_is_told(confirm_stack
     page.wait_for_selector("#chat-log :has-text('did not confirm in time, so nothing was done')", timeout=30_000)
     assert card.locator("button[data-answer=confirm]").is_hidden()
     assert paid(payment_sandbox, order) == [] and not Refund.objects.filter(order=order).exists()
+
+
+def test_a_confirm_recorded_whose_answer_was_lost_does_not_say_not_sent(confirm_stack: Stack, browser, payment_sandbox):  # noqa: ANN001
+    """Confirm was recorded (the answer came over the socket: "You confirmed.", then the refund),
+    but the answer to the click was lost: the card then said "Not sent. Check your connection and
+    try again." about a refund that was paid."""
+    page, order, card = ask_for_a_refund(browser, confirm_stack, payment_sandbox, "P-2001")
+
+    def lose_the_answer(route):  # noqa: ANN001, ANN202
+        route.fetch()  # recorded ...
+        page.wait_for_timeout(2000)  # ... the answer reaches the page over the socket ...
+        route.abort("connectionreset")  # ... and the answer to the click is lost
+
+    page.route("**/confirmations/**", lose_the_answer)
+    card.locator("button[data-answer=confirm]").click()
+    page.wait_for_selector("#chat-log li.msg.from-agent:has-text('refunded $49.99')", timeout=30_000)
+    page.wait_for_timeout(2500)  # past the lost answer
+
+    note = card.locator(".confirm-note").inner_text()
+    assert [r["amount"] for r in paid(payment_sandbox, order)] == [4999]
+    assert "not sent" not in note.lower(), f"the card of a confirmed (and paid) refund says {note!r}"
+    assert card.locator("button[data-answer=confirm]").is_hidden()
+    page.context.close()
