@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from django.core.exceptions import TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 
@@ -79,6 +80,10 @@ class RejectUnstorableInput:
                     fields = list(request.POST.lists())
                 except MultiPartParserError:
                     return self._answer(wants_json, "The form could not be read.")
+                except TooManyFilesSent:  # past what Django parses at all (DATA_UPLOAD_MAX_NUMBER_FILES)
+                    return self._answer(wants_json, "Too many files in one request; nothing was saved.")
+                except TooManyFieldsSent:
+                    return self._answer(wants_json, "Too many fields in one request; nothing was saved.")
                 for key, values in fields:
                     reason = unstorable([key, *values])
                     if reason:

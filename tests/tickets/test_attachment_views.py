@@ -202,3 +202,21 @@ def test_the_staff_conversation_shows_the_photo(client, ticket, photo):  # noqa:
     page = client.get(reverse("staff:ticket", args=[ticket.pk])).content.decode()
 
     assert f'<img src="/attachments/{photo.pk}/" alt="kettle.png"' in page
+
+
+def test_more_files_than_the_server_parses_are_refused_with_the_limit_not_an_error_page(signed_in, ticket, media):  # noqa: ANN001
+    """Past Django's own cap on files in one request (100), the send got an HTML "Bad Request (400)"
+    with no reason, which the chat (asking for JSON) cannot show."""
+    response = signed_in.post(
+        reverse("tickets:message_create", args=[ticket.pk]),
+        data={
+            "client_msg_id": "up-1",
+            "body": "Photos",
+            "files": [SimpleUploadedFile(f"p{i}.png", b"x", content_type="image/png") for i in range(120)],
+        },
+        HTTP_ACCEPT="application/json",
+    )
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "Too many files in one request; nothing was saved."
+    assert not Message.objects.filter(client_msg_id="up-1").exists() and not Attachment.objects.exists()
