@@ -13,6 +13,11 @@
  *                               customer signs in again; a promise of whether they were kept
  *   restore()                   put the files stashed for this ticket back among those chosen;
  *                               a promise of how many came back
+ *   keepAcrossReload(id)        keep a message's files in IndexedDB until it is stored, so that
+ *                               a reload sends them again with it (same client message ID)
+ *   takeBack(id)                after a reload: a promise of that message's files ([] if none
+ *                               were kept), remembered for its sends as keep() does
+ *   forget(id)                  the message is stored: its files need not be kept any more
  *
  * The server decides what is accepted, from the bytes; the checks here (size, count) only say
  * so sooner. Names are set with textContent, never as HTML.
@@ -36,7 +41,8 @@
   var STASH_KEY = "ticket-" + config.ticketId;
   var STASH_MS = 60 * 60 * 1000;
 
-  function stashStore(mode, work) {
+  function stashStore(mode, work, key) {
+    key = key || STASH_KEY;
     return new Promise(function (resolve, reject) {
       if (!window.indexedDB) return reject(new Error("this browser keeps no files"));
       var open = window.indexedDB.open(STASH_DB, 1);
@@ -50,7 +56,7 @@
         var db = open.result;
         var tx = db.transaction("unsent", mode);
         var found = [];
-        var get = tx.objectStore("unsent").get(STASH_KEY);
+        var get = tx.objectStore("unsent").get(key);
         get.onsuccess = function () {
           var entry = get.result;
           if (entry && Date.now() - entry.at < STASH_MS) found = entry.files;
@@ -192,6 +198,31 @@
           return 0;
         }
       );
+    },
+    keepAcrossReload: function (clientMsgId) {
+      var files = kept[clientMsgId];
+      if (!files) return Promise.resolve(false);
+      return stashStore("readwrite", function (store) {
+        store.put({ at: Date.now(), files: files }, "message-" + clientMsgId);
+      }, "message-" + clientMsgId).then(
+        function () { return true; },
+        function () { return false; }
+      );
+    },
+    takeBack: function (clientMsgId) {
+      return stashStore("readonly", function () {}, "message-" + clientMsgId).then(
+        function (found) {
+          if (found.length) kept[clientMsgId] = found;
+          return found;
+        },
+        function () { return []; }
+      );
+    },
+    forget: function (clientMsgId) {
+      if (!kept[clientMsgId]) return;
+      stashStore("readwrite", function (store) {
+        store.delete("message-" + clientMsgId);
+      }, "message-" + clientMsgId).catch(function () {});
     },
     show: function (el, attachments) {
       if (!attachments || !attachments.length) return;

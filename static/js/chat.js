@@ -226,6 +226,7 @@
       delete state.pending[item.client_msg_id];
       delete state.unsent[item.client_msg_id];
       keepUnsent();
+      if (attach()) attach().forget(item.client_msg_id);
     } else if (item.message_id) {
       el = log.querySelector('li.msg[data-message-id="' + Number(item.message_id) + '"]');
     }
@@ -558,7 +559,11 @@
       state.pending[clientMsgId] = el;
       state.unsent[clientMsgId] = text;
       log.appendChild(el);
-      post(clientMsgId, text, el, 0);
+      // Its files, if it had any, go again with it (kept in IndexedDB until it was stored).
+      (attach() ? attach().takeBack(clientMsgId) : Promise.resolve([])).then(function (files) {
+        if (files.length) attach().pending(el, files);
+        post(clientMsgId, text, el, 0);
+      });
     });
   }
 
@@ -643,6 +648,7 @@
           if (result.status === 200 || result.status === 201) {
             delete state.unsent[clientMsgId];
             keepUnsent();
+            if (attach()) attach().forget(clientMsgId);
             el.classList.remove("sending", "failed");
             clearFailure(el);
             var id = result.data.message && result.data.message.id;
@@ -665,6 +671,7 @@
           } else {
             delete state.unsent[clientMsgId];
             keepUnsent();
+            if (attach()) attach().forget(clientMsgId);
             markFailed(el, clientMsgId, result.data.error || "please try again.", false);
           }
         },
@@ -751,6 +758,7 @@
     state.pending[clientMsgId] = el;
     if (files.length) {
       attach().keep(clientMsgId, files);
+      attach().keepAcrossReload(clientMsgId); // a reload sends them again with it
       attach().pending(el, files);
     }
     state.unsent[clientMsgId] = text;

@@ -175,3 +175,36 @@ def test_a_message_with_a_photo_refused_because_the_customer_was_signed_out_come
     page.wait_for_selector("#chat-log li.msg.from-agent[data-seq]")
     assert page.locator("#chat-files-chosen li").count() == 0
     page.context.close()
+
+
+# How many messages' files the page keeps in IndexedDB.
+FILES_KEPT_IN_THE_BROWSER = """() => new Promise(done => {
+  const open = indexedDB.open("chat-files", 1);
+  open.onsuccess = () => {
+    const count = open.result.transaction("unsent").objectStore("unsent").count();
+    count.onsuccess = () => done(count.result);
+  };
+})"""
+
+
+def test_a_message_with_a_photo_that_failed_to_send_goes_with_its_photo_after_a_reload(live: Stack, browser):  # noqa: ANN001
+    """A message with a photo failed to send (the network), and the customer reloaded: the page
+    sent the kept message again by itself, as text only, and the photo was lost without a word."""
+    page, ticket = _chat_with_a_photo_chosen(live, browser)
+    page.route("**/messages", lambda route: route.abort("connectionreset"))
+    text = "Here is the damage on the box."
+    page.fill("#chat-input", text)
+    page.press("#chat-input", "Enter")
+    page.locator("#chat-log li.msg.from-customer.failed .msg-error").wait_for(timeout=15_000)
+    page.unroute("**/messages")
+
+    page.reload()
+    page.locator("#chat-log li.msg.from-customer[data-seq]", has_text=text).locator("img").wait_for()
+    (message,) = Message.objects.filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER, body=text)
+    assert list(Attachment.objects.filter(message=message).values_list("original_name", flat=True)) == ["kettle.png"]
+    page.reload()  # stored: nothing is kept for it any more, nothing sent twice
+    page.wait_for_selector("#chat-log li.msg.from-agent[data-seq]")
+    page.wait_for_timeout(1000)
+    assert Message.objects.filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER, body=text).count() == 1
+    assert page.evaluate(FILES_KEPT_IN_THE_BROWSER) == 0
+    page.context.close()
