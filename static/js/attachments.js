@@ -18,6 +18,9 @@
  *   takeBack(id)                after a reload: a promise of that message's files ([] if none
  *                               were kept), remembered for its sends as keep() does
  *   forget(id)                  the message is stored: its files need not be kept any more
+ *   chooseAgain(id, refusal)    the message was refused: its files are chosen again for the next
+ *                               one, but for a file the refusal names (it starts with its name)
+ *   namesOf(id)                 its files' names, as a message of files alone reads
  *
  * The server decides what is accepted, from the bytes; the checks here (size, count) only say
  * so sooner. Names are set with textContent, never as HTML.
@@ -223,6 +226,25 @@
       stashStore("readwrite", function (store) {
         store.delete("message-" + clientMsgId);
       }, "message-" + clientMsgId).catch(function () {});
+    },
+    chooseAgain: function (clientMsgId, refusal) {
+      var files = kept[clientMsgId] || [];
+      var room = Math.max(0, config.attachMaxFiles - chosen.length);
+      chosen = chosen.concat(
+        files
+          .filter(function (file) {
+            return String(refusal || "").indexOf(file.name + " ") !== 0;
+          })
+          .slice(0, room)
+      );
+      renderChosen();
+    },
+    namesOf: function (clientMsgId) {
+      return (kept[clientMsgId] || [])
+        .map(function (file) {
+          return file.name;
+        })
+        .join(", ");
     },
     show: function (el, attachments) {
       if (!attachments || !attachments.length) return;

@@ -671,8 +671,17 @@
           } else {
             delete state.unsent[clientMsgId];
             keepUnsent();
+            var refusal = result.data.error || "please try again.";
+            if (!input.value.trim() && !input.disabled) {
+              // Refused for what it holds: ready to send again, mended, unless the customer is
+              // already writing the next one (a file the refusal names is left out).
+              var withFiles = attach() && attach().has(clientMsgId);
+              if (!withFiles || attach().namesOf(clientMsgId) !== text) input.value = text;
+              if (withFiles) attach().chooseAgain(clientMsgId, refusal);
+              autosize();
+            }
             if (attach()) attach().forget(clientMsgId);
-            markFailed(el, clientMsgId, result.data.error || "please try again.", false);
+            markFailed(el, clientMsgId, refusal, false);
           }
         },
         function () {

@@ -208,3 +208,30 @@ def test_a_message_with_a_photo_that_failed_to_send_goes_with_its_photo_after_a_
     assert Message.objects.filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER, body=text).count() == 1
     assert page.evaluate(FILES_KEPT_IN_THE_BROWSER) == 0
     page.context.close()
+
+
+def test_a_message_refused_for_one_file_comes_back_ready_to_send_without_it(live: Stack, browser):  # noqa: ANN001
+    """A message with a good photo and a file we do not accept was refused with the reason, and
+    the box was emptied and the photo gone: the text lived on only in the "Not sent" bubble. Now the
+    text and the good photo are ready to send again; the file refused is left out."""
+    page, ticket = _chat_with_a_photo_chosen(live, browser)
+    page.get_by_label("Attach a photo or PDF").set_input_files(
+        [{"name": "notes.png", "mimeType": "image/png", "buffer": b"not a picture at all\n"}]
+    )
+    page.wait_for_selector("#chat-files-chosen li:has-text('notes.png')")
+    text = "The kettle and my notes about it."
+    page.fill("#chat-input", text)
+    page.press("#chat-input", "Enter")
+    refused = page.locator("#chat-log li.msg.failed .msg-error")
+    refused.wait_for()
+    assert refused.inner_text().startswith("Not sent: notes.png is not a file we accept.")
+
+    assert page.input_value("#chat-input") == text
+    assert page.locator("#chat-files-chosen li").all_inner_texts()[0].startswith("kettle.png")
+    assert page.locator("#chat-files-chosen li").count() == 1
+    page.press("#chat-input", "Enter")
+    page.locator("#chat-log li.msg.from-customer[data-seq]", has_text=text).locator("img").wait_for()
+    assert list(
+        Attachment.objects.filter(message__ticket=ticket, message__body=text).values_list("original_name", flat=True)
+    ) == ["kettle.png"]
+    page.context.close()
