@@ -10,6 +10,7 @@ endpoint, the offline deterministic model and a user's own class all fit.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -177,6 +178,70 @@ def validate_response(response: ModelResponse) -> ModelResponse:
         model=str(response.model or ""),
         finish_reason=str(response.finish_reason or "")[:32],
     )
+
+
+def reply_chars(piece: str) -> int:
+    """Characters ``piece`` adds to a reply as ``validate_response`` counts it (NULs are dropped)."""
+    return len(piece) - piece.count("\x00")
+
+
+class StreamMeter:
+    """The limits ``validate_response`` enforces on a whole answer, counted as the answer streams in.
+
+    A stream that goes past one (a model repeating itself with no token limit, a broken proxy)
+    is stopped there with ModelOutputInvalid, instead of being read, kept in memory and shown to
+    the customer until the task's time limit: the answer would be refused whole anyway. A stream
+    still going after AGENT_MODEL_STEP_SECONDS is stopped with a retryable ModelError (a server
+    sending a chunk just before each read timeout never trips the timeout). ``prompt_tokens``
+    (an estimate, asked for only then) goes into the usage these errors carry, so the loop records
+    the tokens wasted.
+    """
+
+    def __init__(self, *, prompt_tokens: Callable[[], int] = lambda: 0) -> None:
+        self.max_reply = _limit("AGENT_MAX_REPLY_CHARS", 16000)
+        self.max_calls = _limit("AGENT_MAX_TOOL_CALLS_PER_STEP", 16)
+        self.max_arguments = _limit("AGENT_MAX_TOOL_ARGUMENT_CHARS", 16000)
+        self.seconds = float(getattr(settings, "AGENT_MODEL_STEP_SECONDS", 300))
+        self.deadline = time.monotonic() + self.seconds
+        self.prompt_tokens = prompt_tokens
+        self.text = 0
+        self.generated = 0
+
+    def usage(self) -> Usage:
+        return Usage(self.prompt_tokens(), wasted_tokens(self.generated), estimated=True)
+
+    def add_text(self, piece: str) -> None:
+        """Count a piece of the reply; call before showing it to anyone."""
+        self.text += reply_chars(piece)
+        self.generated += len(piece)
+        if self.text > self.max_reply:
+            raise ModelOutputInvalid(
+                f"the reply passed {self.max_reply} characters while streaming; stopped there", usage=self.usage()
+            )
+
+    def add_call(self, calls: int) -> None:
+        """``calls`` tool calls have begun in this answer."""
+        if calls > self.max_calls:
+            raise ModelOutputInvalid(
+                f"more than {self.max_calls} tool calls in one step while streaming; stopped there", usage=self.usage()
+            )
+
+    def add_arguments(self, n: int, piece: str, total: int) -> None:
+        """Tool call ``n`` (from 1) has ``total`` characters of arguments once ``piece`` is added."""
+        self.generated += len(piece)
+        if total > self.max_arguments:
+            raise ModelOutputInvalid(
+                f"tool call {n}'s arguments passed {self.max_arguments} characters while streaming; stopped there",
+                usage=self.usage(),
+            )
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise ModelError(
+                f"the answer was still streaming after {self.seconds:g} s (AGENT_MODEL_STEP_SECONDS); stopped there",
+                retryable=True,
+                usage=self.usage(),
+            )
 
 
 @runtime_checkable

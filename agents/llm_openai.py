@@ -24,12 +24,14 @@ from typing import Any
 
 import httpx
 import openai
+from django.conf import settings
 from openai.types.chat import ChatCompletionChunk
 
 from agents.llm import (
     Message,
     ModelError,
     ModelResponse,
+    StreamMeter,
     TokenCallback,
     ToolCallRequest,
     ToolSpec,
@@ -60,6 +62,7 @@ class _ToolCallParts:
     id: str = ""
     name: str = ""
     arguments: list[str] = field(default_factory=list)
+    length: int = 0  # characters in ``arguments``
 
     def build(self) -> ToolCallRequest:
         # Some compatible servers omit the id; the loop needs one to pair the
@@ -122,6 +125,11 @@ class OpenAIChatModel:
         if tools:
             # Some compatible servers reject an empty tools list.
             request["tools"] = tools
+        max_tokens = getattr(settings, "AGENT_MAX_OUTPUT_TOKENS", 0)
+        if max_tokens:
+            # The server stops generating there itself; the meter below stops reading either way.
+            request["max_tokens"] = max_tokens
+        meter = StreamMeter(prompt_tokens=lambda: estimate_tokens(json.dumps(request["messages"], default=str)))
 
         try:
             stream = self._client.chat.completions.create(**request)
@@ -141,9 +149,11 @@ class OpenAIChatModel:
 
         try:
             with stream:
-                return self._assemble(stream, on_token, request["messages"])
+                return self._assemble(stream, on_token, request["messages"], meter)
         except _CallerRaised as raised:
             raise raised.original from None  # the caller's own, unchanged
+        except ModelError:
+            raise  # the meter stopped an answer past a limit; closing the stream hung up on it
         except openai.OpenAIError as exc:
             # The connection dropped, timed out, or the server sent an error
             # event after the response had started; a new generation may well
@@ -158,7 +168,11 @@ class OpenAIChatModel:
             raise ModelError(f"{self.name}: unreadable stream: {exc!r}", retryable=True) from exc
 
     def _assemble(
-        self, stream: openai.Stream[ChatCompletionChunk], on_token: TokenCallback | None, messages: list[Message]
+        self,
+        stream: openai.Stream[ChatCompletionChunk],
+        on_token: TokenCallback | None,
+        messages: list[Message],
+        meter: StreamMeter,
     ) -> ModelResponse:
         text_parts: list[str] = []
         calls: dict[int, _ToolCallParts] = {}
@@ -168,6 +182,7 @@ class OpenAIChatModel:
 
         reported = False
         for chunk in stream:
+            meter.check_time()
             if chunk.model:
                 model = chunk.model
             if chunk.usage is not None:
@@ -185,6 +200,7 @@ class OpenAIChatModel:
                 # customer should see it like any other text.
                 for piece in (delta.content, delta.refusal):
                     if piece:
+                        meter.add_text(piece)  # before the customer sees it
                         text_parts.append(piece)
                         if on_token is not None:
                             try:
@@ -193,6 +209,7 @@ class OpenAIChatModel:
                                 raise _CallerRaised(exc) from exc
                 for call in delta.tool_calls or ():
                     parts = calls.setdefault(call.index, _ToolCallParts())
+                    meter.add_call(len(calls))
                     if call.id and not parts.id:
                         parts.id = call.id
                     if call.function is not None:
@@ -200,6 +217,8 @@ class OpenAIChatModel:
                             parts.name = call.function.name
                         if call.function.arguments:
                             parts.arguments.append(call.function.arguments)
+                            parts.length += len(call.function.arguments)
+                            meter.add_arguments(call.index + 1, call.function.arguments, parts.length)
                 if choice.finish_reason is not None:
                     finish_reason = choice.finish_reason
 

@@ -27,7 +27,7 @@ from agents import services as agent_services
 from agents.confirmation import acknowledge_while_confirming
 from agents.execution import Stop, ToolCrashed, record_intents, run_calls
 from agents.lease import Lease, LeaseLost, lease_acquire_and_read, worker_identity
-from agents.llm import ChatModel, ModelError, validate_response, wasted_tokens
+from agents.llm import ChatModel, ModelError, StreamMeter, validate_response, wasted_tokens
 from agents.model_factory import get_model
 from agents.models import PAUSED_RUN_STATUSES, AgentProfile, AgentRun, RunStatus, StepStatus
 from agents.pass_state import Pass, stream_id
@@ -309,9 +309,13 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
     streamed = 0
     started_at = timezone.now()
     begun = started_at.timestamp()
+    # Whatever the adapter, no text past the longest accepted reply reaches the customer's chat.
+    meter = StreamMeter()
 
     def on_token(text: str) -> None:
         nonlocal streamed
+        meter.add_text(text)
+        meter.check_time()
         realtime.stream_token(run.ticket_id, stream, streamed, text, begun_at=begun)
         streamed += len(text)
         faults.hit("mid_stream")

@@ -475,6 +475,13 @@ AGENT_MAX_CONSECUTIVE_FAILURES = env_int(
 AGENT_MAX_REPLY_CHARS = env_int("AGENT_MAX_REPLY_CHARS", 16000, minimum=1)
 AGENT_MAX_TOOL_CALLS_PER_STEP = env_int("AGENT_MAX_TOOL_CALLS_PER_STEP", 16, minimum=1)
 AGENT_MAX_TOOL_ARGUMENT_CHARS = env_int("AGENT_MAX_TOOL_ARGUMENT_CHARS", 16000, minimum=1)
+# Counted as the answer streams (agents.llm.StreamMeter): a stream past a limit is stopped there,
+# and one still going after this many seconds too (a chunk every 59 s never trips a 60 s read timeout).
+AGENT_MODEL_STEP_SECONDS = env_int("AGENT_MODEL_STEP_SECONDS", 300, minimum=1)
+# Sent to an OpenAI-compatible endpoint as max_tokens when set (0: none sent; the limits above
+# stop the stream either way). Off by default: reasoning models refuse max_tokens, and a small
+# context window refuses a prompt plus max_tokens that do not fit.
+AGENT_MAX_OUTPUT_TOKENS = env_int("AGENT_MAX_OUTPUT_TOKENS", 0)
 # Replaces the built-in system prompt (agents.conversation.DEFAULT_SYSTEM_PROMPT) when set.
 AGENT_SYSTEM_PROMPT = os.environ.get("AGENT_SYSTEM_PROMPT", "")
 OFFLINE_MODEL_TOKEN_DELAY_MS = env_int("OFFLINE_MODEL_TOKEN_DELAY_MS", 0)
