@@ -428,6 +428,10 @@ EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)
 EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+# Seconds a mail server may leave a connection, or one reply, waiting: without it Django's SMTP
+# backend waits forever, and a worker sending the agent's email holds its ticket (the heartbeat
+# keeps the lease) as long as the server stays silent.
+EMAIL_TIMEOUT = env_seconds("EMAIL_TIMEOUT", 10.0)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "support@example.com")
 EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH", str(embedded.VAR_DIR / "mail"))
 

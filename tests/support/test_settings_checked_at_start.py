@@ -39,6 +39,7 @@ def manage_check(**env: str) -> subprocess.CompletedProcess[str]:
         ("REFUND_RECONCILE_SECONDS", "0"),
         ("REFUND_UNCERTAIN_AFTER_SECONDS", "-1"),
         ("DB_CONNECT_TIMEOUT", "0"),
+        ("EMAIL_TIMEOUT", "0"),
         ("AGENT_MODEL", "agents.llm_openai.OpenAIChatModel"),
     ],
 )
@@ -63,6 +64,7 @@ def settings_value(name: str, **env: str) -> subprocess.CompletedProcess[str]:
     [
         ("EMAIL_BACKEND", "EMAIL_BACKEND", "'django.core.mail.backends.console.EmailBackend'"),
         ("LOG_LEVEL", "LOGGING['root']['level']", "'INFO'"),
+        ("EMAIL_TIMEOUT", "EMAIL_TIMEOUT", "10.0"),
     ],
 )
 def test_an_empty_value_means_the_default(variable: str, setting: str, default: str) -> None:
