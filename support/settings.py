@@ -353,8 +353,14 @@ if BROKER_IS_AMQP:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"confirm_publish": True}
 else:
     # Redis: time limits stay well below the visibility timeout, so a message is never
-    # redelivered while its first delivery is still legitimately running.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=1)}
+    # redelivered while its first delivery is still legitimately running. Kombu's Redis sockets
+    # have no timeout unless given one: a doorbell sent to a broker that hung (stopped, or a
+    # network that swallows the session) would hold the web request or the worker sending it.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=1),
+        "socket_timeout": 10,
+        "socket_connect_timeout": 5,
+    }
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 600, minimum=1)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 660, minimum=1)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
