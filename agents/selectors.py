@@ -8,7 +8,6 @@ from typing import Any
 from django.db.models import BooleanField, CharField, Exists, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Coalesce, Concat, Now
-from django.utils import timezone
 
 from agents.lease import LOCK_HELD_SQL
 from agents.models import (
@@ -132,15 +131,19 @@ BACKOFF_SLACK = timedelta(seconds=1)
 
 
 def in_backoff(run: AgentRun) -> bool:
-    """Is ``run`` waiting out a backoff after a failed step (its retry scheduled)?"""
-    return run.retry_not_before is not None and run.retry_not_before > timezone.now() + BACKOFF_SLACK
+    """Is ``run`` waiting out a backoff after a failed step (its retry scheduled)? On the database's
+    clock, as the wait was written (``services.run_retry_after``)."""
+    if run.retry_not_before is None:
+        return False
+    return AgentRun.objects.filter(pk=run.pk, retry_not_before__gt=Now() + BACKOFF_SLACK).exists()
 
 
 def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
     """The one definition of "work for the agent": unanswered customer messages (unless a run is
     paused), a run to carry on (once its backoff is over), or a staff decision to apply; none
-    while a person has the ticket or it is closed, except a run to carry on (it ends itself)."""
-    now = timezone.now()
+    while a person has the ticket or it is closed, except a run to carry on (it ends itself).
+    Backoffs end on the database's clock, as they are written (``services.run_retry_after``)."""
+    now = Now()
     unhandled = unanswered_messages().filter(ticket=OuterRef("pk"))
     # A run that failed waits out its backoff (its retry is scheduled); then the sweeper may ring it.
     running = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING).exclude(retry_not_before__gt=now)

@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, F, OuterRef, Sum
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from agents import calls
@@ -430,10 +431,15 @@ def run_record_failure(*, lease: Lease, run: AgentRun, error: str) -> int:
 
 
 def run_retry_after(*, lease: Lease, run: AgentRun, seconds: float) -> None:
-    """The sweeper leaves the run alone until its backoff is over (the retry is scheduled)."""
+    """The sweeper leaves the run alone until its backoff is over (the retry is scheduled).
+
+    The end of the wait is on the database's clock, as it is read (``selectors.in_backoff``, the
+    sweeper), so that a host whose clock is off neither holds the run past its wait nor cuts it short.
+    """
     with lease.guard():
-        run.retry_not_before = timezone.now() + timedelta(seconds=seconds)
-        AgentRun.objects.filter(pk=run.pk).update(retry_not_before=run.retry_not_before)
+        ends = Now() + timedelta(seconds=seconds)
+        AgentRun.objects.filter(pk=run.pk).update(retry_not_before=ends)
+        run.retry_not_before = AgentRun.objects.values_list("retry_not_before", flat=True).get(pk=run.pk)
 
 
 def run_reset_failures(*, lease: Lease, run: AgentRun) -> None:

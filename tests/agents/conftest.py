@@ -3,7 +3,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from django.utils import timezone
 
 from tests.agents.openai_server import OpenAIServer
 
@@ -57,9 +56,11 @@ class CallsThenReplies:
 def retry_time_comes(ticket_id: int) -> None:
     """The backoff of the ticket's failed run is over, as when the retry the task scheduled comes
     (moved to now rather than slept through)."""
+    from django.db.models.functions import Now
+
     from agents.models import AgentRun, RunStatus
 
-    AgentRun.objects.filter(ticket_id=ticket_id, status=RunStatus.RUNNING).update(retry_not_before=timezone.now())
+    AgentRun.objects.filter(ticket_id=ticket_id, status=RunStatus.RUNNING).update(retry_not_before=Now())
 
 
 @pytest.fixture
