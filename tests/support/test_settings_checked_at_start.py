@@ -39,6 +39,7 @@ def manage_check(**env: str) -> subprocess.CompletedProcess[str]:
         ("REFUND_RECONCILE_SECONDS", "0"),
         ("REFUND_UNCERTAIN_AFTER_SECONDS", "-1"),
         ("DB_CONNECT_TIMEOUT", "0"),
+        ("AGENT_MODEL_STEP_SECONDS", "0"),
         ("EMAIL_TIMEOUT", "0"),
         ("AGENT_MODEL", "agents.llm_openai.OpenAIChatModel"),
     ],
