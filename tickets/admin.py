@@ -171,14 +171,14 @@ TICKET_BUTTONS: tuple[TicketButton, ...] = (
         "Resolve",
         services.ticket_resolve,
         lambda ticket, user: TicketStatus.RESOLVED in TICKET_TRANSITIONS[ticket.status],
-        reads=("seen",),
+        reads=("holder", "seen"),
     ),
     TicketButton(
         "close",
         "Close",
         services.ticket_close,
         lambda ticket, user: TicketStatus.CLOSED in TICKET_TRANSITIONS[ticket.status],
-        reads=("seen",),
+        reads=("holder", "seen"),
     ),
 )
 

@@ -779,12 +779,24 @@ def ticket_hand_back(*, ticket: Ticket | int, user: AbstractBaseUser, holder_see
     return locked
 
 
-def ticket_resolve(*, ticket: Ticket | int, user: AbstractBaseUser, seen_seq: int | None = None) -> Ticket:
-    return _finish(ticket, user, TicketStatus.RESOLVED, seen_seq)
+def ticket_resolve(
+    *,
+    ticket: Ticket | int,
+    user: AbstractBaseUser,
+    seen_seq: int | None = None,
+    holder_seen: int | None | object = ...,
+) -> Ticket:
+    return _finish(ticket, user, TicketStatus.RESOLVED, seen_seq, holder_seen)
 
 
-def ticket_close(*, ticket: Ticket | int, user: AbstractBaseUser, seen_seq: int | None = None) -> Ticket:
-    return _finish(ticket, user, TicketStatus.CLOSED, seen_seq)
+def ticket_close(
+    *,
+    ticket: Ticket | int,
+    user: AbstractBaseUser,
+    seen_seq: int | None = None,
+    holder_seen: int | None | object = ...,
+) -> Ticket:
+    return _finish(ticket, user, TicketStatus.CLOSED, seen_seq, holder_seen)
 
 
 def _customer_messages_after(ticket: Ticket | int, seq: int) -> QuerySet[TicketEvent, Any]:
@@ -800,12 +812,17 @@ def customer_wrote_since(*, ticket: Ticket | int, seq: int) -> bool:
     return _customer_messages_after(_ticket_id(ticket), seq).exists()
 
 
-def _finish(ticket: Ticket | int, user: AbstractBaseUser, to_status: str, seen_seq: int | None) -> Ticket:
+def _finish(
+    ticket: Ticket | int, user: AbstractBaseUser, to_status: str, seen_seq: int | None, holder_seen: int | None | object
+) -> Ticket:
     """Resolve or close. With ``seen_seq`` (the last timeline event the page showed), refused when the
     customer wrote since: a message the person never saw would be left unanswered on a ticket nobody
-    watches. Pressed again from the page that shows it, it is done."""
+    watches. With ``holder_seen`` (who had the ticket by the page), refused when a colleague took it
+    since: it would end their live conversation. Pressed again from the page that shows it, it is done."""
     with transaction.atomic():
         locked = _locked(ticket)
+        if holder_seen is not ...:
+            _colleague_took_it_since(locked, user, holder_seen, _NOTHING_CHANGED)  # type: ignore[arg-type]
         if seen_seq is not None and _customer_messages_after(locked, seen_seq).exists():
             raise InvalidTransition(
                 f"The customer wrote on ticket #{locked.pk} since this page was opened; nothing was changed. "

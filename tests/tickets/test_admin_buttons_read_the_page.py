@@ -73,3 +73,32 @@ def test_admin_resolve_from_a_page_that_did_not_show_the_customers_latest_messag
     admin_client.post(f"/admin/tickets/ticket/{ticket.pk}/resolve/", {"seen": str(current)})
     ticket.refresh_from_db()
     assert ticket.status == TicketStatus.RESOLVED
+
+
+@pytest.mark.parametrize("slug", ["resolve", "close"])
+def test_admin_resolve_or_close_from_a_page_read_before_a_colleague_took_the_ticket_is_refused(admin_client, slug):  # noqa: ANN001
+    """The admin's Resolve and Close sent only ``seen``: a page read before a colleague took the ticket
+    ended their live conversation. They send ``holder`` too, and are refused when it is no longer true."""
+    ticket = _open()
+    page = admin_client.get(f"/admin/tickets/ticket/{ticket.pk}/change/").content.decode()
+    assert f"/admin/tickets/ticket/{ticket.pk}/{slug}/" in page
+    seen = Ticket.objects.get(pk=ticket.pk).last_event_seq
+
+    maria = make_support_staff("maria")
+    inbox = Client()
+    inbox.force_login(maria)
+    assert inbox.post(reverse("staff:take_over", args=[ticket.pk])).status_code == 302
+
+    admin_client.post(f"/admin/tickets/ticket/{ticket.pk}/{slug}/", {"holder": "", "seen": str(seen)})
+
+    ticket.refresh_from_db()
+    assert (ticket.status, ticket.assignee) == (TicketStatus.WITH_HUMAN, maria), (
+        f"a stale admin page's {slug} ended maria's conversation: now {ticket.status}"
+    )
+
+    page = admin_client.get(f"/admin/tickets/ticket/{ticket.pk}/change/").content.decode()
+    assert f'name="holder" value="{maria.pk}"' in page
+    current = Ticket.objects.get(pk=ticket.pk).last_event_seq
+    admin_client.post(f"/admin/tickets/ticket/{ticket.pk}/{slug}/", {"holder": str(maria.pk), "seen": str(current)})
+    ticket.refresh_from_db()
+    assert ticket.status == (TicketStatus.RESOLVED if slug == "resolve" else TicketStatus.CLOSED)
