@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET, require_POST
 from staff import presenters, selectors
 from tickets import pages, services
 from tickets import selectors as ticket_selectors
-from tickets.models import HANDLE_PERMISSION, TICKET_TRANSITIONS, Ticket, TicketEvent, TicketStatus
+from tickets.models import BIGINT_MAX, HANDLE_PERMISSION, TICKET_TRANSITIONS, Ticket, TicketEvent, TicketStatus
 
 
 def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -124,7 +124,7 @@ def timeline_after(request: HttpRequest, ticket_id: int) -> JsonResponse:
     """What is new on the timeline after ``?after=<seq>``, rendered, with the ticket's status now."""
     found = _ticket_or_404(ticket_id)
     try:
-        after = max(0, int(request.GET.get("after", "0")))
+        after = min(max(0, int(request.GET.get("after", "0"))), BIGINT_MAX)
     except ValueError:
         return JsonResponse({"error": "after must be a whole number."}, status=400)
     items, last_seq = _timeline(found, after)

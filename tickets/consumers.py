@@ -45,7 +45,7 @@ from django.http import Http404
 
 from support.websocket import SignedInConsumer
 from tickets import presenters, realtime, selectors, services
-from tickets.models import Ticket
+from tickets.models import BIGINT_MAX, Ticket
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +55,10 @@ RESYNC_MIN_SECONDS = 0.5
 
 
 def _after(query_string: bytes) -> int:
+    """``?after=<seq>``: a whole number of the timeline's range (no event is past a bigint)."""
     values = parse_qs(query_string.decode("latin-1")).get("after", ["0"])
     try:
-        return max(0, int(values[0]))
+        return min(max(0, int(values[0])), BIGINT_MAX)
     except ValueError:
         return 0
 
@@ -91,7 +92,9 @@ class TicketConsumer(SignedInConsumer):
             return
         if not await self.watch_sign_in():  # signed out meanwhile (or later: the socket closes then)
             return
-        self.last_seq = _after(self.scope.get("query_string", b""))
+        # Never past the timeline's end: a page that claims more (a crafted URL, a restored database)
+        # would be sent nothing until the timeline caught up with it.
+        self.last_seq = min(_after(self.scope.get("query_string", b"")), self.ticket.last_event_seq)
         self.group = realtime.group_name(self.ticket.pk)
         await realtime.group_join(self.channel_layer, self.group, self.channel_name)
         await self._catch_up()

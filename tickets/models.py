@@ -120,6 +120,11 @@ HANDLE_PERMISSION = "tickets.handle_ticket"
 AGENT_STAYS_OUT: frozenset[str] = frozenset({TicketStatus.WITH_HUMAN, TicketStatus.RESOLVED, TicketStatus.CLOSED})
 
 
+# The largest number a bigint column (an id, a timeline seq) holds. A number a client sends past it
+# is clamped (a seq) or no match (an id) before it reaches the database: psycopg cannot send it.
+BIGINT_MAX = 2**63 - 1
+
+
 class TicketPriority(models.TextChoices):
     LOW = "low", "Low"
     NORMAL = "normal", "Normal"

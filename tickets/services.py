@@ -26,6 +26,7 @@ from tickets import realtime
 from tickets.attachments import CheckedFile, IncomingFile, inspect_all
 from tickets.models import (
     AGENT_STAYS_OUT,
+    BIGINT_MAX,
     HANDLE_PERMISSION,
     RATING_COMMENT_MAX_CHARS,
     RATING_SCORES,
@@ -1028,6 +1029,7 @@ def ticket_mark_seen(*, ticket: Ticket | int, seq: int) -> bool:
     timeline's end. Appends no event and leaves ``updated_at`` alone: reading changes nothing in
     the conversation. Returns whether the mark moved.
     """
+    seq = min(seq, BIGINT_MAX)  # never past the timeline's end anyway; a bigger number cannot be sent
     with transaction.atomic():
         behind = Ticket.objects.filter(pk=_ticket_id(ticket), customer_seen_seq__lt=Least(seq, F("last_event_seq")))
         moved = behind.update(customer_seen_seq=Least(seq, F("last_event_seq")))
