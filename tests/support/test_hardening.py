@@ -91,6 +91,17 @@ def test_a_lockout_released_by_staff_lets_the_customer_in_at_once(settings):
     assert sign_in(client, customer.user.username, PASSWORD) == 302
 
 
+@pytest.mark.parametrize("path", ["/accounts/login/", "/admin/login/"])
+@pytest.mark.parametrize("length", [256, 5000])
+def test_a_username_longer_than_any_account_is_a_failed_sign_in_not_a_server_error(path, length):
+    """Django's login form checked the username's length in the browser only: the sign-in was tried,
+    and django-axes stored the failure in its varchar(255) column, a 500."""
+    client = Client(raise_request_exception=False)
+    response = client.post(path, {"username": "u" * length, "password": "whatever"})
+    assert response.status_code == 200  # the form again, saying the sign-in failed
+    assert response.context["form"].errors and "_auth_user_id" not in client.session
+
+
 def test_password_reset_requests_are_limited_per_address(settings):
     settings.PASSWORD_RESET_RATE_PER_EMAIL = "3/h"
     customer = make_customer()
