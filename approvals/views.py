@@ -7,23 +7,24 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals import selectors, services
 from approvals.models import ApprovalRequest, ApprovalStatus
+from tickets import pages
 
 
 def approver_required(view: Any) -> Any:
     @wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
+            return pages.sign_in_again(request, reverse("approvals:dashboard"))
         if not services.can_decide(request.user):
             raise PermissionDenied("You do not have permission to decide approvals.")
         return view(request, *args, **kwargs)

@@ -15,7 +15,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
-from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -33,7 +32,9 @@ def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     @wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
+            ticket_id = kwargs.get("ticket_id")
+            page = reverse("staff:ticket", args=[ticket_id]) if ticket_id is not None else reverse("staff:inbox")
+            return pages.sign_in_again(request, page)
         if not (request.user.is_active and request.user.has_perm(HANDLE_PERMISSION)):
             raise PermissionDenied("This page is for the support team.")
         return view(request, *args, **kwargs)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.http import HttpRequest
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
 
 from tickets.models import Ticket, TicketStatus
 
@@ -32,3 +34,13 @@ def as_read(request: HttpRequest, fields: Iterable[str]) -> dict[str, int | None
 def holder_shown(ticket: Ticket) -> int | str:
     """The ``holder`` a page shows: the person who has the ticket, or empty (the agent or nobody)."""
     return ticket.assignee_id if ticket.status == TicketStatus.WITH_HUMAN and ticket.assignee_id else ""
+
+
+def sign_in_again(request: HttpRequest, page: str) -> HttpResponse:
+    """To the login page, and back after it: to the page asked for, or, for a form sent from a page
+    whose session had ended (a POST-only action: a reply, a decision), to ``page``. The action's own
+    URL answers only POST: signing in led to a bare 405. What was sent is not done, and it says so."""
+    if request.method in ("GET", "HEAD"):
+        return redirect_to_login(request.get_full_path())
+    messages.warning(request, "You were signed out, so what you sent was not done. Sign in, then do it again.")
+    return redirect_to_login(page)
