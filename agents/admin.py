@@ -138,9 +138,14 @@ def ring_agent(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Que
 
 
 def _ticket_action(
-    name: str, service: Callable[..., Ticket], description: str, permissions: tuple[str, ...] = ("change",)
+    name: str,
+    service: Callable[..., Ticket],
+    description: str,
+    permissions: tuple[str, ...] = ("change",),
+    **options: Any,
 ) -> Callable[..., None]:
-    """A bulk action calling one ticket service per ticket, as the ticket page's buttons do."""
+    """A bulk action calling one ticket service per ticket (with ``options``), as the ticket page's
+    buttons do."""
 
     def action(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Ticket]) -> None:
         if not all(getattr(modeladmin, f"has_{needed}_permission")(request) for needed in permissions):
@@ -149,7 +154,7 @@ def _ticket_action(
         refused = []
         for ticket in queryset:
             try:
-                ticket = service(ticket=ticket, user=request.user)
+                ticket = service(ticket=ticket, user=request.user, **options)
             except ValidationError as exc:
                 refused.append(" ".join(exc.messages))
                 continue
@@ -167,14 +172,16 @@ def _ticket_action(
 TicketAdmin.actions = [
     *(TicketAdmin.actions or []),
     ring_agent,
-    # Handing back rings the agent itself (after commit), once per ticket.
-    _ticket_action("move_to_open", ticket_services.ticket_hand_back, "Hand back to the agent"),
+    # Handing back rings the agent itself (after commit), once per ticket. The list does not say who
+    # had each ticket when it was read: handing back, resolving or closing a ticket a colleague has
+    # would end their conversation, so it is refused (as taking it over is); its page can do it.
+    _ticket_action("move_to_open", ticket_services.ticket_hand_back, "Hand back to the agent", spare_colleagues=True),
     # Taking over makes the person the ticket's holder: only someone who may work tickets.
     _ticket_action(
         "move_to_with_human", ticket_services.ticket_take_over, "Take over (agent stays out)", ("change", "handle")
     ),
-    _ticket_action("move_to_resolved", ticket_services.ticket_resolve, "Mark resolved"),
-    _ticket_action("move_to_closed", ticket_services.ticket_close, "Close"),
+    _ticket_action("move_to_resolved", ticket_services.ticket_resolve, "Mark resolved", spare_colleagues=True),
+    _ticket_action("move_to_closed", ticket_services.ticket_close, "Close", spare_colleagues=True),
 ]
 
 

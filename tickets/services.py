@@ -741,27 +741,33 @@ def ticket_take_over(*, ticket: Ticket | int, user: AbstractBaseUser, holder_see
     admin's button, on a page that says who has it): taking it from them is then what was asked."""
     with transaction.atomic():
         locked = _locked(ticket)
-        holder = locked.assignee if locked.status == TicketStatus.WITH_HUMAN else None
-        if holder is not None and holder.pk != user.pk and holder_seen is ...:
-            raise InvalidTransition(
-                f"{holder.get_username()} has ticket #{locked.pk} already; nothing was changed.",
-                code="invalid_transition",
-            )
-        if holder_seen is not ...:
+        if holder_seen is ...:
+            _not_a_colleagues(locked, user)
+        else:
             _colleague_took_it_since(locked, user, holder_seen, _NOTHING_CHANGED)  # type: ignore[arg-type]
         _with_person_locked(locked, user)
     return locked
 
 
-def ticket_hand_back(*, ticket: Ticket | int, user: AbstractBaseUser, holder_seen: int | None | object = ...) -> Ticket:
+def ticket_hand_back(
+    *,
+    ticket: Ticket | int,
+    user: AbstractBaseUser,
+    holder_seen: int | None | object = ...,
+    spare_colleagues: bool = False,
+) -> Ticket:
     """The person gives the ticket back to the agent, which then answers what is unanswered.
     A ticket the agent already has is left as it is (a double click); resolved and closed
     tickets are refused (reopen by replying instead). ``holder_seen``: who had the ticket on the
-    page it was asked from; a colleague who took it since is not overridden."""
+    page it was asked from; a colleague who took it since is not overridden. ``spare_colleagues``:
+    asked where no page names who has each ticket (the admin's bulk action), a ticket a colleague
+    has is refused, as a bulk take-over is."""
     with transaction.atomic():
         locked = _locked(ticket)
         if locked.status in {TicketStatus.OPEN, TicketStatus.WAITING_ON_CUSTOMER, TicketStatus.PENDING_APPROVAL}:
             return locked
+        if spare_colleagues:
+            _not_a_colleagues(locked, user)
         if holder_seen is not ...:
             _colleague_took_it_since(locked, user, holder_seen, _NOTHING_CHANGED)  # type: ignore[arg-type]
         if locked.status != TicketStatus.WITH_HUMAN:
@@ -786,8 +792,9 @@ def ticket_resolve(
     user: AbstractBaseUser,
     seen_seq: int | None = None,
     holder_seen: int | None | object = ...,
+    spare_colleagues: bool = False,
 ) -> Ticket:
-    return _finish(ticket, user, TicketStatus.RESOLVED, seen_seq, holder_seen)
+    return _finish(ticket, user, TicketStatus.RESOLVED, seen_seq, holder_seen, spare_colleagues)
 
 
 def ticket_close(
@@ -796,8 +803,9 @@ def ticket_close(
     user: AbstractBaseUser,
     seen_seq: int | None = None,
     holder_seen: int | None | object = ...,
+    spare_colleagues: bool = False,
 ) -> Ticket:
-    return _finish(ticket, user, TicketStatus.CLOSED, seen_seq, holder_seen)
+    return _finish(ticket, user, TicketStatus.CLOSED, seen_seq, holder_seen, spare_colleagues)
 
 
 def _customer_messages_after(ticket: Ticket | int, seq: int) -> QuerySet[TicketEvent, Any]:
@@ -814,14 +822,22 @@ def customer_wrote_since(*, ticket: Ticket | int, seq: int) -> bool:
 
 
 def _finish(
-    ticket: Ticket | int, user: AbstractBaseUser, to_status: str, seen_seq: int | None, holder_seen: int | None | object
+    ticket: Ticket | int,
+    user: AbstractBaseUser,
+    to_status: str,
+    seen_seq: int | None,
+    holder_seen: int | None | object,
+    spare_colleagues: bool,
 ) -> Ticket:
     """Resolve or close. With ``seen_seq`` (the last timeline event the page showed), refused when the
     customer wrote since: a message the person never saw would be left unanswered on a ticket nobody
     watches. With ``holder_seen`` (who had the ticket by the page), refused when a colleague took it
-    since: it would end their live conversation. Pressed again from the page that shows it, it is done."""
+    since: it would end their live conversation. Pressed again from the page that shows it, it is done.
+    ``spare_colleagues``: as for ``ticket_hand_back``."""
     with transaction.atomic():
         locked = _locked(ticket)
+        if spare_colleagues:
+            _not_a_colleagues(locked, user)
         if holder_seen is not ...:
             _colleague_took_it_since(locked, user, holder_seen, _NOTHING_CHANGED)  # type: ignore[arg-type]
         if seen_seq is not None and _customer_messages_after(locked, seen_seq).exists():
@@ -927,6 +943,16 @@ def client_key(client_msg_id: str | None) -> str:
 
 
 _NOTHING_CHANGED = "nothing was changed. Read the page again, then choose."
+
+
+def _not_a_colleagues(ticket: Ticket, user: AbstractBaseUser) -> None:
+    """Refuse a ticket a colleague has, asked for where no page says who has it (a bulk action)."""
+    holder = ticket.assignee if ticket.status == TicketStatus.WITH_HUMAN else None
+    if holder is not None and holder.pk != user.pk:
+        raise InvalidTransition(
+            f"{holder.get_username()} has ticket #{ticket.pk} already; nothing was changed.",
+            code="invalid_transition",
+        )
 
 
 def _colleague_took_it_since(
