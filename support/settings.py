@@ -91,7 +91,7 @@ def env_list(name: str, default: list[str]) -> list[str]:
 DEBUG = env_bool("DEBUG", False)
 
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
-if not SECRET_KEY:
+if not SECRET_KEY.strip():  # blank is not set: spaces are no secret
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY is not set; it is required when DEBUG is off")
     SECRET_KEY = "dev-only-insecure-secret-key-set-SECRET_KEY-in-production"
@@ -537,6 +537,13 @@ _proxy_header = env_list("SECURE_PROXY_SSL_HEADER", [])
 if _proxy_header:
     if len(_proxy_header) != 2:
         raise ImproperlyConfigured("SECURE_PROXY_SSL_HEADER must be HEADER,VALUE, e.g. HTTP_X_FORWARDED_PROTO,https")
+    if not re.fullmatch(r"HTTP_[A-Z0-9_]+", _proxy_header[0]):
+        # Django looks the header up in request.META: named as on the wire it never matches, every
+        # request looks like plain HTTP, and SECURE_SSL_REDIRECT redirects forever.
+        raise ImproperlyConfigured(
+            f"SECURE_PROXY_SSL_HEADER={','.join(_proxy_header)!r}: name the header as Django reads it, "
+            "HTTP_ and the name in capitals with _ for -: HTTP_X_FORWARDED_PROTO,https"
+        )
     SECURE_PROXY_SSL_HEADER = (_proxy_header[0], _proxy_header[1])
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"

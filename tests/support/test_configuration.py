@@ -37,6 +37,27 @@ def start_django(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]
         ),
         ({"DATABASE_URL": "postgres://u@h/db", "REDIS_URL": "redis://h/0", "DEBUG": "maybe"}, "DEBUG='maybe'"),
         ({"DATABASE_URL": "postgres://u@h/db", "REDIS_URL": "redis://h/0", "DEBUG": "0"}, "SECRET_KEY is not set"),
+        # Blank is not set (it was taken as the key).
+        *(
+            (
+                {"DATABASE_URL": "postgres://u@h/db", "REDIS_URL": "redis://h/0", "DEBUG": "0", "SECRET_KEY": blank},
+                "SECRET_KEY is not set",
+            )
+            for blank in ["   ", "\t"]
+        ),
+        # A header named as on the wire was accepted, and never matched: every request looked like HTTP.
+        *(
+            (
+                {
+                    "DATABASE_URL": "postgres://u@h/db",
+                    "REDIS_URL": "redis://h/0",
+                    "DEBUG": "1",
+                    "SECURE_PROXY_SSL_HEADER": header,
+                },
+                f"SECURE_PROXY_SSL_HEADER={header!r}: name the header as Django",
+            )
+            for header in ["X-Forwarded-Proto,https", "x_forwarded_proto,https"]
+        ),
         (
             {
                 "DATABASE_URL": "postgres://u@h/db",
