@@ -70,9 +70,22 @@ class StrictOriginValidator:
         if scope["type"] == "websocket":
             headers = {name.decode("latin1").lower(): value.decode("latin1") for name, value in scope["headers"]}
             origin, host = headers.get("origin", ""), headers.get("host", "")
-            if not origin or not origin_allowed(origin, scheme=scope.get("scheme", "ws"), host_header=host):
+            if not origin or not origin_allowed(origin, scheme=_scheme(scope, headers), host_header=host):
                 return await _refuse(receive, send, CLOSE_FORBIDDEN_ORIGIN)
         return await self.application(scope, receive, send)
+
+
+def _scheme(scope: dict[str, Any], headers: dict[str, str]) -> str:
+    """The scheme the browser used, as Django's ``request.is_secure()`` reads it: behind a
+    TLS-terminating proxy, from SECURE_PROXY_SSL_HEADER (daphne leaves the scope's ``ws``), so the
+    page's own https origin is its socket's too."""
+    proxy_header = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    if proxy_header:
+        name, secure_value = proxy_header
+        value = headers.get(name.removeprefix("HTTP_").replace("_", "-").lower())
+        if value is not None:
+            return "wss" if value.split(",", 1)[0].strip() == secure_value else "ws"
+    return scope.get("scheme", "ws")
 
 
 async def _refuse(receive: Any, send: Any, code: int) -> None:

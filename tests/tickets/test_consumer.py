@@ -405,6 +405,39 @@ def test_a_socket_opens_only_from_an_exactly_allowed_origin(customer, ticket, se
     run(scenario)
 
 
+@pytest.mark.parametrize(
+    ("origin", "forwarded_proto", "allowed"),
+    [
+        ("https://support.example.com", "https", True),  # the site's own page, through the TLS proxy
+        ("https://support.example.com", "https, http", True),  # the first value counts, as Django reads it
+        ("http://support.example.com", "https", False),  # the socket came in over TLS: another scheme
+        ("https://support.example.com", "http", False),
+        ("http://support.example.com", None, True),  # no header: the scope's scheme (ws)
+    ],
+)
+def test_behind_a_tls_proxy_the_sites_own_https_page_opens_its_socket(
+    customer, ticket, settings, origin, forwarded_proto, allowed
+):  # noqa: ANN001
+    """The socket's scheme came from the ASGI scope, which daphne leaves at ws behind a proxy: the
+    page's own https origin was "another scheme" and refused (4403) unless listed in
+    CSRF_TRUSTED_ORIGINS. It is read from SECURE_PROXY_SSL_HEADER, as Django's forms read it."""
+    settings.ALLOWED_HOSTS = ["support.example.com"]
+    settings.CSRF_TRUSTED_ORIGINS = []
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    headers = [(b"host", b"support.example.com"), (b"origin", origin.encode()), session_cookie(customer)[-1]]
+    if forwarded_proto is not None:
+        headers.append((b"x-forwarded-proto", forwarded_proto.encode()))
+
+    async def scenario() -> None:
+        ws = socket(ticket.pk, headers=headers)
+        connected, code = await ws.connect()
+        if connected:
+            await ws.disconnect()
+        assert (connected, code if not connected else None) == (allowed, None if allowed else 4403)
+
+    run(scenario)
+
+
 # --- bad frames and paths: an error frame, a live connection ------------------------------------
 
 
