@@ -9,6 +9,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
@@ -114,6 +115,19 @@ TICKET_TRANSITIONS: dict[str, frozenset[str]] = {
 # The permission the staff inbox asks for (the "Support staff" group has it: staff.permissions).
 HANDLE_PERMISSION = "tickets.handle_ticket"
 
+
+def can_work_tickets() -> Q:
+    """Who may hold a ticket: active, with ``tickets.handle_ticket`` (the support staff group or a
+    direct grant), or a superuser. A ticket's assignee is one (the admin's autocomplete proposes
+    only them); one condition, not joins, so nobody is listed twice."""
+    app_label, codename = HANDLE_PERMISSION.split(".")
+    granted = Q(groups__permissions__codename=codename, groups__permissions__content_type__app_label=app_label) | Q(
+        user_permissions__codename=codename, user_permissions__content_type__app_label=app_label
+    )
+    people = get_user_model().objects.filter(Q(is_active=True) & (granted | Q(is_superuser=True)))
+    return Q(pk__in=people.values("pk"))
+
+
 # A person has the ticket, resolved it or closed it: the agent neither starts nor finishes a turn on it,
 # and nothing it left waiting (a refund approved or confirmed later) runs. A customer who writes on a
 # resolved ticket reopens it first.
@@ -138,7 +152,12 @@ class Ticket(models.Model):
     status = models.CharField(max_length=24, choices=TicketStatus.choices, default=TicketStatus.OPEN)
     priority = models.CharField(max_length=8, choices=TicketPriority.choices, default=TicketPriority.NORMAL)
     assignee = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="assigned_tickets"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="assigned_tickets",
+        limit_choices_to=can_work_tickets,
     )
     # A retried "open ticket" request carries the same reference and gets the same ticket.
     client_ref = models.CharField(max_length=100, null=True, blank=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Exists, JSONField, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Exists, JSONField, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
 from support import reads, rows
@@ -22,6 +22,7 @@ from tickets.models import (
     Ticket,
     TicketEvent,
     TicketRating,
+    can_work_tickets,
 )
 
 
@@ -211,13 +212,4 @@ def stream_posted(*, ticket: Ticket, stream: int) -> bool:
 
 def assignable_staff() -> QuerySet[AbstractBaseUser]:
     """People who can work tickets: the support staff group, direct grants, superusers."""
-    app_label, codename = HANDLE_PERMISSION.split(".")
-    granted = Q(groups__permissions__codename=codename, groups__permissions__content_type__app_label=app_label) | Q(
-        user_permissions__codename=codename, user_permissions__content_type__app_label=app_label
-    )
-    return (
-        get_user_model()
-        .objects.filter(Q(is_active=True) & (granted | Q(is_superuser=True)))
-        .distinct()
-        .order_by("username")
-    )
+    return get_user_model().objects.filter(can_work_tickets()).order_by("username")
