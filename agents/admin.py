@@ -31,7 +31,7 @@ from agents.selectors import refund_asked_on
 from agents.tasks import ring
 from agents.tools import REGISTRY
 from tickets import services as ticket_services
-from tickets.admin import OrderAdmin, ReadOnlyInline, TicketAdmin
+from tickets.admin import IdsChecked, OrderAdmin, ReadOnlyInline, TicketAdmin
 from tickets.models import Ticket
 from tickets.money import format_money
 
@@ -199,7 +199,7 @@ class ToolCallInline(ReadOnlyInline):
     show_change_link = True
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(IdsChecked):
     """The agent's ledger is written by the agent only."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -370,7 +370,7 @@ def activate_profile(modeladmin: admin.ModelAdmin, request: HttpRequest, queryse
 
 
 @admin.register(AgentProfile)
-class AgentProfileAdmin(admin.ModelAdmin):
+class AgentProfileAdmin(IdsChecked):
     """Open a version and save it to make the next one: the one opened is never changed."""
 
     form = AgentProfileForm

@@ -6,7 +6,7 @@ from django.contrib import admin, messages
 from agents.models import ApprovalPolicy, ToolApprovalRule
 from agents.profiles import active_profile, profile_follow_policy_tables
 from approvals.models import ApprovalRequest
-from tickets.admin import TicketAdmin
+from tickets.admin import IdsChecked, TicketAdmin
 
 
 class FollowsTheActiveVersion(forms.ModelForm):
@@ -39,7 +39,7 @@ def _tell_the_version(request, version) -> None:  # noqa: ANN001
 
 
 @admin.register(ApprovalPolicy)
-class ApprovalPolicyAdmin(admin.ModelAdmin):
+class ApprovalPolicyAdmin(IdsChecked):
     form = FollowsTheActiveVersion
     list_display = [
         "__str__",
@@ -63,7 +63,7 @@ class ApprovalPolicyAdmin(admin.ModelAdmin):
 
 
 @admin.register(ToolApprovalRule)
-class ToolApprovalRuleAdmin(admin.ModelAdmin):
+class ToolApprovalRuleAdmin(IdsChecked):
     form = FollowsTheActiveVersion
     list_display = ["tool_name", "requires_approval"]
 
@@ -87,7 +87,7 @@ def _fields_with_amount() -> list[str]:
 
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(admin.ModelAdmin):
+class ApprovalRequestAdmin(IdsChecked):
     list_display = ["id", "ticket", "tool_name", "amount", "status", "requested_at", "expires_at", "decided_by"]
     list_filter = ["status", "tool_name"]
     list_select_related = ["ticket", "decided_by"]

@@ -9,12 +9,14 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
+from django.contrib.admin.widgets import AutocompleteSelect
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Exists, Model, OuterRef, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_POST
@@ -38,6 +40,41 @@ from tickets.selectors import assignable_staff
 
 # Ticket ids are bigints; a longer number is not an id (and would overflow the query).
 _MAX_TICKET_ID = 2**63 - 1
+
+
+def _is_value_of(field: Any, value: Any) -> bool:
+    """Could ``value``, as a browser sent it, be stored in ``field`` (a primary key: a number, in range)?"""
+    try:
+        field.run_validators(field.to_python(value))
+    except ValidationError:
+        return False
+    return True
+
+
+class CheckedAutocompleteSelect(AutocompleteSelect):
+    """An autocomplete that shows again only values that can be ids: the form says "Select a valid
+    choice" for the others, and the page showing it again looked them up (ValueError, a 500)."""
+
+    def optgroups(self, name: str, value: list[Any], attr: dict[str, Any] | None = None) -> list[Any]:
+        to_field = self.field.remote_field.model._meta.get_field(self.field.remote_field.field_name)
+        return super().optgroups(name, [v for v in value if _is_value_of(to_field, v)], attr)
+
+
+class IdsChecked(admin.ModelAdmin):
+    """Ids a browser sends are checked before they reach a query (they were a 500): a bulk action's
+    selection that is not ids of these objects is a 400; an autocomplete's value that is not an id
+    is the form's own error."""
+
+    def response_action(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        if not all(_is_value_of(self.model._meta.pk, value) for value in selected):
+            return HttpResponseBadRequest("The selection is not ids of these objects; nothing was done.")
+        return super().response_action(request, queryset)
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if "widget" not in kwargs and db_field.name in self.get_autocomplete_fields(request):
+            kwargs["widget"] = CheckedAutocompleteSelect(db_field, self.admin_site, using=kwargs.get("using"))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -71,7 +108,7 @@ class OrderLineInline(admin.TabularInline):
 
 
 @admin.register(Order)
-class OrderAdmin(admin.ModelAdmin):
+class OrderAdmin(IdsChecked):
     list_display = ["number", "customer", "status", "total_amount", "payment_reference", "placed_at"]
     list_filter = ["status", "currency"]
     list_select_related = ["customer"]
@@ -272,7 +309,7 @@ class CustomerAdminForm(PageReadForm):
 
 
 @admin.register(Customer)
-class CustomerAdmin(admin.ModelAdmin):
+class CustomerAdmin(IdsChecked):
     form = CustomerAdminForm
     list_display = ["name", "email", "requires_refund_approval", "created_at"]
     list_filter = ["requires_refund_approval"]
@@ -309,7 +346,7 @@ class CustomerAdmin(admin.ModelAdmin):
 
 
 @admin.register(Ticket)
-class TicketAdmin(admin.ModelAdmin):
+class TicketAdmin(IdsChecked):
     form = TicketAdminForm
     list_display = ["id", "subject", "customer", "status", "priority", "assignee", "updated_at"]
     list_filter = ["status", "priority"]
@@ -421,7 +458,7 @@ class TicketAdmin(admin.ModelAdmin):
 
 
 @admin.register(TicketEvent)
-class TicketEventAdmin(admin.ModelAdmin):
+class TicketEventAdmin(IdsChecked):
     """The timeline is written by the services only; here it is read."""
 
     list_display = ["ticket", "seq", "kind", "actor_kind", "actor_user", "actor_ref", "created_at"]
@@ -440,7 +477,7 @@ class TicketEventAdmin(admin.ModelAdmin):
 
 
 @admin.register(HelpArticle)
-class HelpArticleAdmin(admin.ModelAdmin):
+class HelpArticleAdmin(IdsChecked):
     list_display = ["title", "slug", "updated_at"]
     search_fields = ["title", "body"]
     prepopulated_fields = {"slug": ["title"]}
