@@ -575,6 +575,12 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_VERBOSE = False
+# Behind TRUSTED_PROXY_COUNT reverse proxies every request comes from the nearest one: the client's
+# address is read from X-Forwarded-For (support.client_ip), for the lockout and the per-address
+# limits alike, or they would be one for the whole site.
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, maximum=10)
+AXES_CLIENT_IP_CALLABLE = "support.client_ip.client_ip"
+RATELIMIT_IP_META_KEY = "support.client_ip.client_ip"
 # Per-customer limits (django-ratelimit rates, e.g. "8/10s", "20/h"): over them, 429 and Retry-After.
 CUSTOMER_MESSAGE_RATE = env_rate("CUSTOMER_MESSAGE_RATE", "8/10s")
 CUSTOMER_TICKET_RATE = env_rate("CUSTOMER_TICKET_RATE", "10/h")
