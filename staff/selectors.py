@@ -53,8 +53,8 @@ def view_counts(*, user: AbstractBaseUser) -> dict[str, int]:
 
 
 def inbox(
-    *, user: AbstractBaseUser, view: str, status: str = "", assignee: str = "", query: str = "", limit: int = 200
-) -> list[Ticket]:
+    *, user: AbstractBaseUser, view: str, status: str = "", assignee: str = "", query: str = ""
+) -> QuerySet[Ticket]:
     """The tickets of one view, oldest first (the one left alone longest on top; in "rated", the
     latest rating first; in "all", the latest change first), filtered, each with its last message and
     the customer's rating.
@@ -94,7 +94,7 @@ def inbox(
         order = ["-updated_at", "-id"]  # looking one up: the latest first
     else:
         order = ["updated_at", "id"]
-    return list(tickets.order_by(*order)[:limit])
+    return tickets.order_by(*order)
 
 
 def orders_beside(*, ticket: Ticket) -> list[Order]:

@@ -12,10 +12,12 @@ import uuid
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -42,6 +44,10 @@ def staff_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     return wrapped
 
 
+# Tickets on one page of the inbox; the pages after it link on, with the view, search and filters.
+INBOX_PAGE_SIZE = 100
+
+
 @require_GET
 @staff_required
 def inbox(request: HttpRequest) -> HttpResponse:
@@ -52,11 +58,16 @@ def inbox(request: HttpRequest) -> HttpResponse:
     assignee = request.GET.get("assignee", "")
     query = request.GET.get("q", "")[:200]
     tickets = selectors.inbox(user=request.user, view=view, status=status, assignee=assignee, query=query)
+    page = Paginator(tickets, INBOX_PAGE_SIZE).get_page(request.GET.get("page"))
+    kept = {k: v for k, v in (("view", view), ("q", query), ("status", status), ("assignee", assignee)) if v}
     context = {
         "views": selectors.VIEWS,
         "view": view,
         "counts": selectors.view_counts(user=request.user),
-        "tickets": tickets,
+        "tickets": page.object_list,
+        "page": page,
+        "previous": urlencode({**kept, "page": page.previous_page_number()}) if page.has_previous() else "",
+        "next": urlencode({**kept, "page": page.next_page_number()}) if page.has_next() else "",
         "status": status,
         "assignee": assignee,
         "query": query,

@@ -10,6 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from agents.models import AgentRun, RunStatus
+from staff import views as staff_views
 from tests.conftest import make_customer, make_order
 from tests.staff.conftest import make_support_staff
 from tickets import presenters, selectors, services
@@ -133,6 +134,34 @@ def test_filters_by_status_and_assignee(person: Client, agent_person, customer):
     assert listed(status=TicketStatus.WITH_HUMAN) == {mine.pk}
     assert listed(assignee="maria") == {mine.pk}
     assert listed(assignee="none") == {free.pk}
+
+
+def test_every_ticket_of_a_view_is_on_a_page_and_the_pages_keep_the_search_and_filters(person: Client, monkeypatch):  # noqa: ANN001
+    """The inbox listed at most 200 tickets, with no next page and no notice: the newest of a long view
+    could be reached only by searching its number. It has pages, oldest first across them."""
+    monkeypatch.setattr(staff_views, "INBOX_PAGE_SIZE", 2, raising=False)
+    customer = make_customer()
+    ids = []
+    for n in range(5):
+        ticket, _ = services.ticket_open(customer=customer, subject=f"Kettle {n}", body="Help", client_ref=f"k{n}")
+        services.ticket_hand_to_person(ticket=ticket, reason="asked for a person")
+        ids.append(ticket.pk)
+    services.ticket_open(customer=customer, subject="Toaster", body="Help", client_ref="t")  # not found by "Kettle"
+
+    listed, link = [], reverse("staff:inbox") + "?view=needs_person&q=Kettle&status=with_human"
+    while link:
+        page = person.get(link)
+        assert page.status_code == 200
+        listed += [t.pk for t in page.context["tickets"]]
+        found = re.search(r'href="([^"]*)" rel="next"', page.content.decode())
+        link = found.group(1).replace("&amp;", "&") if found else ""
+        if link:
+            assert "q=Kettle" in link and "status=with_human" in link and "view=needs_person" in link
+    assert listed == ids  # each once, oldest first
+    assert "5 to 5 of 5" in page.content.decode()
+    assert [
+        t.pk for t in person.get(reverse("staff:inbox"), {"view": "needs_person", "page": "x"}).context["tickets"]
+    ] == ids[:2]
 
 
 def test_take_over_reply_and_hand_back_go_through_the_status_rules(
