@@ -105,7 +105,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "support.admin_site.SupportAdminConfig",  # Django's admin, its bulk actions' selections checked
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

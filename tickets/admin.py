@@ -9,18 +9,18 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.widgets import AutocompleteSelect
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Exists, Model, OuterRef, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_POST
 
+from support.admin_site import is_value_of
 from tickets import pages, services
 from tickets.models import (
     HANDLE_PERMISSION,
@@ -42,34 +42,19 @@ from tickets.selectors import assignable_staff
 _MAX_TICKET_ID = 2**63 - 1
 
 
-def _is_value_of(field: Any, value: Any) -> bool:
-    """Could ``value``, as a browser sent it, be stored in ``field`` (a primary key: a number, in range)?"""
-    try:
-        field.run_validators(field.to_python(value))
-    except ValidationError:
-        return False
-    return True
-
-
 class CheckedAutocompleteSelect(AutocompleteSelect):
     """An autocomplete that shows again only values that can be ids: the form says "Select a valid
     choice" for the others, and the page showing it again looked them up (ValueError, a 500)."""
 
     def optgroups(self, name: str, value: list[Any], attr: dict[str, Any] | None = None) -> list[Any]:
         to_field = self.field.remote_field.model._meta.get_field(self.field.remote_field.field_name)
-        return super().optgroups(name, [v for v in value if _is_value_of(to_field, v)], attr)
+        return super().optgroups(name, [v for v in value if is_value_of(to_field, v)], attr)
 
 
 class IdsChecked(admin.ModelAdmin):
-    """Ids a browser sends are checked before they reach a query (they were a 500): a bulk action's
-    selection that is not ids of these objects is a 400; an autocomplete's value that is not an id
-    is the form's own error."""
-
-    def response_action(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
-        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
-        if not all(_is_value_of(self.model._meta.pk, value) for value in selected):
-            return HttpResponseBadRequest("The selection is not ids of these objects; nothing was done.")
-        return super().response_action(request, queryset)
+    """Ids a browser sends are checked before they reach a query (they were a 500): an autocomplete's
+    value that is not an id is the form's own error. (A bulk action's selection is checked by the
+    site, ``support.admin_site``, for every model.)"""
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if "widget" not in kwargs and db_field.name in self.get_autocomplete_fields(request):

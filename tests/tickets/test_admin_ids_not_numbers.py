@@ -1,7 +1,7 @@
 """An id in an admin form or bulk action that is not a number (a garbled or hand-made request) is
 the form again with its error, or a 400, never a 500: the autocomplete fields (a ticket's assignee,
 an order's customer) looked the value up to show the form again (ValueError), and a bulk action's
-selection went into its query as it came."""
+selection went into its query as it came (on Django's own lists too: users, groups, lockouts)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,9 @@ def test_an_order_saved_with_a_customer_that_is_not_an_id_is_the_form_again(adm:
         ("/admin/tickets/ticket/", "delete_selected"),
         ("/admin/tickets/customer/", "review_every_refund"),
         ("/admin/agents/refund/", "reconcile_refunds"),
+        ("/admin/auth/user/", "delete_selected"),  # Django's own lists too
+        ("/admin/auth/group/", "delete_selected"),
+        ("/admin/axes/accessattempt/", "delete_selected"),
     ],
 )
 def test_a_bulk_action_on_a_selection_that_is_not_ids_is_refused(adm: Client, ticket: Ticket, changelist, action):  # noqa: ANN001
