@@ -24,6 +24,7 @@ from agents.lease import Lease
 from agents.models import (
     CALL_TRANSITIONS,
     FINAL_CALL_STATUSES,
+    NOT_RUN,
     PAUSED_CALL_STATUSES,
     AgentRun,
     ApprovalDecision,
@@ -203,7 +204,7 @@ def calls_close_waiting(*, lease: Lease, run_id: int, reason: str) -> list[ToolC
             asked_the_customer = call.status == CallStatus.AWAITING_CONFIRMATION
             status = CallStatus.CANCELLED if asked_the_customer else CallStatus.FAILED
             check_transition(call, status)
-            call.status, call.error, call.finished_at = status, f"not run: {reason}"[:2000], timezone.now()
+            call.status, call.error, call.finished_at = status, f"{NOT_RUN}: {reason}"[:2000], timezone.now()
             call.result = {"status": "not_run", "note": f"The run ended before this call: {reason}"[:500]}
             call.save(update_fields=["status", "result", "error", "finished_at"])
             _call_finished_event(call, status, call.error)

@@ -33,6 +33,7 @@ from agents import services as agent_services
 from agents.calls import arguments_digest
 from agents.lease import Lease
 from agents.models import (
+    NOT_RUN,
     PAUSED_CALL_STATUSES,
     AgentRun,
     CallStatus,
@@ -219,7 +220,7 @@ def confirmation_decide(
             raise ConfirmationClosed("There is no such question on this ticket.", code="not_found")
         # The same answer again is the first one's result, while it stands: not once the call was
         # closed unrun (a person took the ticket, the run ended), which is said as for a first answer.
-        closed_unrun = wanted == ConfirmationDecision.CONFIRMED and call.error.startswith("not run")
+        closed_unrun = wanted == ConfirmationDecision.CONFIRMED and call.error.startswith(NOT_RUN)
         if call.confirmation_decision is not None and not (call.confirmation_decision == wanted and closed_unrun):
             if call.confirmation_decision == wanted:
                 return wanted

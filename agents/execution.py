@@ -35,7 +35,9 @@ from agents.confirmation import (
 from agents.lease import Lease, LeaseLost
 from agents.models import (
     FINAL_CALL_STATUSES,
+    NOT_RUN,
     PAUSED_RUN_STATUSES,
+    PERSON_TOOK_OVER,
     AgentRun,
     CallStatus,
     ModelStep,
@@ -201,7 +203,7 @@ def execute(p: Pass, call: ToolCall, *, again: bool = False) -> ToolCall:
             lease=p.lease, call=call, status=CallStatus.FAILED, result=None, error=f"unknown tool {call.name}"
         )
     if call.name not in p.enabled_tools:
-        error = f"not run: {not_enabled(call.name, p.run.profile.version if p.run.profile_id else None)}"
+        error = f"{NOT_RUN}: {not_enabled(call.name, p.run.profile.version if p.run.profile_id else None)}"
         return calls.call_finish(lease=p.lease, call=call, status=CallStatus.FAILED, result=None, error=error)
     if call.replay_policy == ReplayPolicy.SAFE and may_execute(call) and not again:
         outcome = _run_handler(p.lease, call, tool, ToolContext(ticket=p.ticket, call=call))
@@ -263,7 +265,7 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
             call=call,
             status=CallStatus.FAILED,
             result=None,
-            error=f"not run: {not_enabled(call.name, version)}",
+            error=f"{NOT_RUN}: {not_enabled(call.name, version)}",
         )
         return
     if call.replay_policy != ReplayPolicy.SAFE and person_took_the_ticket_since(
@@ -277,7 +279,7 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
                 lease, call, CallStatus.UNCERTAIN,
                 "not tried again: a person took the ticket over; an earlier attempt may have happened",
             )  # fmt: skip
-        _leave_to_the_person(lease, call, CallStatus.FAILED, "not run: a person took the ticket over")
+        _leave_to_the_person(lease, call, CallStatus.FAILED, f"{NOT_RUN}: {PERSON_TOOK_OVER}")
     if again:
         call = calls.call_retry(lease=lease, call=call)
     ctx = dataclasses.replace(ctx, lease=lease)

@@ -37,6 +37,8 @@ class TicketLease(models.Model):
 
 # The outcome of a run that ended because a person took the ticket over, resolved or closed it.
 PERSON_TOOK_OVER = "a person took the ticket over"
+# How the error of a call closed without running begins (a retried answer or decision finds it by it).
+NOT_RUN = "not run"
 
 
 class RunStatus(models.TextChoices):

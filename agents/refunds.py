@@ -55,6 +55,7 @@ from agents.lease import ticket_lease_held
 from agents.models import (
     ACTIVE_RUN_STATUSES,
     FINAL_CALL_STATUSES,
+    NOT_RUN,
     OPEN_REFUND_STATUSES,
     PERSON_TOOK_OVER,
     REFUND_TRANSITIONS,
@@ -507,7 +508,7 @@ def _stop_for_a_person(refund: Refund | None) -> NoReturn:
     reached the provider already is left uncertain for the reconciler (the provider's record
     wins); one that never did is not sent."""
     if refund is None or refund.status in {RefundStatus.REQUESTED, RefundStatus.FAILED}:
-        raise ToolStopped("not run: a person took the ticket over")
+        raise ToolStopped(f"{NOT_RUN}: {PERSON_TOOK_OVER}")
     _give_up(
         refund,
         RefundStatus.UNCERTAIN,

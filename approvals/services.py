@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from agents.approval import arguments_digest
 from agents.calls import call_record_decision
-from agents.models import AgentRun, ApprovalDecision, ModelStep, ToolCall
+from agents.models import NOT_RUN, AgentRun, ApprovalDecision, ModelStep, ToolCall
 from agents.profiles import policy_values, profile_of
 from agents.selectors import person_took_the_ticket_since, refunded_total_cents
 from agents.tasks import ring
@@ -193,7 +193,7 @@ def approval_decide(
         if approval.status == wanted and approval.decided_by_id == user.pk:
             # The same decision sent again (a retried POST): the original result, while it stands;
             # once the run ended with the call unrun, that is said, as for a first decision.
-            if ToolCall.objects.filter(pk=approval.tool_call_id, error__startswith="not run").exists():
+            if ToolCall.objects.filter(pk=approval.tool_call_id, error__startswith=NOT_RUN).exists():
                 raise ApprovalClosed(
                     "The agent no longer waits for this decision (its run ended); nothing was changed.",
                     code="withdrawn",

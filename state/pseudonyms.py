@@ -10,12 +10,15 @@ Personal data of a customer, replaced unless the export is asked to include it:
 Kept: order numbers, amounts and statuses, the agent's and staff's own words, tool
 arguments and results (a reply may still say in other words what the customer wrote).
 
-Only free text is searched: text and JSON columns (a JSON value that is itself JSON, as a model's
-tool call arguments are, is searched as decoded). Codes are never rewritten, whatever the customer
-wrote: choice columns (a status, a decision), keys and names of things (an event's kind), a JSON
-value under a key in ``CODE_KEYS``, and users. A user is carried by login; a customer's login is
-replaced by their pseudonym by the customer's id, and no one else's is changed (a staff member
-called ``sam`` stays ``sam`` when a customer is called Sam).
+Only the columns declared in ``WORDS_COLUMNS`` and ``RECORD_COLUMNS`` are searched (a JSON value that
+is itself JSON, as a model's tool call arguments are, is searched as decoded). A record (a run's
+outcome, a call's error) mixes the product's markers, which the money rules look up again ("a person
+took the ticket over", "not run": ``MARKERS``), with words it quotes (a tool's error names what the
+model passed): the markers are kept whatever the customer wrote, the rest is searched. Codes are never
+rewritten: choice columns (a status, a decision), keys and names of things (an event's kind), the
+columns in ``CODE_COLUMNS``, a JSON value under a key in ``CODE_KEYS``, and users. A user is carried
+by login; a customer's login is replaced by their pseudonym by the customer's id, and no one else's is
+changed (a staff member called ``sam`` stays ``sam`` when a customer is called Sam).
 
 Secrets are never carried at all: a value of any setting in ``SECRET_SETTINGS`` found in
 any row is replaced by ``[withheld: NAME]``; the manifest lists the names only.
@@ -36,7 +39,8 @@ from django.conf import settings
 from django.db import connection, models
 from django.db.models import Field
 
-from agents.calls import arguments_digest
+from agents.calls import CRASHED_PREFIX, arguments_digest
+from agents.models import NOT_RUN, PERSON_TOOK_OVER
 from state.rows import Row, columns, is_user_column, key_of
 
 PSEUDONYM_DOMAIN = "pseudonymised.invalid"
@@ -66,6 +70,32 @@ CODE_KEYS = frozenset(
         "type",
     }
 )
+# The text and JSON columns of the personal parts, each declared once: someone's words (searched), the
+# product's records (searched around their markers) or its codes (never changed). A customer who once
+# wrote "a person" or "the ticket" must not rewrite the record of a person's stop of a refund; a new
+# column goes in one of them (tests/state/test_pseudonymised_bundle_keeps_the_products_records.py checks).
+WORDS_COLUMNS: dict[str, frozenset[str]] = {
+    "tickets.Message": frozenset({"body"}),
+    "tickets.TicketRating": frozenset({"comment"}),
+    "tickets.TicketEvent": frozenset({"payload"}),
+    "agents.ModelStep": frozenset({"request_messages", "response_text", "tool_calls"}),
+    "agents.ToolCall": frozenset({"arguments", "result", "approval_reason", "approval_note", "confirmation_text"}),
+    "agents.Refund": frozenset({"reason"}),
+    "approvals.ApprovalRequest": frozenset({"arguments", "reason", "agent_reasoning", "evidence", "note"}),
+}
+RECORD_COLUMNS: dict[str, frozenset[str]] = {
+    "agents.AgentRun": frozenset({"outcome", "last_error"}),
+    "agents.ModelStep": frozenset({"error"}),
+    "agents.ToolCall": frozenset({"error"}),
+    "agents.Refund": frozenset({"error"}),
+}
+CODE_COLUMNS: dict[str, frozenset[str]] = {
+    "agents.AgentRun": frozenset({"input_message_ids", "epochs", "recovery_notes"}),
+}
+# What the product writes into its records and finds them by again (agents.refunds, agents.calls,
+# agents.confirmation, approvals.services): never changed, whatever the customer wrote.
+MARKERS = (PERSON_TOOK_OVER, CRASHED_PREFIX, NOT_RUN)
+_MARKER = re.compile("(" + "|".join(re.escape(m) for m in sorted(MARKERS, key=len, reverse=True)) + ")")
 # Keys that are codes at the top of an event's payload (a status change's statuses) but may hold
 # words further in (an edit's subject, from and to).
 TOP_CODE_KEYS = frozenset({"from", "to"})
@@ -137,8 +167,9 @@ def _embedded_json(text: str) -> dict | list | None:
     return value if isinstance(value, dict | list) else None
 
 
-def _free_text(field: Field) -> bool:
-    """Can the column hold anyone's words? Text and JSON columns; not a choice, a key or a name."""
+def free_text(field: Field) -> bool:
+    """Can the column hold anyone's words? Text and JSON columns; not a choice, a key or a name.
+    Each of the personal parts' is declared in ``WORDS_COLUMNS``, ``RECORD_COLUMNS`` or ``CODE_COLUMNS``."""
     return isinstance(field, models.TextField | models.JSONField) and not field.choices
 
 
@@ -150,6 +181,10 @@ def _replacer(terms: dict[str, str], *, words: bool, ignore_case: bool) -> Calla
     pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)" if words else f"(?:{alternatives})", flags)
     lookup = {t.casefold() if ignore_case else t: v for t, v in terms.items()}
     return lambda text: pattern.sub(lambda m: lookup[m.group(0).casefold() if ignore_case else m.group(0)], text)
+
+
+def _alternating(pieces: list[str]) -> Iterable[tuple[bool, str]]:
+    return ((n % 2 == 1, piece) for n, piece in enumerate(pieces))
 
 
 def _product_words() -> frozenset[str]:
@@ -221,6 +256,11 @@ def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_label
     def change(text: str) -> str:
         return named(files(quoted(text)))
 
+    def change_around_markers(text: str) -> str:
+        # split() with a group: the markers at the odd places, the text between them at the even.
+        pieces = _MARKER.split(text)
+        return "".join(piece if odd else change(piece) for odd, piece in _alternating(pieces))
+
     # An order number in arguments and results is what the money rules find earlier requests by (a
     # person's stop, a second refund on the order): kept as it is when it is one of the bundle's orders,
     # whatever customer's words it happens to equal. Anything else there is changed as everywhere.
@@ -232,12 +272,16 @@ def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_label
 
     for label in personal_labels:
         fields = columns(apps.get_model(label))
-        texts_at = [key_of(f) for f in fields if _free_text(f)]
+        words_at = sorted(WORDS_COLUMNS.get(label, ()))
+        records_at = sorted(RECORD_COLUMNS.get(label, ()))
         users_at = [key_of(f) for f in fields if is_user_column(f)]
         for row in rows.get(label, []):
-            for key in texts_at:
+            for key in words_at:
                 if key in row:
                     row[key] = _walk(row[key], change, keep)
+            for key in records_at:
+                if isinstance(row.get(key), str):
+                    row[key] = change_around_markers(row[key])
             for key in users_at:
                 if row.get(key) is not None:
                     row[key] = logins.get(row[key], row[key])

@@ -76,3 +76,49 @@ def test_a_refund_a_person_stopped_is_reviewed_when_asked_again_after_a_pseudony
         f"the stopped call now reads {stopped.arguments}; the new call is {again.status}, the provider paid "
         f"{[r['amount'] for r in paid(sandbox, Order.objects.get(number='ORD-24010'))]} unreviewed"
     )
+
+
+@pytest.mark.parametrize("words", ["a person", "the ticket"])
+def test_a_refund_a_person_stopped_is_reviewed_after_a_pseudonymised_move_when_the_customer_wrote_its_words(
+    tmp_path,
+    sandbox,
+    person,
+    words,  # noqa: ANN001
+):
+    """A customer who once wrote "a person" or "the ticket" (8+ characters, so withheld wherever the
+    bundle repeats it) rewrote the run's outcome and the call's error, "a person took the ticket over",
+    by which ``_stopped_before`` finds the stop: asked again after the move, the refund was paid unreviewed."""
+    customer = make_customer()
+    order_for(customer, "PX-5501", 5000, sandbox)
+    model = AsksForTheRefund("PX-5501", 5000)
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $50.00 on order PX-5501, it broke"
+    )
+    ticket_services.message_post(
+        ticket=ticket.pk, author_kind=AuthorKind.CUSTOMER, author_user=customer.user, body=words
+    )
+    advance(ticket.pk, model=model)  # the refund waits for the customer's Confirm
+    ticket_services.ticket_take_over(ticket=ticket.pk, user=person)  # a person stops it
+    advance(ticket.pk, model=model)
+    (first,) = refund_calls(ticket)
+    assert first.status == CallStatus.CANCELLED and "a person took the ticket over" in first.error
+
+    path = export(tmp_path, ticket)  # the default bundle: pseudonymised
+    empty_the_ledger()
+    restore(path)
+
+    customer = Customer.objects.get(pk=customer.pk)
+    again_ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $50.00 on order PX-5501"
+    )
+    advance(again_ticket.pk, model=model)
+    (again,) = refund_calls(again_ticket)
+    if again.status == CallStatus.AWAITING_CONFIRMATION:
+        confirm(again_ticket, again)
+        advance(again_ticket.pk, model=model)
+    again.refresh_from_db()
+    assert again.approval_required, (
+        f"a refund a person stopped was asked again after a pseudonymised move and not sent to staff; the stopped "
+        f"call's error reads {refund_calls(ticket)[0].error!r}, the provider paid "
+        f"{[r['amount'] for r in paid(sandbox, Order.objects.get(number='PX-5501'))]} unreviewed"
+    )
