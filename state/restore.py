@@ -389,9 +389,11 @@ def _write(
             objects = [instance(part.model, row, user_ids) for row in plan.insert[part.label]]
             part.model.objects.bulk_create(objects, batch_size=500)
             report.inserted[part.label] = len(objects)
-        if active is not None:
-            _keep_the_active_version(active, report)
+        # Past the restored ids before anything else is created here: a row made by the restore
+        # itself (the active profile version) would otherwise take a restored row's id.
         with connection.cursor() as cursor:
             for sql in connection.ops.sequence_reset_sql(no_style(), [p.model for p in PARTS]):
                 cursor.execute(sql)
+        if active is not None:
+            _keep_the_active_version(active, report)
         transaction.on_commit(forget_key_blocks)

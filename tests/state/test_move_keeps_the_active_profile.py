@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from agents.models import ApprovalPolicy, Refund, RunStatus
+from agents.models import AgentProfile, AgentRun, ApprovalPolicy, Refund, RunStatus
 from agents.profiles import active_profile, profile_new_version
 from agents.runner import advance
-from tests.state.conftest import export
+from tests.state.conftest import export, paused_ticket
 from tests.state.test_bundle import ask, customer_with_paid_order, empty_the_ledger, restore
 from tickets import services as ticket_services
 
@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
 
 
 def test_moving_a_deployment_keeps_the_approval_threshold_in_force(tmp_path, sandbox):
+    empty_the_ledger()  # the deployment from its start: its profile ids begin at 1, as a new one's do
     customer, _ = customer_with_paid_order(sandbox, "P-1001", 4999)
     ticket = ask(customer, "Where is my order P-1001?")  # a run pinned to version 1 ($200 threshold)
     # The operator then makes refunds above $100 need a staff review: version 2, active.
@@ -43,3 +44,20 @@ def test_moving_a_deployment_keeps_the_approval_threshold_in_force(tmp_path, san
         f"{list(Refund.objects.filter(ticket=fresh).values_list('status', 'amount_cents'))}"
     )
     assert not [r for r in sandbox.refunds() if r["payment_intent"] == order.payment_reference]
+
+
+def test_a_run_started_before_the_profile_changed_restores_into_a_new_deployment(tmp_path):
+    """What broke: a ticket whose run is pinned to version 1, exported after version 2 was made active,
+    could not be restored into a new database ("duplicate key ... agents_agentprofile_pkey"): the restore
+    made version 2 before moving the id sequences past the restored version 1, so it took id 1 again."""
+    empty_the_ledger()  # the deployment from its start: version 1 is id 1
+    ticket, _ = paused_ticket()
+    profile_new_version(changes={"system_prompt": "Version two."}, user=None)
+    path = export(tmp_path, ticket, include_personal_data=True)
+
+    empty_the_ledger()  # the new deployment, migrated, nothing used yet
+    restore(path)
+
+    assert AgentRun.objects.get(ticket_id=ticket.pk).profile.version == 1
+    assert AgentProfile.objects.get(is_active=True).version == 2
+    assert AgentProfile.objects.get(is_active=True).system_prompt == "Version two."
