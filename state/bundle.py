@@ -19,6 +19,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,12 @@ def read(path: Path) -> Bundle:
             problems.append(f"{name} has {lines} rows; the manifest says {entry['rows']}")
     for name in sorted(set(files) - listed):
         problems.append(f"{name} is not in the manifest")
+    # A part is read from one entry: listed twice (an empty file first, say), which one holds its rows?
+    entries = [entry for entry in parts if not _part_entry_problem(entry)]
+    for key, what in (("label", "the part"), ("file", "the file")):
+        for value, count in sorted(Counter(entry[key] for entry in entries).items()):
+            if count > 1:
+                problems.append(f"{MANIFEST}: {what} {value} is listed {count} times")
     if problems:
         raise BundleError(problems)
     return Bundle(manifest=manifest, files=files)

@@ -16,9 +16,10 @@ from typing import Any
 from django.db import connection
 
 from agents.calls import arguments_digest
+from agents.models import CallStatus
 from state import bundle
 from state.export import collect
-from state.parts import PARTS, USERS_LABEL, Selection, is_user_model, missing_parts, part_named
+from state.parts import PARTS, REFUND_TOOL, USERS_LABEL, Selection, is_user_model, missing_parts, part_named
 from state.rows import Row, columns, is_user_column
 from tickets.money import format_money
 
@@ -135,6 +136,7 @@ def ledger_checks(rows: dict[str, list[Row]]) -> list[Check]:
         _one_refund_per_key(rows),
         _approved_before_paid(rows),
         _refund_as_asked(rows),
+        _every_paid_call_has_its_refund(rows),
         _gapless(rows),
     ]
 
@@ -164,6 +166,17 @@ def _refund_as_asked(rows: dict[str, list[Row]]) -> Check:
             check.violations.append(
                 f"refund {refund['idempotency_key']}: {refund['amount_cents']} cents, its call asked for {asked!r}"
             )
+    return check
+
+
+def _every_paid_call_has_its_refund(rows: dict[str, list[Row]]) -> Check:
+    """A refund call that succeeded made its refund row before it asked the provider: without that row
+    (cut from its part), a restored order would show nothing paid back and could be refunded again."""
+    check = Check("every refund call that ran has its refund")
+    refunded = {r.get("tool_call_id") for r in rows["agents.Refund"]}
+    for call in rows["agents.ToolCall"]:
+        if call["name"] == REFUND_TOOL and call["status"] == CallStatus.SUCCEEDED and call["id"] not in refunded:
+            check.violations.append(f"tool call {call['id']} ({REFUND_TOOL}, succeeded) has no refund in the bundle")
     return check
 
 

@@ -77,3 +77,40 @@ def test_a_manifest_without_a_key_is_reported_not_a_traceback(tmp_path, key):  #
 
     status, out = verify(path)
     assert status == 1 and f"the manifest has no '{key}'" in out, out
+
+
+def test_a_part_listed_twice_is_refused_not_read_from_its_first_entry(tmp_path, sandbox):  # noqa: ANN001
+    """What broke: a manifest listing the refunds part twice, an empty file first, was read from its
+    first entry: restored, the order showed nothing paid back and could be refunded again."""
+    ticket, _ = paid_after_approval(sandbox)
+    path = export(tmp_path, ticket, include_personal_data=True)
+    (path / "parts" / "agents.Refund.empty.jsonl").write_bytes(b"")
+    manifest = json.loads((path / bundle.MANIFEST).read_text())
+    at = next(i for i, p in enumerate(manifest["parts"]) if p["label"] == "agents.Refund")
+    manifest["parts"].insert(
+        at,
+        {"label": "agents.Refund", "file": "parts/agents.Refund.empty.jsonl", "rows": 0, "sha256": bundle.sha256(b"")},
+    )
+    write_manifest(path, manifest)
+
+    status, out = verify(path)
+    assert status == 1 and "agents.Refund is listed 2 times" in out, out
+    empty_the_ledger()
+    with pytest.raises(CommandError, match="agents.Refund is listed 2 times"):
+        restore(path)
+    assert not Refund.objects.exists()
+
+
+def test_a_paid_refund_call_whose_refund_row_was_cut_is_reported_and_not_restored(tmp_path, sandbox):  # noqa: ANN001
+    """What broke: the refunds part kept but its rows cut (digests rewritten) passed verify: the call
+    says the refund was paid, the bundle holds no refund, and restored, the order could be refunded again."""
+    ticket, _ = paid_after_approval(sandbox)
+    path = export(tmp_path, ticket, include_personal_data=True)
+    rewrite_part(path, "agents.Refund", lambda rows: [])
+
+    status, out = verify(path)
+    assert status == 1 and "every refund call that ran has its refund" in out, out
+    empty_the_ledger()
+    with pytest.raises(CommandError, match="has no refund in the bundle"):
+        restore(path)
+    assert not Refund.objects.exists()
