@@ -177,10 +177,13 @@ def _replacer(terms: dict[str, str], *, words: bool, ignore_case: bool) -> Calla
     if not terms:
         return lambda text: text
     flags = re.IGNORECASE if ignore_case else 0
-    alternatives = "|".join(re.escape(t) for t in sorted(terms, key=lambda t: (-len(t), t)))
+    ordered = sorted(terms, key=lambda t: (-len(t), t))
+    # Each term its own group: what matched is known by the group, not by folding the match's case again
+    # (the regex matches "YILMAZ" to "Yılmaz", but they casefold to "yilmaz" and "yılmaz").
+    alternatives = "|".join(f"(?P<t{n}>{re.escape(t)})" for n, t in enumerate(ordered))
     pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)" if words else f"(?:{alternatives})", flags)
-    lookup = {t.casefold() if ignore_case else t: v for t, v in terms.items()}
-    return lambda text: pattern.sub(lambda m: lookup[m.group(0).casefold() if ignore_case else m.group(0)], text)
+    values = [terms[t] for t in ordered]
+    return lambda text: pattern.sub(lambda m: values[int(str(m.lastgroup)[1:])], text)
 
 
 def _alternating(pieces: list[str]) -> Iterable[tuple[bool, str]]:
