@@ -154,6 +154,61 @@ def _part_entry_problem(entry: object) -> str:
     return f"part {entry.get('file')!r}: {', '.join(wrong)} of the wrong type" if wrong else ""
 
 
+# What a manifest of this release always carries (state.export writes them all), and what each is;
+# "migrations", "profiles" and "active_profile" are checked where there (their readers say what
+# their absence means). Checked once here: no reader of the manifest meets a value of another type.
+MANIFEST_KEYS = ("format_version", "created_at", "app", "personal_data", "selection", "counts", "tools", "settings",
+                 "secrets")  # fmt: skip
+
+
+def _is_list_of(value: Any, kind: type) -> bool:
+    return isinstance(value, list) and all(isinstance(v, kind) and not isinstance(v, bool) for v in value)
+
+
+def _is_map_of(value: Any, check: Any) -> bool:
+    return isinstance(value, dict) and all(check(v) for v in value.values())
+
+
+def _manifest_problems(manifest: dict[str, Any]) -> list[str]:
+    """Why the manifest is not one this release writes: a key left out, or a value of another type."""
+    absent = [f"the manifest has no {key!r}" for key in MANIFEST_KEYS if key not in manifest]
+    app, selection, secrets = manifest.get("app"), manifest.get("selection"), manifest.get("secrets")
+    shapes = {
+        "created_at": isinstance(manifest.get("created_at"), str),
+        "app": isinstance(app, dict)
+        and all(isinstance(app.get(k), str) for k in ("name", "version"))
+        and isinstance(app.get("revision"), str | None),
+        "personal_data": isinstance(manifest.get("personal_data"), bool),
+        "selection": isinstance(selection, dict)
+        and _is_list_of(selection.get("tickets"), int)
+        and all(isinstance(selection.get(k), bool) for k in ("all", "open_only"))
+        and _is_list_of(selection.get("carried_for_refunds", []), int),
+        "counts": _is_map_of(manifest.get("counts"), lambda n: isinstance(n, int) and not isinstance(n, bool)),
+        "tools": _is_map_of(
+            manifest.get("tools"),
+            lambda t: (
+                isinstance(t, dict)
+                and isinstance(t.get("replay_policy"), str)
+                and isinstance(t.get("policy_may_ask_approval"), bool)
+            ),
+        ),
+        "settings": isinstance(manifest.get("settings"), dict),
+        "secrets": isinstance(secrets, dict)
+        and _is_list_of(secrets.get("not_included"), str)
+        and _is_map_of(secrets.get("withheld_from_rows"), lambda n: isinstance(n, int)),
+        "migrations": _is_map_of(manifest.get("migrations", {}), lambda names: _is_list_of(names, str)),
+        "profiles": _is_list_of(manifest.get("profiles", []), int),
+        "active_profile": isinstance(manifest.get("active_profile"), dict | None),
+    }
+    wrong = [
+        f"the manifest's {key!r} is not what this release writes there ({type(manifest[key]).__name__}: "
+        f"{json.dumps(manifest[key], default=str)[:60]})"
+        for key, ok in shapes.items()
+        if key in manifest and not ok
+    ]
+    return absent + wrong
+
+
 def read(path: Path) -> Bundle:
     """Read a bundle and check every byte of it: the manifest's digest, the format, every part's
     digest and row count, no file missing and none unaccounted for. Raises ``BundleError``."""
@@ -181,6 +236,7 @@ def read(path: Path) -> Bundle:
     parts = manifest.get("parts", [])
     if not isinstance(parts, list):
         raise BundleError([*problems, f"{MANIFEST}: its parts are not a list"])
+    problems += _manifest_problems(manifest)
     listed = {MANIFEST, MANIFEST_DIGEST}
     for entry in parts:
         shape = _part_entry_problem(entry)

@@ -25,7 +25,6 @@ from django.contrib.auth.models import Group
 from django.core.management.color import no_style
 from django.db import DataError, IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
-from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 
 from agents.models import AgentProfile
@@ -39,11 +38,8 @@ from state.rows import (
     instance,
     is_user_column,
     key_of,
-    row_problems,
-    unknown_keys,
-    user_row_problems,
 )
-from state.verify import ledger_checks, references
+from state.verify import bundle_row_problems, ledger_checks, references
 from support.rows import forget_key_blocks
 
 ON_CONFLICT = ("fail", "skip")
@@ -70,13 +66,6 @@ class RestoreReport:
 
 def _check_release(b: bundle.Bundle) -> list[str]:
     problems = []
-    known = {p.label for p in PARTS} | {USERS_LABEL}
-    for label in b.labels:
-        if label not in known:
-            problems.append(
-                f"the bundle has a table this release does not know ({label}); restore it with the release "
-                f"that wrote it ({b.manifest['app'].get('version')}) or later"
-            )
     apps_in_bundle = {label.split(".")[0] for label in b.labels}
     applied = set(MigrationRecorder(connection).applied_migrations())
     for app, names in sorted(b.manifest.get("migrations", {}).items()):
@@ -93,34 +82,6 @@ def _check_release(b: bundle.Bundle) -> list[str]:
     if pending:
         problems.append(f"this database has {len(pending)} migration(s) not applied; run manage.py migrate first")
     return problems
-
-
-def _columns_of_the_bundle(b: bundle.Bundle) -> dict[str, set[str]]:
-    """Each part's columns that its table had at the migrations the bundle was written at: every row
-    carries them all. Only a column added by a later migration of this release may be left out (it
-    takes its default); at the same migrations, a row without a column was edited or cut."""
-    listed = b.manifest.get("migrations")
-    listed = listed if isinstance(listed, dict) else {}
-    loader = MigrationLoader(connection)
-    nodes = [
-        (app, name)
-        for app, names in listed.items()
-        if isinstance(names, list)
-        for name in names
-        if (app, name) in loader.graph.nodes
-    ]
-    then = loader.project_state(nodes, at_end=True)
-    required: dict[str, set[str]] = {}
-    for part in PARTS:
-        meta = part.model._meta
-        keys = {key_of(f): f.name for f in columns(part.model)}
-        if meta.app_label not in listed:
-            required[part.label] = set(keys)  # the manifest does not say: nothing may be left out
-            continue
-        historical = then.models.get((meta.app_label, meta.model_name))
-        had = historical.fields if historical is not None else {}
-        required[part.label] = {key for key, name in keys.items() if name in had}
-    return required
 
 
 def _staff_here(user: Any) -> bool:
@@ -325,25 +286,11 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
     if missing:
         problems.append(f"the bundle does not carry these parts: {', '.join(missing)}")
     rows: dict[str, Any] = {label: b.rows(label) for label in b.labels}
-    required = _columns_of_the_bundle(b)
-    malformed: list[str] = []
-    for part in PARTS:
-        for row in rows.setdefault(part.label, []):
-            if not isinstance(row, dict):
-                malformed.append(f"{part.label}: a row that is not an object ({type(row).__name__})")
-                continue
-            extra = unknown_keys(part.model, row)
-            if extra:
-                problems.append(
-                    f"{part.label} rows have columns this release does not know: {', '.join(sorted(extra))}"
-                )
-                break
-            malformed += row_problems(part.model, row, required=required[part.label])
-    for user in rows.setdefault(USERS_LABEL, []):
-        malformed += user_row_problems(user)
+    for label in [*(part.label for part in PARTS), USERS_LABEL]:
+        rows.setdefault(label, [])
+    malformed = bundle_row_problems(b, rows)
     if malformed:
-        problems += malformed[:20] + ([f"and {len(malformed) - 20} more such problems"] if len(malformed) > 20 else [])
-        raise RestoreRefused(problems)  # what follows reads the rows, which are not what they should be
+        raise RestoreRefused(problems + malformed)  # what follows reads the rows, which are not what they should be
     if not missing:
         # Every row of a ticket points inside the bundle: none lands in a ticket of this database.
         problems += references({**rows, USERS_LABEL: rows.get(USERS_LABEL, [])}).violations

@@ -122,6 +122,19 @@ def user_row_problems(row: Any) -> list[str]:
     return problems
 
 
+# What a JSON column holds, where the product reads it as such (a call's arguments as an object):
+# a column whose default is an object or a list holds one; these say so without a default.
+JSON_KINDS: dict[str, type] = {"approvals.ApprovalRequest.arguments": dict}
+
+
+def _json_kind(field: Field) -> type | None:
+    if not isinstance(field, models.JSONField):
+        return None
+    return JSON_KINDS.get(f"{field.model._meta.label}.{field.name}") or (
+        field.default if field.default in (dict, list) else None
+    )
+
+
 def row_problems(model: type[Model], row: Row, *, required: Iterable[str] = ()) -> list[str]:
     """Why ``row`` cannot be a row of ``model`` in this database (empty when it can): each value
     must be one its column takes (its type, length, choices, integer range), and each column of
@@ -157,6 +170,10 @@ def row_problems(model: type[Model], row: Row, *, required: Iterable[str] = ()) 
             python = None
         if python is None:
             problems.append(f"{where}: {f.name} = {value!r:.60} is not a value of its column")
+            continue
+        kind = _json_kind(f)
+        if kind is not None and not isinstance(python, kind):
+            problems.append(f"{where}: {f.name} = {value!r:.60} is not a JSON {'object' if kind is dict else 'array'}")
             continue
         if f.choices and python not in {choice for choice, _ in f.flatchoices}:
             problems.append(f"{where}: {f.name} = {value!r:.60} is not one of its choices")

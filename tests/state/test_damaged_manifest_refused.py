@@ -10,14 +10,15 @@ a traceback.
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from state import bundle
-from tests.state.conftest import export, paused_ticket
-from tests.state.test_bundle import empty_the_ledger
+from tests.state.conftest import export, paused_ticket, verify, write_manifest
+from tests.state.test_bundle import empty_the_ledger, ledger_counts, restore
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
 
@@ -70,3 +71,67 @@ def test_verify_reports_a_bundle_with_one_damaged_byte_in_its_manifest_instead_o
         )
     else:
         pytest.fail("verify_state passed a bundle whose manifest does not match its digest")
+
+
+# A forged manifest (its digest rewritten to match) with a value of another type than this release writes.
+WRONG_VALUES = {
+    "app a text": ("app", "support"),
+    "selection a list": ("selection", [1]),
+    "tools a list": ("tools", []),
+    "settings a list": ("settings", []),
+    "secrets empty": ("secrets", {}),
+    "counts a list": ("counts", []),
+    "migrations a list": ("migrations", []),
+    "migrations a text": ("migrations", "all of them"),
+}
+
+
+@pytest.mark.parametrize("what", list(WRONG_VALUES))
+def test_a_manifest_value_of_the_wrong_type_is_refused_by_restore_and_reported_by_verify(tmp_path, what):
+    """What broke: the manifest's values were used as they came (``manifest["app"].get``, ``.items()``):
+    a forged manifest with a list or a text where an object belongs ended in a traceback."""
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket, include_personal_data=True)
+    key, value = WRONG_VALUES[what]
+    manifest = json.loads((path / bundle.MANIFEST).read_text())
+    write_manifest(path, {**manifest, key: value})
+
+    status, out = verify(path)
+    assert status == 1 and f"the manifest's {key!r} is not what this release writes there" in out, out
+    empty_the_ledger()
+    with pytest.raises(CommandError, match="cannot be trusted"):
+        restore(path)
+    assert ledger_counts() == {label: 0 for label in ledger_counts()}
+
+
+def test_a_bundle_with_a_table_of_a_later_release_and_no_app_is_refused(tmp_path):
+    """What broke: the refusal of a table this release does not know names the release that wrote the
+    bundle from the manifest's "app": without one, restore ended in a KeyError."""
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket, include_personal_data=True)
+    (path / "parts" / "agents.Future.jsonl").write_bytes(b"")
+    manifest = json.loads((path / bundle.MANIFEST).read_text())
+    manifest.pop("app")
+    future = {"label": "agents.Future", "file": "parts/agents.Future.jsonl", "rows": 0, "sha256": bundle.sha256(b"")}
+    write_manifest(path, {**manifest, "parts": [*manifest["parts"], future]})
+    empty_the_ledger()
+
+    with pytest.raises(CommandError, match="the manifest has no 'app'"):
+        restore(path)
+    status, out = verify(path)
+    assert status == 1 and "the manifest has no 'app'" in out, out
+
+
+def test_verify_reports_a_table_of_a_later_release_instead_of_a_traceback(tmp_path):
+    """What broke: verify looked up every part's table and ended in a KeyError on one it does not know."""
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket, include_personal_data=True)
+    data = b'{"id":1}\n'
+    (path / "parts" / "agents.Future.jsonl").write_bytes(data)
+    manifest = json.loads((path / bundle.MANIFEST).read_text())
+    future = {"label": "agents.Future", "file": "parts/agents.Future.jsonl", "rows": 1, "sha256": bundle.sha256(data)}
+    write_manifest(path, {**manifest, "parts": [*manifest["parts"], future]})
+
+    for database in (False, True):
+        status, out = verify(path, database=database)
+        assert status == 1 and "a table this release does not know (agents.Future)" in out, out

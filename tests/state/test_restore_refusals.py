@@ -31,6 +31,11 @@ MALFORMED = {
     "a date that does not exist": ("tickets.Message", lambda r: {**r, "created_at": "2026-13-45T00:00:00+00:00"}),
     "a row without its primary key": ("tickets.Message", lambda r: {k: v for k, v in r.items() if k != "id"}),
     "a status this release does not know": ("tickets.Ticket", lambda r: {**r, "status": "bogus"}),
+    "a row that is not an object": ("tickets.Message", lambda r: 7),
+    "a call without its name": ("agents.ToolCall", lambda r: {k: v for k, v in r.items() if k != "name"}),
+    "a call whose arguments are a list": ("agents.ToolCall", lambda r: {**r, "arguments": ["x"]}),
+    "a call whose arguments are a text": ("agents.ToolCall", lambda r: {**r, "arguments": "refund it"}),
+    "an approval whose arguments are a list": ("approvals.ApprovalRequest", lambda r: {**r, "arguments": [1]}),
 }
 
 
@@ -48,6 +53,21 @@ def test_restore_refuses_a_malformed_row_with_a_clear_error_and_writes_nothing(t
     with pytest.raises(CommandError, match="Nothing was restored|cannot be trusted"):
         restore(path)
     assert ledger_counts() == counts
+
+
+@pytest.mark.parametrize("what", list(MALFORMED))
+def test_verify_reports_a_malformed_row_instead_of_a_traceback(tmp_path, what):
+    """What broke: verify read the rows in its ledger checks before checking them, and ended in a
+    traceback (KeyError, AttributeError) on a row that is not an object, a row without a column, or a
+    call's arguments that are a list or a text."""
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket, include_personal_data=True)
+    label, change = MALFORMED[what]
+    rewrite_part(path, label, lambda rows: [change(rows[0]), *rows[1:]])
+
+    status, out = verify(path)  # a traceback fails the test here
+
+    assert status == 1 and "FAILED every row is a row of its table" in out, out
 
 
 def test_restore_refuses_a_bundle_that_left_out_the_refunds_part(tmp_path, sandbox):
