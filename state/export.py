@@ -77,13 +77,14 @@ def _one_snapshot() -> Iterator[None]:
         yield
 
 
-def collect(selection: Selection, *, personal_data: bool) -> Collected:
-    """Every part's rows for the selection, as they will be written (or compared, by verify)."""
+def collect(selection: Selection, *, personal_data: bool, quoted_from: dict[str, set[Any]] | None = None) -> Collected:
+    """Every part's rows for the selection, as they will be written (or compared, by verify: then
+    ``quoted_from`` names the bundle's rows, whose words alone are hunted, see ``pseudonymise``)."""
     with _one_snapshot():
-        return _collect(selection, personal_data=personal_data)
+        return _collect(selection, personal_data=personal_data, quoted_from=quoted_from)
 
 
-def _collect(selection: Selection, *, personal_data: bool) -> Collected:
+def _collect(selection: Selection, *, personal_data: bool, quoted_from: dict[str, set[Any]] | None) -> Collected:
     rows = {part.label: dump(part.select(selection)) for part in PARTS}
     usernames: set[str] = set()
     for part in PARTS:
@@ -92,7 +93,7 @@ def _collect(selection: Selection, *, personal_data: bool) -> Collected:
     users = user_rows(usernames)
     bound = bound_digests(rows)
     if not personal_data:
-        pseudonymise(rows, users, personal_labels=[p.label for p in PARTS if p.personal])
+        pseudonymise(rows, users, personal_labels=[p.label for p in PARTS if p.personal], quoted_from=quoted_from)
     secrets = withhold_secrets(rows, users)
     rebind_digests(rows, bound)
     return Collected(rows=rows, users=users, withheld_secrets=secrets)

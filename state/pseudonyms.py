@@ -197,12 +197,25 @@ def _product_words() -> frozenset[str]:
     return frozenset(REGISTRY) | CODE_KEYS | TOP_CODE_KEYS
 
 
-def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_labels: Iterable[str]) -> None:
+def pseudonymise(
+    rows: dict[str, list[Row]],
+    users: list[Row],
+    *,
+    personal_labels: Iterable[str],
+    quoted_from: dict[str, set[Any]] | None = None,
+) -> None:
     """Replace the customers' personal data in ``rows`` (by part label) and ``users``, in place.
 
     Idempotent: a customer already pseudonymised (a restored pseudonymised bundle) is left as it is,
-    so a database restored from a bundle dumps to the same rows.
+    so a database restored from a bundle dumps to the same rows. ``quoted_from``: the only rows (ids
+    by label) whose words are withheld wherever else they are quoted; every row's words are still
+    withheld in the row itself. Verify reads a database against its bundle so: a customer's "Thank you"
+    written since the bundle does not rewrite a staff reply restored from it ("Thank you for waiting").
     """
+
+    def hunted(label: str, row: Row) -> bool:
+        return quoted_from is None or row.get("id") in quoted_from.get(label, ())
+
     identities: dict[str, str] = {}
     logins: dict[str, str] = {}
     texts: dict[str, str] = {}
@@ -224,17 +237,18 @@ def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_label
     order_numbers = {str(order["number"]).strip().upper() for order in rows.get("tickets.Order", [])}
     for message in rows.get("tickets.Message", []):
         if message["author_kind"] == "customer" and message["body"] != WITHHELD_WORDS:
-            if len(message["body"]) >= MIN_QUOTED_CHARS and message["body"].strip().upper() not in order_numbers:
+            long_enough = len(message["body"]) >= MIN_QUOTED_CHARS and hunted("tickets.Message", message)
+            if long_enough and message["body"].strip().upper() not in order_numbers:
                 texts[message["body"]] = WITHHELD_WORDS
             message["body"] = WITHHELD_WORDS
     for rating in rows.get("tickets.TicketRating", []):
         if rating["comment"] and rating["comment"] != WITHHELD_WORDS:
-            if len(rating["comment"]) >= MIN_QUOTED_CHARS:
+            if len(rating["comment"]) >= MIN_QUOTED_CHARS and hunted("tickets.TicketRating", rating):
                 texts[rating["comment"]] = WITHHELD_WORDS
             rating["comment"] = WITHHELD_WORDS
     for ticket in rows.get("tickets.Ticket", []):
         if ticket["subject"] != WITHHELD_SUBJECT:
-            if len(ticket["subject"]) >= MIN_QUOTED_CHARS:
+            if len(ticket["subject"]) >= MIN_QUOTED_CHARS and hunted("tickets.Ticket", ticket):
                 texts[ticket["subject"]] = WITHHELD_SUBJECT
             ticket["subject"] = WITHHELD_SUBJECT
     # A file's name is changed where it stands as a name of its own ("IMG_2041.jpg" in "[attached:
@@ -246,7 +260,11 @@ def pseudonymise(rows: dict[str, list[Row]], users: list[Row], *, personal_label
         extension = name.rsplit(".", 1)[1] if "." in name else ""
         anonymous = f"file-{attachment['id']}" + (f".{extension}" if extension.isalnum() else "")
         if name != anonymous:
-            if len(name) >= MIN_QUOTED_CHARS and name not in _product_words():
+            if (
+                len(name) >= MIN_QUOTED_CHARS
+                and name not in _product_words()
+                and hunted("tickets.Attachment", attachment)
+            ):
                 file_names[name] = anonymous
             attachment["original_name"] = anonymous
     if not identities and not texts and not file_names:

@@ -324,6 +324,27 @@ def test_verify_against_a_database_that_lost_a_row_or_changed_its_timeline(tmp_p
     assert "FAILED rows that are never changed are as in the bundle" in out
 
 
+def test_verify_passes_a_restored_timeline_after_the_customer_writes_again(tmp_path):
+    """What broke: verify --database dumps the database pseudonymised again, hunting every customer
+    message now there in the other rows: a "Thank you" written after the restore rewrote, in that dump,
+    a staff reply restored from the bundle ("Thank you for waiting"), and the untouched timeline was
+    reported altered."""
+    ticket, _ = paused_ticket()
+    reply = "Thank you for waiting, I am looking into it."
+    ticket_services.staff_reply(
+        ticket=ticket, user=make_staff("maria", can_decide=False), body=reply, client_msg_id="r1"
+    )
+    path = export(tmp_path, ticket)  # the default: pseudonymised
+    empty_the_ledger()
+    restore(path)
+
+    ticket_services.message_post(ticket=ticket.pk, author_kind="customer", body="Thank you")
+
+    status, out = verify(path, database=True)
+    assert status == 0, out
+    assert "ok     rows that are never changed are as in the bundle" in out, out
+
+
 def test_verify_finds_a_refund_paid_on_an_approval_of_other_arguments(tmp_path):
     ticket, order = paused_ticket()
     call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
