@@ -94,6 +94,18 @@ def forget_key_blocks() -> None:
         _ids.clear()
 
 
+def _forget_a_block_that_collided(exc: BaseException) -> None:
+    """A row written with a key of this process's blocks was refused as already there: the blocks were
+    reserved before a restore (in another process: ``manage.py restore_state`` on a live deployment)
+    put rows under those keys. Every block is dropped (the restore moved every table's sequence), so
+    the step written again (the runner retries it) takes keys past the restored rows."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, psycopg.errors.UniqueViolation) else exc
+    diag = getattr(cause, "diag", None)
+    table = getattr(diag, "table_name", None)
+    if isinstance(cause, psycopg.errors.UniqueViolation) and getattr(diag, "constraint_name", None) == f"{table}_pkey":
+        forget_key_blocks()
+
+
 def new_key(model: type[Model]) -> int:
     """A fresh primary key of ``model``'s table, taken from its sequence now (in order)."""
     return _next_ids(model, 1, from_block=False)[0]
@@ -365,8 +377,9 @@ def write_behind() -> Iterator[None]:
         with connection.execute_wrapper(_before_any_statement):
             yield
             flush()
-    except BaseException:
+    except BaseException as exc:
         _held.ctes, _held.targets = [], []
+        _forget_a_block_that_collided(exc)
         raise
     finally:
         _held.depth = 0
