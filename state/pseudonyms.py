@@ -237,8 +237,8 @@ def pseudonymise(
     order_numbers = {str(order["number"]).strip().upper() for order in rows.get("tickets.Order", [])}
     for message in rows.get("tickets.Message", []):
         if message["author_kind"] == "customer" and message["body"] != WITHHELD_WORDS:
-            long_enough = len(message["body"]) >= MIN_QUOTED_CHARS and hunted("tickets.Message", message)
-            if long_enough and message["body"].strip().upper() not in order_numbers:
+            quoted_elsewhere = len(message["body"]) >= MIN_QUOTED_CHARS and hunted("tickets.Message", message)
+            if quoted_elsewhere and message["body"].strip().upper() not in order_numbers:
                 texts[message["body"]] = WITHHELD_WORDS
             message["body"] = WITHHELD_WORDS
     for rating in rows.get("tickets.TicketRating", []):
