@@ -841,6 +841,7 @@
   placeDaySeparators();
   renderStatus();
   scroller.scrollTop = scroller.scrollHeight;
+  window.sessionStorage.removeItem("new-ticket-sent"); // the ticket it was for is made (new_ticket.js)
   var unsent = window.sessionStorage.getItem(UNSENT_KEY);
   if (unsent && !input.disabled) {
     window.sessionStorage.removeItem(UNSENT_KEY);
