@@ -9,7 +9,10 @@ import pytest
 from tests.browser.conftest import SCREENSHOTS, Stack, sign_in
 from tests.browser.test_customer_chat import wait_for_agent_messages
 from tests.conftest import make_customer
+from tests.staff.conftest import make_support_staff
+from tests.workers import wait_until
 from tickets import services as ticket_services
+from tickets.models import AuthorKind, Message
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
@@ -41,7 +44,19 @@ def chat_on(live: Stack, browser):  # noqa: ANN001
     desktop.context.close()
     contexts = []
 
-    def open_chat(viewport: dict, *, touch: bool):  # noqa: ANN202
+    def open_chat(viewport: dict, *, touch: bool, resolved: bool = False):  # noqa: ANN202
+        if resolved:  # answered by the agent, then resolved by a person: the rating is shown
+            wait_until(
+                lambda: (
+                    Message.objects.filter(ticket=ticket, author_kind=AuthorKind.AGENT).exists()
+                    and not Message.objects.filter(
+                        ticket=ticket, author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True
+                    ).exists()
+                ),
+                timeout=30,
+                what="the agent's answer",
+            )
+            ticket_services.ticket_resolve(ticket=ticket.pk, user=make_support_staff("rita", first_name="Rita"))
         context = browser.new_context(
             storage_state=signed_in, viewport=viewport, is_mobile=touch, has_touch=touch, device_scale_factor=2
         )
@@ -96,6 +111,20 @@ def test_with_the_keyboard_open_the_message_box_and_send_stay_on_screen(chat_on)
     page.tap("#chat-send")
     page.locator("#chat-log li.msg.from-customer", has_text="Typed with the keyboard open").wait_for()
     assert inside(page.evaluate(LAYOUT)["input"], layout["viewport"])
+
+
+def test_writing_on_a_resolved_ticket_with_the_keyboard_open_keeps_the_conversation_in_sight(chat_on):  # noqa: ANN001
+    """A customer replies on a resolved ticket ("it is still broken") with the keyboard open: the
+    rating form above the box left the conversation 68 px of 500."""
+    page = chat_on(KEYBOARD_OPEN, touch=True, resolved=True)
+    assert page.locator("#chat-rating").is_visible()
+    page.tap("#chat-input")
+    layout = page.evaluate(LAYOUT)
+
+    assert inside(layout["input"], layout["viewport"]) and inside(layout["send"], layout["viewport"]), layout
+    assert layout["scroll"]["height"] >= 0.45 * KEYBOARD_OPEN["height"], layout
+    page.locator("#chat-input").blur()  # done writing: the rating is there again
+    assert page.locator("#chat-rating").is_visible()
 
 
 def test_a_short_window_without_touch_keeps_the_box_and_shows_the_enter_hint(chat_on):  # noqa: ANN001
