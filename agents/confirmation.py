@@ -26,7 +26,6 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.utils import timezone
 
 from agents import calls
 from agents import services as agent_services
@@ -44,6 +43,7 @@ from agents.models import (
 from agents.profiles import policy_values, profile_of
 from agents.selectors import person_took_the_ticket_since
 from agents.tools import REGISTRY, Tool, ToolContext
+from support.clock import database_now
 from tickets import services as ticket_services
 from tickets.models import AGENT_STAYS_OUT, TICKET_TRANSITIONS, ActorKind, AuthorKind, Ticket, TicketStatus
 from tickets.signals import ticket_needs_agent
@@ -82,7 +82,7 @@ def pause_for_confirmation(*, lease: Lease, run: AgentRun, call: ToolCall, tool:
     inside that transaction."""
     assert tool.confirm_question is not None
     question = tool.confirm_question(ctx, call.arguments)
-    expires_at = timezone.now() + timedelta(minutes=policy_values(profile_of(run)).confirmation_minutes)
+    expires_at = database_now() + timedelta(minutes=policy_values(profile_of(run)).confirmation_minutes)
     digest = arguments_digest(call.arguments)
     with lease.guard():
         calls.call_await_confirmation(lease=lease, call=call, question=question, expires_at=expires_at, digest=digest)
@@ -246,7 +246,7 @@ def confirmation_decide(
             # Marked to be asked (behind a call of its step that waits), not asked yet: only the
             # question the customer was shown can be answered.
             raise ConfirmationClosed("This question has not been asked yet.", code="not_asked")
-        if _expired(call, timezone.now()):
+        if _expired(call, database_now()):
             raise ConfirmationClosed(_expired_words(), code="expired")
         if digest != call.confirmation_digest or digest != arguments_digest(call.arguments):
             raise ConfirmationClosed(
@@ -276,7 +276,7 @@ def _expired_words() -> str:
 def confirmations_expire_due(*, now: datetime | None = None) -> int:
     """Record "expired" on every question past its time and ring those tickets (beat, every
     ``AGENT_CONFIRMATION_EXPIRY_SECONDS``). The lease holder then tells the customer."""
-    now = now or timezone.now()
+    now = now or database_now()
     due = ToolCall.objects.filter(
         status=CallStatus.AWAITING_CONFIRMATION, confirmation_decision__isnull=True, confirmation_expires_at__lte=now
     ).values_list("pk", "ticket_id", "run_id")

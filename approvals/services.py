@@ -19,6 +19,7 @@ from agents.tasks import ring
 from agents.tools import order_of_customer
 from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
 from approvals.selectors import agent_words
+from support.clock import database_now
 from tickets import realtime, timeline
 from tickets import services as ticket_services
 from tickets.models import ActorKind, AuthorKind, Message, Ticket
@@ -75,7 +76,7 @@ def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:
         [str(call.arguments.get("reason") or ""), step.response_text if step else ""],
         customer_texts=said.values_list("body", flat=True),
     )
-    now = timezone.now()
+    now = database_now()  # its expiry is read by other hosts: on the clock they share
     approval = ApprovalRequest.objects.create(
         ticket_id=call.ticket_id,
         tool_call=call,
@@ -183,7 +184,7 @@ def approval_decide(
             "nothing was decided.",
             code="note_too_long",
         )
-    now = now or timezone.now()
+    now = now or database_now()
     with transaction.atomic():
         # No join here: a row re-read after waiting for the lock would come with the join as it was.
         approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
@@ -277,7 +278,7 @@ def _expired(approval: ApprovalRequest) -> None:
 
 def approvals_expire_due(*, now: datetime | None = None) -> dict[str, int]:
     """Expire overdue requests (the ticket then goes to a person) and remind staff of those close to it."""
-    now = now or timezone.now()
+    now = now or database_now()
     policy = ApprovalPolicy.current()
     expired = reminded = 0
     due = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=now).values_list(
