@@ -776,8 +776,18 @@
     input.value = "";
     autosize();
     scroller.scrollTop = scroller.scrollHeight;
-    post(clientMsgId, text, el, 0);
+    // In the order written: a message waits for the one before it to be sent or shown not sent
+    // (a photo's upload is slow; a quick text after it overtook it, and the agent read them
+    // reversed), but never more than SEND_ORDER_WAIT_MS behind a send that hangs.
+    var before = lastSend;
+    lastSend = Promise.race([before, new Promise(function (done) { setTimeout(done, SEND_ORDER_WAIT_MS); })]).then(
+      function () {
+        return post(clientMsgId, text, el, 0);
+      }
+    );
   }
+  var lastSend = Promise.resolve();
+  var SEND_ORDER_WAIT_MS = 15000;
 
   function autosize() {
     input.style.height = "auto";

@@ -235,3 +235,38 @@ def test_a_message_refused_for_one_file_comes_back_ready_to_send_without_it(live
         Attachment.objects.filter(message__ticket=ticket, message__body=text).values_list("original_name", flat=True)
     ) == ["kettle.png"]
     page.context.close()
+
+
+# Holds every send with files 2.5 s before it leaves, as a slow upload does.
+SLOW_UPLOADS = """() => {
+  const fetch = window.fetch.bind(window);
+  window.fetch = (url, init) => init && init.body instanceof FormData
+    ? new Promise(done => setTimeout(done, 2500)).then(() => fetch(url, init))
+    : fetch(url, init);
+}"""
+
+
+def test_a_photo_then_a_quick_text_are_kept_in_the_order_written(live: Stack, browser):  # noqa: ANN001
+    """A photo on a slow upload, then a short text: the text overtook the photo, so the customer's
+    messages were stored, shown and read by the agent the wrong way round."""
+    page, ticket = _chat_with_a_photo_chosen(live, browser)
+    page.evaluate(SLOW_UPLOADS)
+    first, second = "Here is the crack.", "And the box was wet too."
+    page.fill("#chat-input", first)
+    page.press("#chat-input", "Enter")
+    page.fill("#chat-input", second)
+    page.press("#chat-input", "Enter")
+    for text in (first, second):
+        page.locator("#chat-log li.msg.from-customer[data-seq]", has_text=text).wait_for()
+
+    stored = list(
+        Message.objects.filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER, body__in=[first, second])
+        .order_by("id")
+        .values_list("body", flat=True)
+    )
+    shown = page.eval_on_selector_all(
+        "#chat-log li.msg.from-customer .bubble", "bubbles => bubbles.map(b => b.textContent)"
+    )
+    assert stored == [first, second]
+    assert shown[-2:] == [first, second]
+    page.context.close()
