@@ -77,6 +77,30 @@
     });
   }
 
+  // Kept files past their hour are taken out whenever a chat page opens (one a tab never came
+  // back for would otherwise stay in the browser).
+  function dropStale() {
+    if (!window.indexedDB) return;
+    var open = window.indexedDB.open(STASH_DB, 1);
+    open.onupgradeneeded = function () {
+      open.result.createObjectStore("unsent");
+    };
+    open.onsuccess = function () {
+      var db = open.result;
+      var tx = db.transaction("unsent", "readwrite");
+      tx.objectStore("unsent").openCursor().onsuccess = function (event) {
+        var cursor = event.target.result;
+        if (!cursor) return;
+        if (!cursor.value || !(Date.now() - cursor.value.at < STASH_MS)) cursor.delete();
+        cursor.continue();
+      };
+      tx.oncomplete = tx.onerror = tx.onabort = function () {
+        db.close();
+      };
+    };
+  }
+  dropStale();
+
   function sizeWords(size) {
     if (size < 1024) return size + " bytes";
     if (size < 1024 * 1024) return Math.round(size / 1024) + " KB";

@@ -618,6 +618,7 @@
       attach()
         .stash(clientMsgId)
         .then(function (stashed) {
+          attach().forget(clientMsgId); // kept for the ticket now, not for this send
           back.textContent = stashed
             ? " and your message and its files will be back in the box."
             : " and your message will be back in the box (choose its files again).";
@@ -744,6 +745,10 @@
       });
   }
 
+  // The last send begun: the next waits for it (in the order written; see send).
+  var lastSend = Promise.resolve();
+  var SEND_ORDER_WAIT_MS = 15000;
+
   function send() {
     var text = input.value.trim();
     if (input.disabled) return;
@@ -786,8 +791,6 @@
       }
     );
   }
-  var lastSend = Promise.resolve();
-  var SEND_ORDER_WAIT_MS = 15000;
 
   function autosize() {
     input.style.height = "auto";

@@ -170,10 +170,11 @@ def test_a_message_with_a_photo_refused_because_the_customer_was_signed_out_come
     page.press("#chat-input", "Enter")
     page.locator("#chat-log li.msg.from-customer[data-seq]", has_text="Here is the crack").locator("img").wait_for()
     assert Attachment.objects.filter(message__ticket=ticket, original_name="kettle.png").count() == 1
-    # Taken out as it came back: a reload does not choose it again.
+    # Taken out as it came back: a reload does not choose it again, and the browser keeps no copy.
     page.reload()
     page.wait_for_selector("#chat-log li.msg.from-agent[data-seq]")
     assert page.locator("#chat-files-chosen li").count() == 0
+    assert page.evaluate(FILES_KEPT_IN_THE_BROWSER) == 0
     page.context.close()
 
 
@@ -269,4 +270,25 @@ def test_a_photo_then_a_quick_text_are_kept_in_the_order_written(live: Stack, br
     )
     assert stored == [first, second]
     assert shown[-2:] == [first, second]
+    page.context.close()
+
+
+def test_files_kept_in_the_browser_past_their_hour_are_taken_out_when_a_chat_opens(live: Stack, browser):  # noqa: ANN001
+    """Files kept for a send a tab never came back for would otherwise stay in the browser."""
+    page, _ = _chat_with_a_photo_chosen(live, browser)
+    page.evaluate(
+        """() => new Promise(done => {
+          const open = indexedDB.open("chat-files", 1);
+          open.onsuccess = () => {
+            const tx = open.result.transaction("unsent", "readwrite");
+            tx.objectStore("unsent").put({ at: Date.now() - 2 * 3600 * 1000, files: [] }, "message-left-behind");
+            tx.oncomplete = () => done();
+          };
+        })"""
+    )
+    assert page.evaluate(FILES_KEPT_IN_THE_BROWSER) == 1
+    page.reload()
+    page.wait_for_selector("#chat-log li.msg.from-agent[data-seq]")
+    page.wait_for_timeout(500)  # the page's sweep of the store, as it opened
+    assert page.evaluate(FILES_KEPT_IN_THE_BROWSER) == 0
     page.context.close()
