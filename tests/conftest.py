@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import contextlib
 import itertools
+import socket
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -161,3 +164,28 @@ def cluster(tmp_path):  # noqa: ANN001
     started.stop_all()
     purge_broker()
     purge_stream_buffers()
+
+
+@contextlib.contextmanager
+def silent_server(backlog: int = 8) -> Iterator[tuple[int, list[socket.socket]]]:
+    """A loopback port that accepts connections and never says a word (an SMTP server with no
+    greeting, a broker or a Redis that hangs): yields (port, the connections it accepted)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(backlog)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1], accepted
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()

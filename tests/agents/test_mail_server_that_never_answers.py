@@ -10,8 +10,6 @@ the ticket is free for the retry.
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -20,7 +18,7 @@ from agents.lease import lease_acquire
 from agents.llm import ModelResponse, ToolCallRequest, Usage
 from agents.models import CallStatus, ToolCall
 from agents.runner import advance
-from tests.conftest import make_customer
+from tests.conftest import make_customer, silent_server
 from tickets import services as ticket_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,25 +27,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def silent_smtp() -> Iterator[int]:
     """A port that accepts connections and never says a word (no "220" greeting)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    accepted: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                accepted.append(listener.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        listener.close()
-        for conn in accepted:
-            conn.close()
+    with silent_server() as (port, _):
+        yield port
 
 
 class EmailsThenReplies:

@@ -38,6 +38,33 @@ pytestmark = [
 ]
 
 
+def stopped_moved_and_asked_again(tmp_path, ticket, model, person, number: str):  # noqa: ANN001, ANN201
+    """A person stops the ticket's refund (waiting for the customer's Confirm); the ticket moves in
+    the default (pseudonymised) bundle; on the restored deployment the customer asks for the same
+    refund in a new ticket, and confirms it if asked. Returns the new request's call."""
+    advance(ticket.pk, model=model)  # the refund waits for the customer's Confirm
+    ticket_services.ticket_take_over(ticket=ticket.pk, user=person)  # a person stops it
+    advance(ticket.pk, model=model)
+    (first,) = refund_calls(ticket)
+    assert first.status == CallStatus.CANCELLED and "a person took the ticket over" in first.error
+
+    path = export(tmp_path, ticket)  # the default bundle: pseudonymised
+    empty_the_ledger()
+    restore(path)
+
+    customer = Customer.objects.get(pk=ticket.customer_id)
+    again_ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body=f"Please refund $50.00 on order {number}"
+    )
+    advance(again_ticket.pk, model=model)
+    (again,) = refund_calls(again_ticket)
+    if again.status == CallStatus.AWAITING_CONFIRMATION:
+        confirm(again_ticket, again)  # the customer presses Confirm
+        advance(again_ticket.pk, model=model)
+    again.refresh_from_db()
+    return again
+
+
 def test_a_refund_a_person_stopped_is_reviewed_when_asked_again_after_a_pseudonymised_move(tmp_path, sandbox, person):  # noqa: ANN001
     customer = make_customer()
     order_for(customer, "ORD-24010", 5000, sandbox)  # $50.00: under every threshold
@@ -48,28 +75,7 @@ def test_a_refund_a_person_stopped_is_reviewed_when_asked_again_after_a_pseudony
     ticket_services.message_post(
         ticket=ticket.pk, author_kind=AuthorKind.CUSTOMER, author_user=customer.user, body="ORD-24010"
     )  # the answer to "which order?"
-    advance(ticket.pk, model=model)  # the refund waits for the customer's Confirm
-    ticket_services.ticket_take_over(ticket=ticket.pk, user=person)  # a person stops it
-    advance(ticket.pk, model=model)
-    (first,) = refund_calls(ticket)
-    assert first.status == CallStatus.CANCELLED and "a person took the ticket over" in first.error
-
-    # Before the move, asking again would be reviewed (checked, then rolled back by the move below).
-    path = export(tmp_path, ticket)  # the default bundle: pseudonymised
-    empty_the_ledger()
-    restore(path)
-
-    # On the restored deployment the customer asks for the same refund in a new ticket.
-    customer = Customer.objects.get(pk=customer.pk)
-    again_ticket, _ = ticket_services.ticket_open(
-        customer=customer, subject="Refund", body="Please refund $50.00 on order ORD-24010"
-    )
-    advance(again_ticket.pk, model=model)
-    (again,) = refund_calls(again_ticket)
-    if again.status == CallStatus.AWAITING_CONFIRMATION:
-        confirm(again_ticket, again)  # the customer presses Confirm
-        advance(again_ticket.pk, model=model)
-    again.refresh_from_db()
+    again = stopped_moved_and_asked_again(tmp_path, ticket, model, person, "ORD-24010")
     stopped = refund_calls(ticket)[0]
     assert again.approval_required, (
         "a refund a person stopped was asked again after a (pseudonymised) move and is not sent to staff: "
@@ -97,26 +103,7 @@ def test_a_refund_a_person_stopped_is_reviewed_after_a_pseudonymised_move_when_t
     ticket_services.message_post(
         ticket=ticket.pk, author_kind=AuthorKind.CUSTOMER, author_user=customer.user, body=words
     )
-    advance(ticket.pk, model=model)  # the refund waits for the customer's Confirm
-    ticket_services.ticket_take_over(ticket=ticket.pk, user=person)  # a person stops it
-    advance(ticket.pk, model=model)
-    (first,) = refund_calls(ticket)
-    assert first.status == CallStatus.CANCELLED and "a person took the ticket over" in first.error
-
-    path = export(tmp_path, ticket)  # the default bundle: pseudonymised
-    empty_the_ledger()
-    restore(path)
-
-    customer = Customer.objects.get(pk=customer.pk)
-    again_ticket, _ = ticket_services.ticket_open(
-        customer=customer, subject="Refund", body="Please refund $50.00 on order PX-5501"
-    )
-    advance(again_ticket.pk, model=model)
-    (again,) = refund_calls(again_ticket)
-    if again.status == CallStatus.AWAITING_CONFIRMATION:
-        confirm(again_ticket, again)
-        advance(again_ticket.pk, model=model)
-    again.refresh_from_db()
+    again = stopped_moved_and_asked_again(tmp_path, ticket, model, person, "PX-5501")
     assert again.approval_required, (
         f"a refund a person stopped was asked again after a pseudonymised move and not sent to staff; the stopped "
         f"call's error reads {refund_calls(ticket)[0].error!r}, the provider paid "

@@ -10,14 +10,14 @@ sweeper once the broker is back (DESIGN.md, invariant 2).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import silent_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,25 +33,8 @@ print(f"rang after {time.monotonic() - began:.1f} s")
 
 @pytest.fixture
 def silent_port() -> Iterator[int]:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    accepted: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                accepted.append(listener.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        listener.close()
-        for conn in accepted:
-            conn.close()
+    with silent_server() as (port, _):
+        yield port
 
 
 def test_a_doorbell_to_a_broker_that_never_answers_gives_up_instead_of_waiting_forever(silent_port):

@@ -10,7 +10,6 @@ and timeline event: after a live update fails, the next ones are not tried for
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +18,7 @@ from agents.llm import ModelResponse, Usage
 from agents.models import AgentRun, RunStatus
 from agents.runner import advance
 from tests.agents.test_money_path import public_words
-from tests.conftest import make_customer
+from tests.conftest import make_customer, silent_server
 from tickets import realtime
 from tickets import services as ticket_services
 
@@ -42,25 +41,10 @@ class Streams:
 @pytest.fixture
 def stalled_redis(settings) -> Iterator[list[socket.socket]]:  # noqa: ANN001
     """A Redis that accepts connections and never answers; yields the connections it was asked for."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(128)
-    accepted: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                accepted.append(listener.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    settings.REDIS_URL = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
-    realtime._redis, realtime._writer, realtime._paused_until = None, None, 0.0
-    yield accepted
-    listener.close()
-    for connection in accepted:
-        connection.close()
+    with silent_server(backlog=128) as (port, accepted):
+        settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+        realtime._redis, realtime._writer, realtime._paused_until = None, None, 0.0
+        yield accepted
     realtime._redis, realtime._writer, realtime._paused_until = None, None, 0.0
 
 
