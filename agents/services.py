@@ -5,13 +5,12 @@ cannot write (fencing).
 
 from __future__ import annotations
 
-import functools
+import copy
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import Exists, F, OuterRef, Sum
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -111,9 +110,7 @@ def run_transition(
     with lease.guard():
         if to_status in ENDED_RUN_STATUSES and not nothing_waits:
             calls.calls_close_waiting(lease=lease, run_id=run.pk, reason=outcome or f"the run {to_status}")
-        if _run_update(run, changes) != 1:
-            current = AgentRun.objects.filter(pk=run.pk).values_list("status", flat=True).first()
-            raise ValueError(f"run {run.pk} is {current}, not {run.status}: not moved to {to_status}")
+        _run_update(run, changes, refusal=f"run {run.pk} is no longer {run.status}: not moved to {to_status}")
         ticket_services.event_append(
             ticket=run.ticket_id,
             kind=f"agent_run_{to_status}",
@@ -127,23 +124,14 @@ def run_transition(
     return run
 
 
-@functools.cache
-def _run_update_sql(names: tuple[str, ...]) -> str:
-    quote = connection.ops.quote_name
-    fields = [AgentRun._meta.get_field(name) for name in names]
-    return (
-        "UPDATE agents_agentrun SET "
-        + ", ".join(f"{quote(f.column)} = %s" for f in fields)
-        + " WHERE id = %s AND status = %s"
-    )
-
-
-def _run_update(run: AgentRun, changes: dict[str, Any]) -> int:
-    """Write ``changes`` on the run if its status is still the one this worker knows; rows changed.
-    Sent with the rows held for this transaction (one statement)."""
-    names = tuple(changes)
-    values = [AgentRun._meta.get_field(n).get_db_prep_save(changes[n], connection) for n in names]
-    return rows.execute_beside_held(_run_update_sql(names), [*values, run.pk, run.status], table="agents_agentrun")
+def _run_update(run: AgentRun, changes: dict[str, Any], *, refusal: str) -> None:
+    """Write ``changes`` on the run, held for the statement that ends the transaction (with its
+    events and fence), which fails whole (``rows.RowChangedElsewhere``) if the run's status is no
+    longer the one this worker knows. The run in memory changes only once that has committed."""
+    moved = copy.copy(run)
+    for name, value in changes.items():
+        setattr(moved, name, value)
+    rows.update([moved], list(changes), unless_changed=({"status": run.status}, refusal))
 
 
 def run_note_resume(*, lease: Lease, run: AgentRun, note: dict[str, Any] | None) -> None:

@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.db.models import Model
 
 # Keys taken at once for rows whose order is their position (a step's, a call's): a turn of ten
@@ -44,6 +44,27 @@ from django.db.models import Model
 ID_BLOCK = 128
 
 SqlValue = tuple[str, list[Any]]
+
+# What a statement raises when a held write that had to change one row changed none
+# (tickets_row_changed_elsewhere(), migration tickets 0007): the whole statement fails, even when it
+# is the whole transaction and commits on its own.
+ROW_CHANGED_SQLSTATE = "LF002"
+
+
+class RowChangedElsewhere(ValueError):
+    """A held ``update(..., unless_changed=...)`` found its row no longer as this process knew it."""
+
+
+class _OneRow(tuple):
+    """A held write (sql, params) that must change exactly one row; ``refusal``: what the statement
+    says when it changes none."""
+
+    refusal: str
+
+    def __new__(cls, sql: str, params: list[Any], refusal: str) -> _OneRow:
+        held = super().__new__(cls, (sql, params))
+        held.refusal = refusal
+        return held
 
 
 class _Held(threading.local):
@@ -227,8 +248,13 @@ def insert(
     _hold(_insert_cte(objs, computed or {}), type(objs[0]))
 
 
-def update(objs: Sequence[Model], fields: Sequence[str]) -> None:
+def update(
+    objs: Sequence[Model], fields: Sequence[str], *, unless_changed: tuple[dict[str, Any], str] | None = None
+) -> None:
     """Write ``fields`` of the objects (one model, rows already written) from their values in memory.
+
+    ``unless_changed``: (the values the one row must still have, what to say if it has not): the
+    statement that writes it fails whole (``RowChangedElsewhere``) if the row no longer has them.
 
     The writes of one statement happen in no set order, and none sees another's rows, so an
     update waits for no held write of its table: the held rows are written first if there is one."""
@@ -237,8 +263,20 @@ def update(objs: Sequence[Model], fields: Sequence[str]) -> None:
     model = type(objs[0])
     if holds_writes_to([model._meta.db_table]):
         flush()
+    cte = _update_cte(objs, fields)
+    if unless_changed is not None:
+        if len(objs) != 1:
+            raise ValueError("update(unless_changed=...) writes one row")
+        expected, refusal = unless_changed
+        names = tuple(expected)
+        quote = connection.ops.quote_name
+        fields_of = [model._meta.get_field(name) for name in names]
+        where = "".join(f" AND t.{quote(f.column)} = %s" for f in fields_of)
+        values = [f.get_db_prep_save(expected[f.name], connection) for f in fields_of]
+        _hold(_OneRow(f"{cte[0]}{where} RETURNING 1", [*cte[1], *values], refusal), model)
+        return
     one_row = (model, objs[0].pk, tuple(fields), objs[0]) if len(objs) == 1 else None
-    _hold(_update_cte(objs, fields), model, one_row)
+    _hold(cte, model, one_row)
 
 
 def _hold(cte: SqlValue, model: type[Model], one_row: Any = None) -> None:
@@ -246,8 +284,8 @@ def _hold(cte: SqlValue, model: type[Model], one_row: Any = None) -> None:
         _held.ctes.append(cte)
         _held.targets.append((model._meta.db_table, one_row))
         return
-    with connection.cursor() as cursor:
-        cursor.execute(*cte)
+    with connection.cursor() as cursor, _refusals():
+        cursor.execute(*statement([cte]))
 
 
 def take_update(model: type[Model], pk: Any) -> tuple[tuple[str, ...], Model] | None:
@@ -291,8 +329,8 @@ def holds_writes_to(tables: Sequence[str]) -> bool:
 
 
 def _beside_held(sql: str, params: Sequence[Any], tables: Sequence[str], fetch: bool) -> Any:
-    if holds_writes_to(tables):
-        flush()
+    if holds_writes_to(tables) or any(isinstance(cte, _OneRow) for cte in _held.ctes):
+        flush()  # (a write that must change one row is checked by a statement of this module's own)
     head, held_params = with_clause(take())
     _held.flushing = True
     try:
@@ -336,8 +374,24 @@ def with_clause(ctes: list[SqlValue], *, name: str = "held") -> SqlValue:
     return (f"WITH {sql}" if sql else ""), [p for _, params in ctes for p in params]
 
 
+def checks(ctes: list[SqlValue], *, name: str = "held") -> SqlValue:
+    """A condition, for the main query of a statement that carries ``ctes`` (``with_clause``), that
+    fails the statement if one of them that must change one row changed none; "TRUE" if none must."""
+    parts, params = [], []
+    for n, cte in enumerate(ctes):
+        if isinstance(cte, _OneRow):
+            parts.append(f"(EXISTS (SELECT 1 FROM {name}_{n}) OR tickets_row_changed_elsewhere(%s))")
+            params.append(cte.refusal)
+    return " AND ".join(parts) or "TRUE", params
+
+
 def statement(ctes: list[SqlValue]) -> SqlValue:
-    """The writes as one statement: all but the last as CTEs in front of the last."""
+    """The writes as one statement: all but the last as CTEs in front of the last (or all as CTEs,
+    and their checks as the main query, when one must change one row)."""
+    condition, condition_params = checks(ctes)
+    if condition_params:
+        head, params = with_clause(ctes)
+        return f"{head[:-2]} SELECT {condition}", params + condition_params
     head, params = with_clause(ctes[:-1])
     return (head[:-2] + " " if head else "") + ctes[-1][0], params + ctes[-1][1]
 
@@ -355,10 +409,21 @@ def flush() -> None:
         _held.flushing = False
 
 
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    try:
+        yield
+    except DatabaseError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == ROW_CHANGED_SQLSTATE:
+            raise RowChangedElsewhere(exc.__cause__.diag.message_primary) from None
+        raise
+
+
 def _before_any_statement(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
     if _held.ctes and not _held.flushing:
         flush()
-    return execute(sql, params, many, context)
+    with _refusals():
+        return execute(sql, params, many, context)
 
 
 @contextlib.contextmanager

@@ -150,8 +150,11 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None, whol
         held = []
     if fence is not None and fence.ticket_id not in per_ticket:
         head, params = rows.with_clause([*held, (fence.sql, fence.params)])
+        condition, condition_params = rows.checks(held)
         with connection.cursor() as cursor:
-            cursor.execute(f"{head[:-2]} SELECT EXISTS (SELECT 1 FROM held_{len(held)})", params)
+            cursor.execute(
+                f"{head[:-2]} SELECT EXISTS (SELECT 1 FROM held_{len(held)}) AND {condition}", params + condition_params
+            )
             if not cursor.fetchone()[0]:
                 raise FenceRefused()
         held = []
@@ -164,7 +167,7 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None, whol
         try:
             with connection.cursor() as cursor, rows.whole_transaction(alone):
                 cursor.execute(sql, params)
-                fenced, last, keys = cursor.fetchone()
+                fenced, last, keys, _ = cursor.fetchone()
         except DatabaseError as exc:
             if getattr(exc.__cause__, "sqlstate", None) == FENCE_REFUSED_SQLSTATE:
                 raise FenceRefused() from None
@@ -208,6 +211,7 @@ def _numbered_insert(
     statement's text does not depend on their number."""
     columns, values = _event_columns()
     head, params = rows.with_clause(held)
+    checked, checked_params = rows.checks(held)
     condition = ""
     if fence is not None:
         head = (head or "WITH ") + f"fence AS ({fence.sql}), "
@@ -221,7 +225,7 @@ def _numbered_insert(
         changed = "".join(f", {c} = m.{c}" for c in (quote(Ticket._meta.get_field(n).column) for n in names))
         source = " FROM jsonb_populate_record(NULL::tickets_ticket, (%s::jsonb) -> 0) m"
         params.append(rows.json_rows([ticket], names))
-    params.extend([ticket_id, len(events), rows.json_rows(events, _EVENT_FIELDS)])
+    params.extend([ticket_id, len(events), rows.json_rows(events, _EVENT_FIELDS), *checked_params])
     sql = (
         f"{head or 'WITH '}seq AS (UPDATE tickets_ticket SET last_event_seq = tickets_ticket.last_event_seq + %s, "
         f"updated_at = %s{changed}{source} WHERE tickets_ticket.id = %s{condition} "
@@ -231,7 +235,7 @@ def _numbered_insert(
         "FROM seq, jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(doc, n), "
         "LATERAL jsonb_populate_record(NULL::tickets_ticketevent, e.doc) AS r RETURNING id, seq) "
         f"SELECT {'(EXISTS (SELECT 1 FROM fence) OR tickets_fence_refused())' if fence is not None else 'TRUE'}, "
-        f"(SELECT last_event_seq FROM seq), (SELECT array_agg(id ORDER BY seq) FROM new)"
+        f"(SELECT last_event_seq FROM seq), (SELECT array_agg(id ORDER BY seq) FROM new), {checked}"
     )
     return sql, params
 

@@ -12,13 +12,15 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from agents import services as agent_services
 from agents.lease import Lease, LeaseLost, lease_acquire
-from agents.models import AgentRun
+from agents.models import AgentRun, RunStatus
 from support import rows
 from tests.conftest import make_customer
 from tickets import services as ticket_services
-from tickets.models import ActorKind, Ticket, TicketEvent
+from tickets.models import ActorKind, Message, Ticket, TicketEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,3 +114,70 @@ def test_a_lost_lease_leaves_nothing_when_the_transaction_was_open(ticket_and_le
     assert commands.sent == [b"BEGIN"]  # and rolled back, not committed
     assert not AgentRun.objects.filter(pk=run.pk).exists()
     assert TicketEvent.objects.filter(ticket=ticket).count() == events_before
+
+
+def run_of(lease: Lease, ticket: Ticket, key: int) -> AgentRun:
+    with lease.guard():
+        return held_run_and_event(lease, ticket, key)
+
+
+def test_a_run_moved_on_goes_out_with_the_step_as_one_statement(ticket_and_lease, monkeypatch):  # noqa: ANN001
+    # The answer's run update is held with the step's rows and checked by the statement that
+    # carries them (no statement of its own, no BEGIN and no COMMIT).
+    ticket, lease, key = ticket_and_lease
+    run = run_of(lease, ticket, key)
+    commands = ServerCommands(monkeypatch)
+    with CaptureQueriesContext(connection) as queries:
+        agent_services.run_transition(
+            lease=lease, run=run, to_status=RunStatus.COMPLETED, tokens=(1, 2, 0), outcome="replied", nothing_waits=True
+        )
+
+    statements = [q["sql"] for q in queries if q["sql"] not in {"BEGIN", "COMMIT"}]  # (Django's log of atomic)
+    assert commands.sent == [] and len(statements) == 1, statements
+    stored = AgentRun.objects.get(pk=run.pk)
+    assert (stored.status, stored.outcome, stored.prompt_tokens, stored.completion_tokens) == (
+        RunStatus.COMPLETED, "replied", 1, 2,
+    )  # fmt: skip
+    assert run.status == RunStatus.COMPLETED
+    assert TicketEvent.objects.filter(ticket=ticket, kind="agent_run_completed").count() == 1
+
+
+def test_a_run_whose_status_changed_elsewhere_is_not_moved(ticket_and_lease):  # noqa: ANN001
+    ticket, lease, key = ticket_and_lease
+    run = run_of(lease, ticket, key)
+    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.HANDED_OFF)  # not by this worker
+    events_before = TicketEvent.objects.filter(ticket=ticket).count()
+
+    with pytest.raises(ValueError, match=f"run {run.pk} is no longer running: not moved to completed"):
+        agent_services.run_transition(
+            lease=lease, run=run, to_status=RunStatus.COMPLETED, tokens=(1, 2, 0), nothing_waits=True
+        )
+
+    assert AgentRun.objects.get(pk=run.pk).status == RunStatus.HANDED_OFF
+    assert run.status == RunStatus.RUNNING  # the run in memory did not move either
+    assert TicketEvent.objects.filter(ticket=ticket).count() == events_before
+    assert not lease.lost
+
+
+@pytest.mark.parametrize("open_first", [False, True], ids=["one statement", "transaction open"])
+def test_nothing_of_a_transaction_stays_when_its_run_had_changed_elsewhere(ticket_and_lease, open_first):  # noqa: ANN001
+    ticket, lease, key = ticket_and_lease
+    run = run_of(lease, ticket, key)
+    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.HANDED_OFF)  # not by this worker
+    events_before = TicketEvent.objects.filter(ticket=ticket).count()
+    other = Message.objects.filter(ticket=ticket).get()
+
+    with pytest.raises(ValueError, match=f"run {run.pk} is no longer running: not moved to completed"):
+        with lease.guard():
+            if open_first:
+                Ticket.objects.get(pk=ticket.pk)
+            other.body = "written with the run's move"
+            rows.update([other], ["body"])
+            agent_services.run_transition(
+                lease=lease, run=run, to_status=RunStatus.COMPLETED, tokens=(1, 2, 0), nothing_waits=True
+            )
+
+    assert AgentRun.objects.get(pk=run.pk).status == RunStatus.HANDED_OFF
+    assert Message.objects.get(pk=other.pk).body == "hello"
+    assert TicketEvent.objects.filter(ticket=ticket).count() == events_before
+    assert not lease.lost
