@@ -350,7 +350,13 @@ if BROKER_IS_AMQP:
     # cancels a consumer that holds a delivery longer than its consumer_timeout (30 min by
     # default): the task time limit (11 min) and the longest retry countdown (5 min) stay under it.
     # Classic durable queues (Celery's default): quorum queues are not what the tests run.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"confirm_publish": True}
+    # The transport options are py-amqp Connection arguments (kombu passes them through; there is
+    # no confirm_timeout among them). Its sockets wait forever unless given a timeout: a publish to
+    # a broker that stopped answering (hung, or a network that swallows the session) waited for
+    # its confirm without end, in the web request or the worker sending the doorbell. A read or
+    # write that gets no answer in 10 s now fails the publish, as with Redis below. (Workers read
+    # their deliveries only when the socket is readable, so an idle queue trips no timeout.)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"confirm_publish": True, "read_timeout": 10, "write_timeout": 10}
 else:
     # Redis: time limits stay well below the visibility timeout, so a message is never
     # redelivered while its first delivery is still legitimately running. Kombu's Redis sockets
