@@ -30,6 +30,7 @@ from agents.refunds import refund_reconcile
 from agents.selectors import refund_asked_on
 from agents.tasks import ring
 from agents.tools import REGISTRY
+from tickets import pages
 from tickets import services as ticket_services
 from tickets.admin import IdsChecked, OrderAdmin, ReadOnlyInline, TicketAdmin
 from tickets.models import Ticket
@@ -142,10 +143,13 @@ def _ticket_action(
     service: Callable[..., Ticket],
     description: str,
     permissions: tuple[str, ...] = ("change",),
+    *,
+    reads_seen: bool = False,
     **options: Any,
 ) -> Callable[..., None]:
     """A bulk action calling one ticket service per ticket (with ``options``), as the ticket page's
-    buttons do."""
+    buttons do. ``reads_seen``: the service takes ``seen_seq``, what the list showed of each ticket
+    (``tickets.pages.seen_on_the_list``), and refuses a ticket the customer wrote on since."""
 
     def action(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Ticket]) -> None:
         if not all(getattr(modeladmin, f"has_{needed}_permission")(request) for needed in permissions):
@@ -153,8 +157,9 @@ def _ticket_action(
         done: dict[str, int] = {}
         refused = []
         for ticket in queryset:
+            seen = {"seen_seq": pages.seen_on_the_list(request, ticket)} if reads_seen else {}
             try:
-                ticket = service(ticket=ticket, user=request.user, **options)
+                ticket = service(ticket=ticket, user=request.user, **seen, **options)
             except ValidationError as exc:
                 refused.append(" ".join(exc.messages))
                 continue
@@ -180,8 +185,12 @@ TicketAdmin.actions = [
     _ticket_action(
         "move_to_with_human", ticket_services.ticket_take_over, "Take over (agent stays out)", ("change", "handle")
     ),
-    _ticket_action("move_to_resolved", ticket_services.ticket_resolve, "Mark resolved", spare_colleagues=True),
-    _ticket_action("move_to_closed", ticket_services.ticket_close, "Close", spare_colleagues=True),
+    # Resolving or closing leaves the customer's next words to nobody: a ticket the customer wrote on
+    # after the list was read is refused, as its page's buttons refuse it.
+    _ticket_action(
+        "move_to_resolved", ticket_services.ticket_resolve, "Mark resolved", reads_seen=True, spare_colleagues=True
+    ),
+    _ticket_action("move_to_closed", ticket_services.ticket_close, "Close", reads_seen=True, spare_colleagues=True),
 ]
 
 

@@ -18,6 +18,7 @@ from django.db.models import Exists, Model, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from support.admin_site import is_value_of
@@ -333,7 +334,7 @@ class CustomerAdmin(IdsChecked):
 @admin.register(Ticket)
 class TicketAdmin(IdsChecked):
     form = TicketAdminForm
-    list_display = ["id", "subject", "customer", "status", "priority", "assignee", "updated_at"]
+    list_display = ["id", "subject", "customer", "status_as_listed", "priority", "assignee", "updated_at"]
     list_filter = ["status", "priority"]
     list_select_related = ["customer", "assignee"]
     search_fields = ["subject", "customer__email", "customer__name", "customer__orders__number"]
@@ -344,6 +345,22 @@ class TicketAdmin(IdsChecked):
     ]  # fmt: skip
     autocomplete_fields = ["assignee"]
     inlines = [TicketRatingInline, MessageInline, TicketEventInline]
+
+    @admin.display(description="status", ordering="status")
+    def status_as_listed(self, ticket: Ticket) -> str:
+        """The status, and (hidden, sent back with a bulk action) the last timeline event the row
+        showed: a bulk Resolve or Close leaves a ticket the customer wrote on since (``tickets.pages``)."""
+        return format_html(
+            '{}<input type="hidden" name="seen-{}" value="{}">',
+            ticket.get_status_display(),
+            ticket.pk,
+            ticket.last_event_seq,
+        )
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # Read before the rows: the mark never claims more than the list showed.
+        listed = pages.list_read_at()
+        return super().changelist_view(request, {"listed_event": listed, **(extra_context or {})})
 
     def has_handle_permission(self, request: HttpRequest) -> bool:
         """May work tickets (answer customers as a ticket's holder), as the staff inbox requires."""

@@ -4,6 +4,10 @@
 timeline event the page showed. The services take them as ``holder_seen`` and ``seen_seq`` and
 refuse (or narrow) what was asked from a page that is no longer true: a colleague took the
 ticket since, or the customer wrote since. The inbox and the admin send the same fields.
+
+The admin's ticket list shows many tickets: each row sends ``seen-<ticket id>`` (the last event
+the row showed), and the list ``listed`` (the last event of any ticket when it was read), for a
+ticket selected beyond the page ("select all").
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 
+from tickets import selectors
 from tickets.models import Ticket, TicketStatus
 
 # A hidden field of the page -> the service argument it becomes.
@@ -29,6 +34,22 @@ def page_read(request: HttpRequest, field: str) -> int | None:
 def as_read(request: HttpRequest, fields: Iterable[str]) -> dict[str, int | None]:
     """The service arguments of these hidden fields, as the page sent them."""
     return {PAGE_FIELDS[field]: page_read(request, field) for field in fields}
+
+
+def seen_on_the_list(request: HttpRequest, ticket: Ticket) -> int | None:
+    """The last timeline event of ``ticket`` the admin's list showed (its ``seen_seq``): its row's;
+    for a ticket selected beyond the page, its last event when the list was read; None when the
+    request says neither (a request not sent from the list)."""
+    seen = page_read(request, f"seen-{ticket.pk}")
+    if seen is not None:
+        return seen
+    listed = page_read(request, "listed")
+    return None if listed is None else selectors.ticket_seq_as_of(ticket=ticket, event_id=listed)
+
+
+def list_read_at() -> int:
+    """What the admin's list sends as ``listed``: the last timeline event of any ticket now."""
+    return selectors.last_event_id()
 
 
 def holder_shown(ticket: Ticket) -> int | str:

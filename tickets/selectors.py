@@ -8,7 +8,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Exists, JSONField, OuterRef, QuerySet, Subquery
+from django.db.models import Exists, JSONField, Max, OuterRef, QuerySet, Subquery
 from django.http import Http404
 
 from support import reads, rows
@@ -213,3 +213,15 @@ def stream_posted(*, ticket: Ticket, stream: int) -> bool:
 def assignable_staff() -> QuerySet[AbstractBaseUser]:
     """People who can work tickets: the support staff group, direct grants, superusers."""
     return get_user_model().objects.filter(can_work_tickets()).order_by("username")
+
+
+def last_event_id() -> int:
+    """The id of the newest timeline event of any ticket (0: none yet)."""
+    return TicketEvent.objects.aggregate(last=Max("pk"))["last"] or 0
+
+
+def ticket_seq_as_of(*, ticket: Ticket | int, event_id: int) -> int:
+    """The last event of ``ticket`` among the timeline events up to id ``event_id`` (0: none): what a
+    page read when ``event_id`` was the newest event showed of the ticket, had it shown it."""
+    found = TicketEvent.objects.filter(ticket=ticket, pk__lte=event_id).aggregate(last=Max("seq"))["last"]
+    return found or 0
