@@ -4,7 +4,8 @@
 
 - ``kind="message"``: ``author`` (customer, agent, staff, system), ``author_name``, ``text``,
   ``internal`` (an internal note or a system note: never shown to the customer), ``attachments``
-  (the files sent with it, as ``tickets.presenters.attachment_item`` gives them);
+  (the files sent with it, as ``tickets.presenters.attachment_item`` gives them),
+  ``client_msg_id`` (a person's message: the id its form sent; otherwise empty);
 - ``kind="line"``: ``text`` (what happened) and ``detail`` (the facts, short), ``tone``.
 
 Every item has ``seq``, ``at`` (a datetime) and ``actor`` (who did it, in words).
@@ -46,6 +47,9 @@ def _message(event: TicketEvent, payload: dict[str, Any], customer_name: str) ->
         "text": str(payload.get("body", "")),
         "internal": not event.is_public,
         "attachments": attachment_items(payload),
+        # A person's own reply or note, by the id its form sent: the page then knows the words it
+        # kept in the browser were stored (staff.js), and drops them.
+        "client_msg_id": str(payload.get("client_msg_id") or "") if author == AuthorKind.STAFF else "",
     }
 
 

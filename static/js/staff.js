@@ -68,6 +68,51 @@
     };
   }
 
+  // What a person writes in the reply and note boxes is kept in this tab, by person and ticket,
+  // until the page shows it stored (its form's client message id on the timeline). A session that
+  // ended meanwhile sends them to sign in, and the POST, with their words, is dropped on the way:
+  // back on this page after signing in, the words are in the box again, under the same id (the
+  // server stores a message once per id, so a send that did arrive is never stored twice).
+  function keepDrafts() {
+    document.querySelectorAll("#composer form").forEach(function (form) {
+      var box = form.querySelector("textarea[name=body]");
+      var id = form.querySelector("input[name=client_msg_id]");
+      if (!box || !id) return;
+      var key = "staff-draft-" + root.dataset.user + "-" + root.dataset.ticketId + "-" + form.className;
+      var kept = null;
+      try {
+        kept = JSON.parse(window.sessionStorage.getItem(key) || "null");
+      } catch (e) {
+        kept = null;
+      }
+      var stored = kept && typeof kept.id === "string" &&
+        timeline.querySelector('li[data-client-msg-id="' + CSS.escape(kept.id) + '"]');
+      if (stored) {
+        window.sessionStorage.removeItem(key);
+      } else if (kept && typeof kept.body === "string" && kept.body.trim() && !box.value.trim()) {
+        box.value = kept.body;
+        id.value = kept.id;
+        var note = document.createElement("p");
+        note.className = "muted";
+        note.id = form.classList.contains("reply") ? "reply-kept" : "note-kept";
+        note.setAttribute("role", "status");
+        note.textContent = "What you wrote here is back in the box, not sent yet: press " +
+          form.querySelector("button[type=submit]").textContent + " to send it.";
+        box.insertAdjacentElement("beforebegin", note);
+      }
+      function keep() {
+        try {
+          if (box.value.trim()) window.sessionStorage.setItem(key, JSON.stringify({ body: box.value, id: id.value }));
+          else window.sessionStorage.removeItem(key);
+        } catch (e) {
+          /* storage off: the form still goes */
+        }
+      }
+      box.addEventListener("input", keep);
+      form.addEventListener("submit", keep);
+    });
+  }
+
   // A form sent once: a second click while it is on its way sends nothing more (the server
   // would store it once anyway, under the same client message id).
   document.querySelectorAll("form").forEach(function (form) {
@@ -76,5 +121,6 @@
       form.dataset.sending = "1";
     });
   });
+  keepDrafts();
   connect();
 })();

@@ -7,11 +7,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.sessions.models import Session
 
 from tests.browser.conftest import SCREENSHOTS, Stack, sign_in
 from tests.conftest import make_customer
 from tests.staff.conftest import STAFF_PASSWORD, make_support_staff
 from tests.workers import wait_until
+from tickets import services
 from tickets.models import AuthorKind, Message, Ticket, TicketStatus
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
@@ -97,3 +99,38 @@ def test_take_over_reply_live_and_hand_back_to_the_agent(live: Stack, browser): 
     assert [m.body for m in staff_messages] == ["Hi, I'm Maria. Let me look into your delivery."]
     assert Message.objects.filter(ticket=ticket, author_kind=AuthorKind.AGENT).count() == 3
     assert person.evaluate("window.__csp") == [] and shopper.evaluate("window.__csp") == []
+
+
+def test_a_reply_sent_after_the_session_ended_is_back_in_the_box_after_signing_in_and_sent_once(live: Stack, browser):  # noqa: ANN001
+    """The reply form posts, the session had ended: the person was sent to sign in, and the POST (with
+    their words) was dropped on the way; the ticket's page came back with an empty box."""
+    customer = make_customer()
+    make_support_staff("maria", first_name="Maria", last_name="Lopez")
+    ticket, _ = services.ticket_open(customer=customer, subject="Late kettle", body="Where is my kettle?")
+    services.ticket_hand_to_person(ticket=ticket, reason="asked for a person")
+    person = sign_in_person(browser, live, "maria")
+    person.goto(live.url(f"/staff/tickets/{ticket.pk}/"))
+    words = "Hi, I'm Maria. Your kettle left our warehouse yesterday; it arrives on Friday."
+    person.fill("#reply-body", words)
+    Session.objects.all().delete()  # the session ended on the server meanwhile
+    person.click("form.reply button[type=submit]")
+    person.wait_for_url(re.compile(r"/accounts/login/"))
+    assert not Message.objects.filter(ticket=ticket, author_kind=AuthorKind.STAFF).exists()
+
+    person.fill("#id_username", "maria")
+    person.fill("#id_password", STAFF_PASSWORD)
+    person.click("main form button[type=submit]")
+    person.wait_for_url(live.url(f"/staff/tickets/{ticket.pk}/"))
+    assert person.input_value("#reply-body") == words
+    assert "press Send reply" in person.inner_text("#reply-kept")
+
+    person.click("form.reply button[type=submit]")
+    person.wait_for_selector("#timeline li.msg.from-staff:has-text('left our warehouse yesterday')")
+    assert [m.body for m in Message.objects.filter(ticket=ticket, author_kind=AuthorKind.STAFF)] == [words]
+    assert person.input_value("#reply-body") == ""
+    person.reload()  # sent: it is not put back again
+    person.wait_for_selector("#live-status:has-text('Live')")
+    assert person.input_value("#reply-body") == ""
+    assert person.locator("#reply-kept").count() == 0
+    assert person.evaluate("window.__csp") == []
+    person.context.close()
