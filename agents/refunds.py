@@ -102,6 +102,8 @@ MAX_REFUND_CENTS = 2**53 - 1
 PROVIDER_SUCCEEDED = frozenset({"succeeded"})
 PROVIDER_FAILED = frozenset({"failed", "canceled"})
 # Anything else (pending, requires_action, a status newer than this code) stays open.
+# Our statuses of a refund the provider paid or is paying: reported as done, never handed over as failed.
+PAID_OR_PAYING = frozenset({RefundStatus.SUCCEEDED, RefundStatus.PENDING})
 
 _provider: PaymentProvider | None = None
 
@@ -399,7 +401,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     reviewed = call.approval_decision == ApprovalDecision.APPROVED
     with _fenced(ctx):
         existing = Refund.objects.select_for_update().select_related("order").filter(idempotency_key=key).first()
-        if existing is not None and existing.status in {RefundStatus.SUCCEEDED, RefundStatus.PENDING}:
+        if existing is not None and existing.status in PAID_OR_PAYING:
             return _result(existing)
         if existing is not None and existing.status == RefundStatus.FAILED and existing.escalated_at is not None:
             # Settled as failed, the customer told so and a person asked to check it with the provider
@@ -450,7 +452,8 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                     faults.hit("after_provider_refund")  # the provider has it; our ledger does not yet
                 return _outcome(refund, found)
     except ProviderUncertain as exc:
-        _give_up(refund, RefundStatus.UNCERTAIN, f"no answer from the payment provider: {exc}")
+        if _give_up(refund, RefundStatus.UNCERTAIN, f"no answer from the payment provider: {exc}") in PAID_OR_PAYING:
+            return _result(refund)  # the reconciler found it paid (or paying) while this worker was giving up
         raise ToolEscalation(
             f"The payment provider did not confirm the refund after {int(settings.REFUND_PROVIDER_ATTEMPTS)} "
             f"tries; it is being reconciled and will not be repeated blindly ({exc}).",
@@ -458,7 +461,8 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             uncertain=True,
         ) from None
     except (ProviderDeclined, IdempotencyMismatch, ProviderError) as exc:
-        _give_up(refund, RefundStatus.FAILED, f"the payment provider refused the refund: {exc}")
+        if _give_up(refund, RefundStatus.FAILED, f"the payment provider refused the refund: {exc}") in PAID_OR_PAYING:
+            return _result(refund)
         raise ToolEscalation(
             f"The payment provider refused the refund: {exc}", customer_text=_customer_text(refund, uncertain=False)
         ) from None
@@ -533,12 +537,17 @@ def _outcome(refund: Refund, found: ProviderRefund) -> dict[str, Any]:
     return _result(refund)
 
 
-def _give_up(refund: Refund, status: str, error: str) -> None:
+def _give_up(refund: Refund, status: str, error: str) -> str:
+    """Record that this worker gives up on the refund, unless it was settled meanwhile; returns its
+    status after. Decided on the row as it is now, under the lock the reconciler's write takes: a
+    refund it found paid (or paying) at the provider between the last try and here is not given up
+    on, and the caller reports it as it is, not as a failure for a person to check."""
     with transaction.atomic():
         locked = Refund.objects.select_for_update().get(pk=refund.pk)
         if locked.status in {RefundStatus.SUBMITTED, RefundStatus.UNCERTAIN, RefundStatus.REQUESTED}:
             _set_status(locked, status, error=error[:2000], escalated_at=timezone.now())
     refund.refresh_from_db()
+    return refund.status
 
 
 def _mark_escalated(refund: Refund) -> None:
@@ -558,7 +567,7 @@ def reconcile_call(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | N
     refund = Refund.objects.select_related("order").filter(idempotency_key=ctx.call.idempotency_key).first()
     if refund is None:
         return None  # the intent never reached the provider
-    if refund.status in {RefundStatus.SUCCEEDED, RefundStatus.PENDING}:
+    if refund.status in PAID_OR_PAYING:
         return _result(refund)
     found = _lookup(refund.idempotency_key, refund.order.payment_reference)
     if found is not None and _record_provider_state(refund, found) != RefundStatus.FAILED:

@@ -1,0 +1,91 @@
+"""A refund the reconciler finds paid while the worker is giving up on it is told as paid.
+
+The provider pays the refund but its answer is lost, and every retry and lookup under the key
+fails too. Between the worker's last try and its give-up, the reconciler (beat) asks the provider
+and records the refund as paid (or pending at the provider). The worker's give-up reads the refund
+again under the lock the reconciler takes: the customer is told it was refunded, not "we couldn't
+confirm your refund", and the ticket is not handed to a person to check a failure that did not
+happen (who might refund it again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from agents import refunds as refund_module
+from agents.models import CallStatus, Refund, RefundStatus, ToolCall
+from agents.runner import advance
+from tests.agents.test_money_path import assert_money_invariants, order_for, paid, public_words
+from tests.conftest import make_customer
+from tickets import services as ticket_services
+from tickets.models import Message, Ticket, TicketStatus
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(180),
+    pytest.mark.usefixtures("quick_provider_retries"),
+]
+
+
+def settle_as_the_reconciler(sandbox, settles_to: str) -> None:  # noqa: ANN001
+    """The reconciler's write, as beat makes it: from the provider's record of the refund under its key."""
+    sandbox.clear_faults()  # the provider answers again
+    if settles_to == "succeeded":
+        assert refund_module.reconcile_open_refunds() == {RefundStatus.SUCCEEDED: 1}
+        return
+    # The sandbox pays at once; a provider still processing it answers "pending" under the same key.
+    refund = Refund.objects.select_related("order").get()
+    found = refund_module.provider().find_refund(
+        idempotency_key=refund.idempotency_key, payment_reference=refund.order.payment_reference
+    )
+    assert found is not None
+    pending = dataclasses.replace(found, status="pending")
+    assert refund_module._record_provider_state(refund, pending) == RefundStatus.PENDING
+
+
+@pytest.mark.parametrize("settles_to", ["succeeded", "pending"])
+def test_a_refund_settled_by_the_reconciler_while_the_worker_gives_up_is_told_as_refunded(
+    sandbox,  # noqa: ANN001
+    monkeypatch,  # noqa: ANN001
+    settings,  # noqa: ANN001
+    settles_to: str,
+) -> None:
+    customer = make_customer()
+    order = order_for(customer, "E-3101", 5000, sandbox)
+    sandbox.fault("error_after_commit")  # the provider pays; its answer is lost
+    sandbox.fault("error_before_commit", count=100)  # every retry under the key fails
+    sandbox.fault("error_before_commit", method="GET", path="/v1/refunds*", count=100)  # so does every lookup
+    provider = refund_module.provider()
+    create = provider.create_refund
+    tries: list[str] = []
+
+    def the_reconciler_writes_after_the_last_try(**kwargs):  # noqa: ANN003, ANN202
+        tries.append(kwargs["idempotency_key"])
+        try:
+            return create(**kwargs)
+        finally:
+            if len(tries) == settings.REFUND_PROVIDER_ATTEMPTS:
+                settle_as_the_reconciler(sandbox, settles_to)
+
+    monkeypatch.setattr(provider, "create_refund", the_reconciler_writes_after_the_last_try)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Please refund order E-3101")
+
+    advance(ticket.pk)
+
+    assert len(tries) == settings.REFUND_PROVIDER_ATTEMPTS  # the worker did give up after its last try
+    refund = Refund.objects.get(order=order)
+    assert refund.status == settles_to and refund.escalated_at is None
+    assert [r["amount"] for r in paid(sandbox, order)] == [5000]
+    words = public_words(ticket)
+    assert not any("couldn't confirm" in w or "could not be completed" in w for w in words), words
+    told = "I've refunded $50.00" if settles_to == "succeeded" else "I've submitted a refund of $50.00"
+    assert any(told in w for w in words), words
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    assert call.status == CallStatus.SUCCEEDED and call.result["status"] == settles_to
+    status = Ticket.objects.get(pk=ticket.pk).status
+    assert status != TicketStatus.WITH_HUMAN, f"a refund the provider paid was handed to a person: {status}"
+    assert not ticket.events.filter(kind__in=["tool_call_escalated", "refund_escalated"]).exists()
+    assert not Message.objects.filter(ticket=ticket, is_public=False, body__contains="needs a person").exists()
+    assert_money_invariants(sandbox)
