@@ -53,8 +53,6 @@ from agents import faults
 from agents.approval import may_execute
 from agents.lease import ticket_lease_held
 from agents.models import (
-    ACTIVE_RUN_STATUSES,
-    FINAL_CALL_STATUSES,
     NOT_RUN,
     OPEN_REFUND_STATUSES,
     PERSON_TOOK_OVER,
@@ -70,7 +68,12 @@ from agents.models import (
     ToolCall,
 )
 from agents.profiles import policy_values, profile_of
-from agents.selectors import person_took_the_ticket_since, refunded_total_cents
+from agents.selectors import (
+    person_took_the_ticket_since,
+    refund_call_order_number,
+    refund_calls_still_to_happen,
+    refunded_total_cents,
+)
 from agents.tools import (
     Tool,
     ToolContext,
@@ -137,9 +140,7 @@ def refund_commitments(
     recheck_since = timezone.now() - timedelta(hours=settings.REFUND_RECHECK_FAILED_HOURS)
     unseen = Q(status=RefundStatus.FAILED, provider_refund_id__isnull=True, updated_at__gte=recheck_since)
     refunds = Refund.objects.filter(Q(status__in=RESERVING_REFUND_STATUSES) | unseen, order__customer_id=customer_id)
-    calls = ToolCall.objects.filter(
-        name="issue_refund", ticket__customer_id=customer_id, refund__isnull=True, run__status__in=ACTIVE_RUN_STATUSES
-    ).exclude(status__in=FINAL_CALL_STATUSES)
+    calls = refund_calls_still_to_happen(customer_ids=[customer_id])
     if order is not None:
         refunds = refunds.filter(order=order)
     if ticket_id is not None:
@@ -152,8 +153,7 @@ def refund_commitments(
     for amount in refunds.values_list("amount_cents", flat=True):
         count, cents = count + 1, cents + int(amount)
     for arguments in calls.values_list("arguments", flat=True):
-        number = str(arguments.get("order_number", "")).strip().upper()
-        if order is not None and number != order.number.upper():
+        if order is not None and refund_call_order_number(arguments) != order.number.upper():
             continue
         amount = arguments.get("amount_cents")
         count, cents = count + 1, cents + (int(amount) if isinstance(amount, int) else 0)

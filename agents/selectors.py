@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -12,6 +13,7 @@ from django.db.models.functions import Cast, Coalesce, Concat, Now
 from agents.lease import LOCK_HELD_SQL
 from agents.models import (
     ACTIVE_RUN_STATUSES,
+    FINAL_CALL_STATUSES,
     PAUSED_CALL_STATUSES,
     PAUSED_RUN_STATUSES,
     RESERVING_REFUND_STATUSES,
@@ -261,6 +263,24 @@ def refunded_total_cents(order: Order, *, exclude_key: str | None = None) -> int
     if exclude_key:
         refunds = refunds.exclude(idempotency_key=exclude_key)
     return int(refunds.aggregate(total=Sum("amount_cents"))["total"] or 0)
+
+
+def refund_call_order_number(arguments: dict[str, Any]) -> str:
+    """The order a refund call names, as order numbers are compared (trimmed, in capitals)."""
+    return str(arguments.get("order_number", "")).strip().upper()
+
+
+def refund_calls_still_to_happen(*, customer_ids: Iterable[int]) -> QuerySet[ToolCall]:
+    """Refund calls of these customers with no refund row yet whose refund may still happen: any call
+    not final (recorded to run, waiting for a staff approval, or waiting for the customer's
+    confirmation, approved or not) of a run that has not ended. Their orders are in their arguments
+    (``refund_call_order_number``)."""
+    return ToolCall.objects.filter(
+        name="issue_refund",
+        ticket__customer_id__in=list(customer_ids),
+        refund__isnull=True,
+        run__status__in=ACTIVE_RUN_STATUSES,
+    ).exclude(status__in=FINAL_CALL_STATUSES)
 
 
 def refund_asked_on(order: Order) -> bool:

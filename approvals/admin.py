@@ -2,9 +2,14 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.formats import localize
+from django.utils.html import format_html, format_html_join
 
 from agents.models import ApprovalPolicy, ToolApprovalRule
 from agents.profiles import active_profile, profile_follow_policy_tables
+from approvals import selectors
 from approvals.models import ApprovalRequest
 from tickets.admin import IdsChecked, TicketAdmin
 
@@ -93,12 +98,36 @@ class ApprovalRequestAdmin(IdsChecked):
     list_select_related = ["ticket", "decided_by"]
     search_fields = ["ticket__id", "ticket__customer__email"]
     # Decisions go through approvals.services (the dashboard); here a request is read.
-    fields = _fields_with_amount()
+    fields = [*_fields_with_amount(), "other_refunds_on_order"]
     readonly_fields = fields
 
     @admin.display(description="amount", ordering="amount_cents")
     def amount(self, approval: ApprovalRequest) -> str:
         return approval.amount_display
+
+    @admin.display(description="other refunds on the order")
+    def other_refunds_on_order(self, approval: ApprovalRequest) -> str:
+        """As the dashboard's card shows them, read now: paid, tried or asked for, in any ticket."""
+        others = selectors.approval_other_refunds(approval)
+        if not others:
+            return "none"
+        return format_html(
+            "<ul>{}</ul>",
+            format_html_join(
+                "",
+                '<li>{} · {} · {} · ticket <a href="{}">#{}</a></li>',
+                (
+                    (
+                        r.amount,
+                        r.status,
+                        localize(timezone.localtime(r.at)),
+                        reverse("staff:ticket", kwargs={"ticket_id": r.ticket_id}),
+                        r.ticket_id,
+                    )
+                    for r in others
+                ),
+            ),
+        )
 
     def has_add_permission(self, request) -> bool:  # noqa: ANN001
         return False

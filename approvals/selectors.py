@@ -14,7 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 
 from agents.models import CallStatus, Refund, ToolCall
-from agents.selectors import orders_with_refunded_total
+from agents.selectors import orders_with_refunded_total, refund_call_order_number, refund_calls_still_to_happen
 from agents.tools import REGISTRY
 from approvals.models import ApprovalRequest, ApprovalStatus
 from tickets import selectors as ticket_selectors
@@ -121,10 +121,16 @@ class ConversationEntry:
 
 @dataclass(frozen=True)
 class RefundEntry:
+    """A refund on an order: paid or tried (a refund row), or asked for and not paid yet (a call
+    still to happen: ``asked``, with its pending approval request if it waits for one)."""
+
     amount: str
     status: str
     at: datetime
     ticket_id: int
+    asked: bool = False
+    request_id: int | None = None
+    call_id: int | None = None
 
 
 @dataclass
@@ -137,6 +143,8 @@ class ApprovalCard:
     order_facts: str = ""
     refunds: list[RefundEntry] = field(default_factory=list)
     over_refund_warning: str = ""
+    # The other refunds asked for on the same order, in any ticket, not paid yet (read when the card is shown).
+    others_asked: list[RefundEntry] = field(default_factory=list)
     needs_confirmation: bool = False
     confirmation_text: str = ""
     # The files the customer sent on the ticket (a photo of the damage, a receipt).
@@ -247,16 +255,7 @@ def approval_cards(approvals: Iterable[ApprovalRequest]) -> list[ApprovalCard]:
     numbers = {_order_number(a) for a in approvals} - {""}
     orders = {o.number: o for o in orders_with_refunded_total(Order.objects.filter(number__in=numbers))}
     pending_on_order = _pending_refunds_on(numbers)
-    refunds_by_order: dict[int, list[RefundEntry]] = defaultdict(list)
-    for refund in Refund.objects.filter(order__in=list(orders.values())).order_by("created_at", "id"):
-        refunds_by_order[refund.order_id].append(
-            RefundEntry(
-                amount=format_money(refund.amount_cents, refund.currency),
-                status=refund.get_status_display(),
-                at=refund.created_at,
-                ticket_id=refund.ticket_id,
-            )
-        )
+    refunds_by_order = order_refunds(orders.values())
     tickets = {approval.ticket_id for approval in approvals}
     currency_of = {approval.ticket_id: approval.currency for approval in approvals}
     conversations = approval_conversations(tickets=tickets, currency_of=currency_of)
@@ -281,9 +280,75 @@ def approval_cards(approvals: Iterable[ApprovalRequest]) -> list[ApprovalCard]:
         if order is not None:
             if order.number not in warnings:
                 warnings[order.number] = _over_refund_warning(order, *pending_on_order.get(order.number, (0, 0, [])))
-            _add_order(card, order, warnings[order.number], refunds_by_order[order.pk])
+            others = [r for r in refunds_by_order[order.pk] if r.call_id != approval.tool_call_id]
+            _add_order(card, order, warnings[order.number], others)
         cards.append(card)
     return cards
+
+
+def _asked_status(call: ToolCall, request_id: int | None) -> str:
+    if request_id is not None:
+        return f"Asked, waiting for approval (request #{request_id})"
+    return f"Asked, {_CALL_OUTCOMES.get(call.status, call.get_status_display().lower())}"
+
+
+def order_refunds(orders: Iterable[Order]) -> dict[int, list[RefundEntry]]:
+    """Every refund on these orders, in any ticket, oldest first: order id -> entries. The refunds
+    paid or tried (done, pending, uncertain, failed), and those asked for and not paid yet (waiting
+    for an approval, for the customer's Confirm, or about to run), with their approval request.
+    Three queries for all the orders."""
+    orders = list(orders)
+    entries: dict[int, list[RefundEntry]] = defaultdict(list)
+    for refund in Refund.objects.filter(order__in=orders).order_by("created_at", "id"):
+        entries[refund.order_id].append(
+            RefundEntry(
+                amount=format_money(refund.amount_cents, refund.currency),
+                status=refund.get_status_display(),
+                at=refund.created_at,
+                ticket_id=refund.ticket_id,
+                call_id=refund.tool_call_id,
+            )
+        )
+    by_number = {(o.customer_id, o.number.upper()): o for o in orders}
+    calls = [
+        (call, order)
+        for call in refund_calls_still_to_happen(customer_ids={o.customer_id for o in orders}).select_related("ticket")
+        if (order := by_number.get((call.ticket.customer_id, refund_call_order_number(call.arguments))))
+    ]
+    waiting = dict(
+        ApprovalRequest.objects.filter(
+            status=ApprovalStatus.PENDING, tool_call_id__in=[call.pk for call, _ in calls]
+        ).values_list("tool_call_id", "pk")
+    )
+    for call, order in calls:
+        amount = call.arguments.get("amount_cents")
+        currency = call.arguments.get("currency") or order.currency
+        entries[order.pk].append(
+            RefundEntry(
+                amount=format_money(amount, currency) if isinstance(amount, int) else "?",
+                status=_asked_status(call, waiting.get(call.pk)),
+                at=call.started_at,
+                ticket_id=call.ticket_id,
+                asked=True,
+                request_id=waiting.get(call.pk),
+                call_id=call.pk,
+            )
+        )
+    for order_entries in entries.values():
+        order_entries.sort(key=lambda entry: entry.at)
+    return entries
+
+
+def approval_other_refunds(approval: ApprovalRequest) -> list[RefundEntry]:
+    """The other refunds on the order a refund request names, in any ticket, as they are now (paid,
+    tried, or asked for and not paid yet); [] for a request that names no order of its customer."""
+    number = _order_number(approval).upper()
+    if approval.tool_name != "issue_refund" or not number:
+        return []
+    order = Order.objects.filter(customer_id=approval.ticket.customer_id, number__iexact=number).first()
+    if order is None:
+        return []
+    return [r for r in order_refunds([order])[order.pk] if r.call_id != approval.tool_call_id]
 
 
 def _add_order(card: ApprovalCard, order: Order, warning: str, refunds: list[RefundEntry]) -> None:
@@ -298,6 +363,7 @@ def _add_order(card: ApprovalCard, order: Order, warning: str, refunds: list[Ref
         facts.append(f"delivered {evidence['delivered_at']}")
     card.order, card.order_facts, card.refunds = order, ", ".join(facts), refunds
     card.over_refund_warning = warning
+    card.others_asked = [r for r in refunds if r.asked]
 
 
 # Requests a warning names one by one; the rest are counted.

@@ -36,9 +36,10 @@ def sign_in_staff(browser, stack: Stack, username: str):  # noqa: ANN001, ANN201
     return page
 
 
-def request_refund(stack: Stack, customer, number: str) -> ApprovalRequest:  # noqa: ANN001
+def request_refund(stack: Stack, customer, number: str, *, body: str = "") -> ApprovalRequest:  # noqa: ANN001
     """The customer asks; the real worker runs the agent, which pauses on a refund above the threshold."""
-    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body=f"Please refund order {number}")
+    body = body or f"Please refund order {number}"
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body=body)
     wait_until(
         lambda: ApprovalRequest.objects.filter(ticket=ticket, status=ApprovalStatus.PENDING).exists(),
         timeout=30,
@@ -121,3 +122,26 @@ def test_a_live_update_keeps_a_typed_reason_an_open_conversation_and_focus_and_a
     assert page.url == live.url("/staff/approvals/")
     assert ApprovalRequest.objects.get(pk=one.pk).note == "handled elsewhere"
     assert page.evaluate("window.__csp") == []
+
+
+def test_an_open_card_names_a_later_request_for_the_same_order_as_it_arrives(live: Stack, browser):  # noqa: ANN001
+    """Two tickets ask for refunds of one order, within what it can refund: the card already on the
+    screen for the first says, live, that a second request for the order now waits, with its ticket."""
+    customer = make_customer()
+    make_order(customer, total_cents=64900, number="L-2001")
+    make_staff("erin", can_decide=True)
+    one = request_refund(live, customer, "L-2001", body="Please refund $300.00 of order L-2001")
+    page = sign_in_staff(browser, live, "erin")
+    page.wait_for_selector("#live-status:has-text('Live')")
+    warnings = page.locator(f"#approval-{one.pk} [data-live=warnings]")
+    expect(warnings).to_have_text("")
+
+    two = request_refund(live, customer, "L-2001", body="Please refund $100.00 of order L-2001")
+
+    expect(page.locator(f"li.approval[data-approval-id='{two.pk}']")).to_be_visible()
+    expect(warnings).to_contain_text(
+        f"Not the only request: another refund is asked for on order L-2001 and not paid yet: $100.00 in ticket "
+        f"#{two.ticket_id} (asked, waiting for approval (request #{two.pk}))"
+    )
+    expect(warnings.locator("a")).to_have_attribute("href", f"/staff/tickets/{two.ticket_id}/")
+    expect(page.locator(f"#approval-{one.pk} [data-live=refunds]")).to_contain_text("$100.00")
