@@ -147,5 +147,6 @@ def test_a_turn_no_one_else_writes_on_asks_nothing_of_the_ledger_between_its_ste
     assert asked == [], asked
     # The loop's own statements (the tools' reads of orders and articles aside).
     loop = [sql for sql in counted.statements if "tickets_helparticle" not in sql and "tickets_order" not in sql]
-    # One per step; the others: the run's start, blocks of keys, the reply's two, the release.
-    assert len(loop) <= 11 + 8, (len(loop), loop)
+    # One per step; the others: the lease and the pass's reads, the run's start, blocks of keys, the
+    # answer's lock of the ticket, the release. (The answer's step, reply and run end are one.)
+    assert len(loop) <= 11 + 6, (len(loop), loop)
