@@ -452,20 +452,22 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                     faults.hit("after_provider_refund")  # the provider has it; our ledger does not yet
                 return _outcome(refund, found)
     except ProviderUncertain as exc:
-        if _give_up(refund, RefundStatus.UNCERTAIN, f"no answer from the payment provider: {exc}") in PAID_OR_PAYING:
-            return _result(refund)  # the reconciler found it paid (or paying) while this worker was giving up
-        raise ToolEscalation(
-            f"The payment provider did not confirm the refund after {int(settings.REFUND_PROVIDER_ATTEMPTS)} "
-            f"tries; it is being reconciled and will not be repeated blindly ({exc}).",
-            customer_text=_customer_text(refund, uncertain=True),
-            uncertain=True,
-        ) from None
+        settled = _give_up(refund, RefundStatus.UNCERTAIN, f"no answer from the payment provider: {exc}")
+        if settled is None:
+            raise ToolEscalation(
+                f"The payment provider did not confirm the refund after {int(settings.REFUND_PROVIDER_ATTEMPTS)} "
+                f"tries; it is being reconciled and will not be repeated blindly ({exc}).",
+                customer_text=_customer_text(refund, uncertain=True),
+                uncertain=True,
+            ) from None
+        return _settled_meanwhile(refund, settled)
     except (ProviderDeclined, IdempotencyMismatch, ProviderError) as exc:
-        if _give_up(refund, RefundStatus.FAILED, f"the payment provider refused the refund: {exc}") in PAID_OR_PAYING:
-            return _result(refund)
-        raise ToolEscalation(
-            f"The payment provider refused the refund: {exc}", customer_text=_customer_text(refund, uncertain=False)
-        ) from None
+        settled = _give_up(refund, RefundStatus.FAILED, f"the payment provider refused the refund: {exc}")
+        if settled is None:
+            raise ToolEscalation(
+                f"The payment provider refused the refund: {exc}", customer_text=_customer_text(refund, uncertain=False)
+            ) from None
+        return _settled_meanwhile(refund, settled)
     raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
 
 
@@ -537,17 +539,28 @@ def _outcome(refund: Refund, found: ProviderRefund) -> dict[str, Any]:
     return _result(refund)
 
 
-def _give_up(refund: Refund, status: str, error: str) -> str:
-    """Record that this worker gives up on the refund, unless it was settled meanwhile; returns its
-    status after. Decided on the row as it is now, under the lock the reconciler's write takes: a
-    refund it found paid (or paying) at the provider between the last try and here is not given up
-    on, and the caller reports it as it is, not as a failure for a person to check."""
+def _give_up(refund: Refund, status: str, error: str) -> str | None:
+    """Record that this worker gives up on the refund, unless it was settled meanwhile: None if it
+    gave up, else the status the refund was settled to. Decided on the row as it is now, under the
+    lock the reconciler's write takes: a refund it settled between the last try and here is not
+    given up on again (``_settled_meanwhile``)."""
     with transaction.atomic():
         locked = Refund.objects.select_for_update().get(pk=refund.pk)
-        if locked.status in {RefundStatus.SUBMITTED, RefundStatus.UNCERTAIN, RefundStatus.REQUESTED}:
+        gives_up = locked.status in {RefundStatus.SUBMITTED, RefundStatus.UNCERTAIN, RefundStatus.REQUESTED}
+        if gives_up:
             _set_status(locked, status, error=error[:2000], escalated_at=timezone.now())
     refund.refresh_from_db()
-    return refund.status
+    return None if gives_up else refund.status
+
+
+def _settled_meanwhile(refund: Refund, status: str) -> dict[str, Any]:
+    """A refund the reconciler settled while this worker was giving up on it, as it is: paid (or
+    paying), the call's result, not a failure for a person to check (who might refund it again);
+    failed, the reconciler has told the customer and handed the ticket to a person, so the customer
+    is not told a second time (``GIVEN_UP``: the model says a person is looking into it)."""
+    if status in PAID_OR_PAYING:
+        return _result(refund)
+    raise ToolError(GIVEN_UP)
 
 
 def _mark_escalated(refund: Refund) -> None:

@@ -10,6 +10,7 @@ happen (who might refund it again).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -88,4 +89,51 @@ def test_a_refund_settled_by_the_reconciler_while_the_worker_gives_up_is_told_as
     assert status != TicketStatus.WITH_HUMAN, f"a refund the provider paid was handed to a person: {status}"
     assert not ticket.events.filter(kind__in=["tool_call_escalated", "refund_escalated"]).exists()
     assert not Message.objects.filter(ticket=ticket, is_public=False, body__contains="needs a person").exists()
+    assert_money_invariants(sandbox)
+
+
+def test_a_refund_the_reconciler_settles_as_failed_while_the_worker_gives_up_is_told_to_the_customer_once(
+    sandbox,  # noqa: ANN001
+    monkeypatch,  # noqa: ANN001
+    settings,  # noqa: ANN001
+) -> None:
+    # Every try fails before the provider keeps it; between the last try and the give-up, the
+    # reconciler hears from the provider that the refund failed: it tells the customer and hands the
+    # ticket to a person. The worker's give-up finds it settled and does not tell the customer again.
+    customer = make_customer()
+    order = order_for(customer, "E-3102", 5000, sandbox)
+    sandbox.fault("error_before_commit", count=100)
+    provider = refund_module.provider()
+    create = provider.create_refund
+    tries: list[str] = []
+
+    def the_reconciler_settles_it_failed_after_the_last_try(**kwargs):  # noqa: ANN003, ANN202
+        tries.append(kwargs["idempotency_key"])
+        try:
+            return create(**kwargs)
+        finally:
+            if len(tries) == settings.REFUND_PROVIDER_ATTEMPTS:
+                # The request reaches the provider after all (one still on its way), which fails it;
+                # beat's reconciler reads that under the key: the customer is told, a person asked.
+                sandbox.clear_faults()
+                sandbox.fault("refund_status:failed")
+                with contextlib.suppress(Exception):
+                    create(**kwargs)
+                assert refund_module.reconcile_open_refunds() == {RefundStatus.FAILED: 1}
+
+    monkeypatch.setattr(provider, "create_refund", the_reconciler_settles_it_failed_after_the_last_try)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Please refund order E-3102")
+
+    advance(ticket.pk)
+
+    assert len(tries) == settings.REFUND_PROVIDER_ATTEMPTS
+    assert Refund.objects.get(order=order).status == RefundStatus.FAILED
+    assert [r["status"] for r in paid(sandbox, order)] == ["failed"]
+    words = public_words(ticket)
+    assert sum("could not be completed" in w for w in words) == 1, words
+    assert not any("couldn't confirm" in w for w in words), words
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    assert call.status == CallStatus.FAILED and call.error.startswith("Not sent again"), (call.status, call.error)
+    assert Ticket.objects.get(pk=ticket.pk).status == TicketStatus.WITH_HUMAN
+    assert ticket.events.filter(kind="refund_escalated").count() == 1
     assert_money_invariants(sandbox)
