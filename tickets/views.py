@@ -184,6 +184,7 @@ def _chat_page(
             "attachMaxBytes": attachments.max_bytes(),
             "attachMaxFiles": attachments.max_files(),
             "loginUrl": _login_url(ticket.pk),
+            "csrfCookie": settings.CSRF_COOKIE_NAME,
         },
         "attach_accept": attachments.ACCEPT_ATTRIBUTE,
     }

@@ -35,7 +35,12 @@
   if (!configEl) return;
   var config = JSON.parse(configEl.textContent);
   var csrfMeta = document.querySelector('meta[name="csrf-token"]');
-  var csrfToken = csrfMeta ? csrfMeta.getAttribute("content") : "";
+  // The browser's CSRF cookie at the time of the send: signing in again (in another tab) gives a new
+  // secret, and the token this page was rendered with would be refused from then on.
+  function csrfToken() {
+    var found = document.cookie.match(new RegExp("(?:^|;\\s*)" + config.csrfCookie + "=([^;]+)"));
+    return found ? decodeURIComponent(found[1]) : csrfMeta ? csrfMeta.getAttribute("content") : "";
+  }
 
   var scroller = document.getElementById("chat-scroll");
   var log = document.getElementById("chat-log");
@@ -58,6 +63,7 @@
     socket: null,
     connected: false,
     denied: false,
+    deniedCode: null, // 4403 (signed out) or 4404, while denied
     attempts: 0,
     reconnects: 0,
     holdUntil: 0,
@@ -311,7 +317,7 @@
     fetch("/tickets/" + config.ticketId + "/confirmations/" + card.getAttribute("data-call-id"), {
       method: "POST",
       credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken },
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
       body: JSON.stringify({ answer: button.getAttribute("data-answer"), digest: card.getAttribute("data-digest") }),
     })
       .then(function (r) {
@@ -323,6 +329,7 @@
       .then(function (res) {
         // Answered meanwhile over the socket (this answer came late, or not at all): it stands.
         if (!res.ok && card.classList.contains("answered")) return;
+        if (res.ok) liveAgain();
         if (res.ok) answered(card, res.body.decision === "confirmed" ? "Confirmed." : "Cancelled.");
         else if (res.status === 401) {
           // Signed out: nothing was done; the buttons stay for when they are back.
@@ -478,6 +485,7 @@
       state.socket = null;
       if (closed.code === 4403 || closed.code === 4404) {
         state.denied = true;
+        state.deniedCode = closed.code;
         if (closed.code === 4403) {
           connectionEl.textContent = "You were signed out. ";
           connectionEl.appendChild(signInLink());
@@ -491,6 +499,17 @@
       setConnected(false);
       scheduleReconnect();
     };
+  }
+
+  // The socket ended with a sign-out, and a send has just been taken: signed in again (in another
+  // tab), so the conversation is live again here too.
+  var CONNECTION_LOST = connectionEl.textContent;
+  function liveAgain() {
+    if (!state.denied || state.deniedCode !== 4403) return;
+    state.denied = false;
+    state.deniedCode = null;
+    connectionEl.textContent = CONNECTION_LOST;
+    connect();
   }
 
   function scheduleReconnect() {
@@ -516,7 +535,7 @@
 
   function sendHeaders(clientMsgId) {
     // Accept: a refusal comes back as JSON with its reason, for a form with files as for JSON.
-    var headers = { "X-CSRFToken": csrfToken, Accept: "application/json" };
+    var headers = { "X-CSRFToken": csrfToken(), Accept: "application/json" };
     if (!(attach() && attach().has(clientMsgId))) headers["Content-Type"] = "application/json";
     return headers;
   }
@@ -647,6 +666,7 @@
       .then(
         function (result) {
           if (result.status === 200 || result.status === 201) {
+            liveAgain();
             delete state.unsent[clientMsgId];
             keepUnsent();
             if (attach()) attach().forget(clientMsgId);
