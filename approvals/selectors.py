@@ -12,6 +12,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
+from django.db.models.functions import Now
 
 from agents.models import CallStatus, Refund, ToolCall
 from agents.selectors import orders_with_refunded_total, refund_call_order_number, refund_calls_still_to_happen
@@ -170,9 +171,11 @@ def approval_confirmation_text(approval: ApprovalRequest) -> str:
 
 
 def approvals_pending() -> QuerySet[ApprovalRequest]:
-    """Oldest first: the customer who has waited longest is served first."""
+    """Oldest first: the customer who has waited longest is served first. A request past its expiry
+    is not among them, though the sweeper has yet to mark it (a decision on it would be refused); it
+    is judged on the database's clock, as the decision and the sweeper judge it."""
     return (
-        ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING)
+        ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__gt=Now())
         .select_related("ticket", "ticket__customer")
         .order_by("requested_at", "id")
     )
