@@ -820,6 +820,11 @@
   form.addEventListener("submit", function (event) {
     event.preventDefault();
     send();
+    // Sent with the button (a click, or Enter on it from the keyboard): the next message is typed
+    // in the box, not into a button. Not on a touch screen, where focus would open the keyboard.
+    if (document.activeElement === sendButton && !input.disabled && !window.matchMedia("(pointer: coarse)").matches) {
+      input.focus();
+    }
   });
   input.addEventListener("keydown", function (event) {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
