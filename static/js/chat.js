@@ -126,6 +126,7 @@
     meta.appendChild(time);
     var bubble = document.createElement("div");
     bubble.className = "bubble";
+    bubble.dir = "auto"; // each message reads in its own direction (Arabic, Hebrew: right to left)
     bubble.textContent = text;
     li.appendChild(meta);
     li.appendChild(bubble);

@@ -230,7 +230,7 @@ def test_the_chat_page_separates_messages_of_different_days(signed_in, customer)
 
     html = signed_in.get(reverse("tickets:chat", args=[ticket.pk])).content.decode()
     log = html[html.index('id="chat-log"') : html.index("</ol>", html.index('id="chat-log"'))]
-    order = re.findall(r'class="day-separator"[^>]*><span>([^<]*)</span>|<div class="bubble">([^<]*)</div>', log)
+    order = re.findall(r'class="day-separator"[^>]*><span>([^<]*)</span>|<div class="bubble"[^>]*>([^<]*)</div>', log)
     sequence = [html_text.unescape(day or text) for day, text in order]
 
     week_label = timezone.localdate(week_ago).strftime("%B %-d, %Y")
