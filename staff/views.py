@@ -92,6 +92,7 @@ def _ticket_page(
         "last_seq": last_seq,
         "reply_text": reply,
         "note_text": note,
+        "max_chars": services.MESSAGE_MAX_CHARS,
         # Per render: a double-clicked (or retried) send carries the same id and posts once.
         "reply_id": uuid.uuid4().hex,
         # Who has the ticket as this page shows it: a reply sent after a colleague took it is refused.

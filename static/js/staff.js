@@ -114,9 +114,11 @@
   }
 
   // A form sent once: a second click while it is on its way sends nothing more (the server
-  // would store it once anyway, under the same client message id).
+  // would store it once anyway, under the same client message id). One the page refused to send
+  // (past a box's limit, limits.js, loaded first) is not on its way.
   document.querySelectorAll("form").forEach(function (form) {
     form.addEventListener("submit", function (event) {
+      if (event.defaultPrevented) return;
       if (form.dataset.sending) { event.preventDefault(); return; }
       form.dataset.sending = "1";
     });

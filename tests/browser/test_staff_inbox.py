@@ -134,3 +134,35 @@ def test_a_reply_sent_after_the_session_ended_is_back_in_the_box_after_signing_i
     assert person.locator("#reply-kept").count() == 0
     assert person.evaluate("window.__csp") == []
     person.context.close()
+
+
+def test_a_reply_is_held_to_the_servers_limit_in_characters_not_cut_at_half_of_it_in_emoji(live: Stack, browser):  # noqa: ANN001
+    """The reply box's maxlength counted UTF-16 units: a reply of emoji was cut at half the server's
+    limit, without a word. Now the box takes what the server takes, and past it the page says so and
+    does not send; once shortened, it sends (the form is not left as if on its way)."""
+    customer = make_customer()
+    make_support_staff("maria", first_name="Maria", last_name="Lopez")
+    ticket, _ = services.ticket_open(customer=customer, subject="Gift", body="Is it wrapped?")
+    services.ticket_hand_to_person(ticket=ticket, reason="asked for a person")
+    person = sign_in_person(browser, live, "maria")
+    person.goto(live.url(f"/staff/tickets/{ticket.pk}/"))
+    person.wait_for_selector("#live-status:has-text('Live')")
+    limit = services.MESSAGE_MAX_CHARS
+    gifts = "\U0001f381" * (limit // 2 + 10)  # past half the limit in emoji: more UTF-16 units than the limit
+
+    person.fill("#reply-body", gifts + "\U0001f381" * limit)  # past the limit itself
+    person.click("form.reply button[type=submit]")
+    person.wait_for_selector("#reply-body-limit:not([hidden])")
+    assert f"at most {limit} characters" in person.inner_text("#reply-body-limit")
+    assert not Message.objects.filter(ticket=ticket, author_kind=AuthorKind.STAFF).exists()
+
+    person.fill("#reply-body", gifts)
+    assert person.evaluate("Array.from(document.querySelector('#reply-body').value).length") == len(gifts)
+    person.click("form.reply button[type=submit]")
+    wait_until(
+        lambda: Message.objects.filter(ticket=ticket, author_kind=AuthorKind.STAFF).exists(),
+        timeout=20,
+        what="the reply",
+    )
+    assert [m.body for m in Message.objects.filter(ticket=ticket, author_kind=AuthorKind.STAFF)] == [gifts]
+    person.context.close()
