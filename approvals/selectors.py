@@ -181,6 +181,16 @@ def approvals_pending() -> QuerySet[ApprovalRequest]:
     )
 
 
+def approvals_past_expiry_ids(*, limit: int = 200) -> list[int]:
+    """Requests still pending in the table but past their expiry (the sweeper has yet to mark them):
+    the dashboard says a card of one that it still shows ran out of time, not that someone decided it."""
+    return list(
+        ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=Now())
+        .order_by("-expires_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+
+
 # Cards on the dashboard at once, oldest first; the rest are counted, and come in as these are decided
 # (a card reads its ticket's conversation: ten thousand of them would be a page nobody could load).
 PENDING_SHOWN = 50

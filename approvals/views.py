@@ -34,7 +34,13 @@ def approver_required(view: Any) -> Any:
 
 def _pending_context() -> dict[str, Any]:
     cards, more = selectors.pending_cards()
-    return {"cards": cards, "more": more, "now": timezone.now(), "note_max_chars": services.DECISION_NOTE_MAX_CHARS}
+    return {
+        "cards": cards,
+        "more": more,
+        "past_expiry": selectors.approvals_past_expiry_ids(),
+        "now": timezone.now(),
+        "note_max_chars": services.DECISION_NOTE_MAX_CHARS,
+    }
 
 
 @require_GET

@@ -76,6 +76,11 @@
   function merge(html) {
     var fresh = new DOMParser().parseFromString(html, "text/html");
     var wanted = {};
+    // Past its expiry, though the sweeper has not marked it yet (so the socket has not said so).
+    var expired = fresh.querySelector(".past-expiry");
+    (expired ? expired.dataset.ids.split(" ") : []).forEach(function (id) {
+      if (id && !lastChange[id]) lastChange[id] = "expired";
+    });
     var previous = null;
     cardsIn(fresh).forEach(function (card) {
       var id = card.dataset.approvalId;

@@ -145,3 +145,34 @@ def test_an_open_card_names_a_later_request_for_the_same_order_as_it_arrives(liv
     )
     expect(warnings.locator("a")).to_have_attribute("href", f"/staff/tickets/{two.ticket_id}/")
     expect(page.locator(f"#approval-{one.pk} [data-live=refunds]")).to_contain_text("$100.00")
+
+
+def test_a_card_being_typed_in_whose_request_ran_out_of_time_says_it_expired_not_decided_elsewhere(
+    live: Stack,
+    browser,  # noqa: ANN001
+):
+    # Past its expiry the request leaves the pending list at once (judged on the database's clock),
+    # before the sweeper marks it expired and tells the dashboards: the next live update (here, another
+    # request decided) drops it, and the card the person is typing in says why.
+    customer = make_customer()
+    for number in ("X-1001", "X-1002"):
+        make_order(customer, total_cents=64900, number=number)
+    make_staff("erin", can_decide=True)
+    frank = make_staff("frank", can_decide=True)
+    one, two = request_refund(live, customer, "X-1001"), request_refund(live, customer, "X-1002")
+
+    page = sign_in_staff(browser, live, "erin")
+    page.wait_for_selector("#live-status:has-text('Live')")
+    reason = page.locator(f"#approval-{one.pk}-reject-note")
+    reason.click()
+    page.keyboard.type("Checking the order first")
+    with connection.cursor() as cursor:  # its time ran out; the sweeper has not marked it yet
+        cursor.execute(
+            "UPDATE approvals_approvalrequest SET expires_at = now() - interval '1 second' WHERE id = %s", [one.pk]
+        )
+
+    decide_elsewhere(two, frank)
+
+    card = page.locator(f"#approval-{one.pk}")
+    expect(card.locator(".gone-notice")).to_contain_text("No longer pending: this request was expired.")
+    assert reason.input_value() == "Checking the order first"
