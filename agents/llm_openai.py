@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import email.utils
 import json
+import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpcore2
 import httpx
+import httpx2
 import openai
 from django.conf import settings
 from openai.types.chat import ChatCompletionChunk
@@ -101,6 +105,7 @@ class OpenAIChatModel:
             base_url=base_url,
             timeout=timeout,
             max_retries=max_retries,
+            http_client=openai.DefaultHttpxClient(transport=_StepBoundTransport()),
         )
 
     def complete(
@@ -130,7 +135,13 @@ class OpenAIChatModel:
             # The server stops generating there itself; the meter below stops reading either way.
             request["max_tokens"] = max_tokens
         meter = StreamMeter(prompt_tokens=lambda: estimate_tokens(json.dumps(request["messages"], default=str)))
+        _step_deadline.at = meter.deadline
+        try:
+            return self._complete(request, on_token, meter)
+        finally:
+            _step_deadline.at = None
 
+    def _complete(self, request: dict[str, Any], on_token: TokenCallback | None, meter: StreamMeter) -> ModelResponse:
         try:
             stream = self._client.chat.completions.create(**request)
         except openai.APIStatusError as exc:
@@ -141,6 +152,7 @@ class OpenAIChatModel:
                 retry_after=_retry_after(exc.response),
             ) from exc
         except openai.APIConnectionError as exc:  # includes APITimeoutError
+            meter.check_time()  # the step's deadline cut it (a connect or headers that never end)
             raise ModelError(f"{self.name}: {exc.message}", retryable=True) from exc
         except openai.OpenAIError as exc:
             # Anything else the SDK raises before a response exists is about
@@ -158,6 +170,7 @@ class OpenAIChatModel:
             # The connection dropped, timed out, or the server sent an error
             # event after the response had started; a new generation may well
             # succeed.
+            meter.check_time()  # the step's deadline cut it (only keep-alive comments, no chunk)
             status_code = getattr(exc, "status_code", None)
             raise ModelError(
                 f"{self.name}: stream interrupted: {exc}", retryable=True, status_code=status_code
@@ -239,6 +252,85 @@ class OpenAIChatModel:
                 estimated=True,
             )
         return ModelResponse(text=text, tool_calls=tool_calls, usage=usage, model=model, finish_reason=finish_reason)
+
+
+class _StepDeadline(threading.local):
+    """When the model step under way in this thread must be over (``StreamMeter.deadline``)."""
+
+    at: float | None = None
+
+
+_step_deadline = _StepDeadline()
+
+
+def _within_step(timeout: float | None) -> float | None:
+    """A socket operation's timeout, cut to what is left of the step. The meter sees chunks only:
+    a server that sends nothing else than keep-alive comments (``: ping``, as proxies do while an
+    upstream model queues), or its headers a byte at a time, never hands it one, and kept the worker
+    (and the ticket) until the task's time limit, or forever under a pool without one."""
+    if _step_deadline.at is None:
+        return timeout
+    left = _step_deadline.at - time.monotonic()
+    if left <= 0:
+        raise httpcore2.ReadTimeout("the model step's time (AGENT_MODEL_STEP_SECONDS) is over")
+    return left if timeout is None else min(timeout, left)
+
+
+class _StepBoundStream(httpcore2.NetworkStream):
+    """A connection to the model whose every read and write ends with the step (``_within_step``)."""
+
+    def __init__(self, inner: httpcore2.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _within_step(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _within_step(timeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore2.NetworkStream:
+        return _StepBoundStream(self._inner.start_tls(ssl_context, server_hostname, _within_step(timeout)))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _StepBoundBackend(httpcore2.NetworkBackend):
+    def __init__(self, inner: httpcore2.NetworkBackend) -> None:
+        self._inner = inner
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.NetworkStream:
+        stream = self._inner.connect_tcp(host, port, _within_step(timeout), local_address, socket_options)
+        return _StepBoundStream(stream)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore2.NetworkStream:
+        return _StepBoundStream(self._inner.connect_unix_socket(path, _within_step(timeout), socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+class _StepBoundTransport(httpx2.HTTPTransport):
+    """The SDK's transport over connections bounded by the step (httpx's own timeouts bound each
+    read, never the whole answer). The pool takes its backend as it opens each connection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pool._network_backend = _StepBoundBackend(self._pool._network_backend)
 
 
 class _CallerRaised(Exception):
