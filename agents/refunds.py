@@ -39,12 +39,13 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NoReturn
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
@@ -91,6 +92,7 @@ from payments.provider import (
     ProviderError,
     ProviderRefund,
     ProviderUncertain,
+    ProviderUnreachable,
 )
 from tickets import services as ticket_services
 from tickets.models import REFUNDABLE_ORDER_STATUSES, ActorKind, AuthorKind, Customer, Message, Order, OrderStatus
@@ -590,8 +592,35 @@ def reconcile_call(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | N
     return None
 
 
+@dataclass
+class ReconcileRound:
+    """One round of the reconciler over the refunds it settles. A provider that does not answer at
+    all (refused, reset, timed out) is asked once a round, not once a refund: a provider that hangs
+    held the round for a timeout per open refund (and an outage leaves a refund open for every one
+    tried during it), past the next round's tick, so rounds ran side by side on the workers the
+    tickets need. The refunds after it are settled as that one was: each goes to a person once past the
+    bound, and is asked again next round."""
+
+    unreachable: ProviderUnreachable | None = None
+
+    def find(self, refund: Refund) -> ProviderRefund | None:
+        if self.unreachable is not None:
+            raise ProviderUnreachable(str(self.unreachable))
+        try:
+            return provider().find_refund(
+                idempotency_key=refund.idempotency_key, payment_reference=refund.order.payment_reference
+            )
+        except ProviderUnreachable as exc:
+            self.unreachable = exc
+            raise
+
+
 def refund_reconcile(
-    *, refund: Refund, older_than_seconds: int | None = None, by: AbstractBaseUser | None = None
+    *,
+    refund: Refund,
+    older_than_seconds: int | None = None,
+    by: AbstractBaseUser | None = None,
+    this_round: ReconcileRound | None = None,
 ) -> str:
     """Settle an open refund (submitted, pending, uncertain) from the provider's records.
 
@@ -603,9 +632,7 @@ def refund_reconcile(
     bound = settings.REFUND_UNCERTAIN_AFTER_SECONDS if older_than_seconds is None else older_than_seconds
     age = (timezone.now() - refund.updated_at).total_seconds()
     try:
-        found = provider().find_refund(
-            idempotency_key=refund.idempotency_key, payment_reference=refund.order.payment_reference
-        )
+        found = (this_round or ReconcileRound()).find(refund)
     except ProviderError as exc:
         if age >= bound:
             refund_escalate(refund=refund, reason=f"the payment provider could not be asked about it: {exc}", by=by)
@@ -688,12 +715,16 @@ def refund_escalate(*, refund: Refund, reason: str, by: AbstractBaseUser | None 
     refund.refresh_from_db()
 
 
-def refund_recheck_failed(*, refund: Refund) -> str:
+def refund_recheck_failed(*, refund: Refund, this_round: ReconcileRound | None = None) -> str:
     """A refund failed without the provider ever showing it (no record under its key, or refused):
     asked again, for as long as the provider keeps idempotency keys. If the provider shows it after
     all (a request that was still on its way), the ledger takes it in: the money counts against the
     order again, and the ticket's timeline says it was paid."""
-    found = _lookup(refund.idempotency_key, refund.order.payment_reference)
+    try:
+        found = (this_round or ReconcileRound()).find(refund)
+    except ProviderError:
+        logger.warning("could not look up refund %s at the provider", refund.idempotency_key, exc_info=True)
+        return refund.status
     if found is None or found.status in PROVIDER_FAILED:
         return refund.status
     return _record_provider_state(refund, found)
@@ -716,11 +747,30 @@ def reconcile_open_refunds(*, older_than_seconds: int | None = None) -> dict[str
     """Reconcile every refund left submitted, pending or uncertain, and ask again about those that
     failed unseen in the last REFUND_RECHECK_FAILED_HOURS. Used by beat and a management command."""
     counts: dict[str, int] = {}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [RECONCILE_LOCK])
+        if not cursor.fetchone()[0]:
+            return counts  # a round is under way (a slow provider): this tick holds no second worker
+    try:
+        return _reconcile_round(older_than_seconds=older_than_seconds)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [RECONCILE_LOCK])
+
+
+# Rounds of the reconciler run one at a time: a session-level advisory lock, let go when the round
+# ends or its worker's session does. (Not in the namespace of the tickets' leases, agents.lease.)
+RECONCILE_LOCK = (0x5A9F << 32) + 1
+
+
+def _reconcile_round(*, older_than_seconds: int | None) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    this_round = ReconcileRound()
     for refund in Refund.objects.select_related("order").filter(status__in=OPEN_REFUND_STATUSES):
-        status = refund_reconcile(refund=refund, older_than_seconds=older_than_seconds)
+        status = refund_reconcile(refund=refund, older_than_seconds=older_than_seconds, this_round=this_round)
         counts[status] = counts.get(status, 0) + 1
     for refund in _failed_unseen_recently().select_related("order"):
-        status = refund_recheck_failed(refund=refund)
+        status = refund_recheck_failed(refund=refund, this_round=this_round)
         if status != RefundStatus.FAILED:
             counts[status] = counts.get(status, 0) + 1
     return counts

@@ -69,6 +69,11 @@ class ProviderUncertain(ProviderError):
     """The outcome is unknown: reconcile with ``find_refund`` before retrying under the same key."""
 
 
+class ProviderUnreachable(ProviderUncertain):
+    """No answer at all: the connection was refused, reset or timed out. Every other request to
+    the provider now is likely to meet the same silence."""
+
+
 class IdempotencyMismatch(ProviderError):
     """The idempotency key was first used with different parameters."""
 
@@ -286,4 +291,6 @@ def _translate(exc: stripe.StripeError, *, doing: str) -> ProviderError:
     # APIConnectionError (refused, reset, dropped, timed out), APIError (5xx or an
     # unreadable answer), RateLimitError and anything newer: we do not know.
     log.warning("payment provider outcome unknown while %s: %r", doing, exc)
+    if isinstance(exc, stripe.APIConnectionError):
+        return ProviderUnreachable(f"While {doing}: {message}")
     return ProviderUncertain(f"While {doing}: {message}")
