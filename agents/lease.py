@@ -77,6 +77,16 @@ def ticket_lease_held(ticket_id: int) -> bool:
         return bool(cursor.fetchone()[0])
 
 
+def held_at_most() -> float:
+    """The longest a pass may hold a ticket: the task's time limit, after which Celery kills a pool
+    process. A pass still going then is stuck on something that never returns (a peer that trickles,
+    a lock, a bug), and under a pool that kills nothing (solo, threads) its heartbeat renewed the
+    lease for as long as the process lived: the ticket waited behind it for ever. Past this the
+    heartbeat leaves the lease to expire; another worker takes the ticket over, and the fence
+    refuses the stuck pass's writes should it ever go on."""
+    return float(settings.CELERY_TASK_TIME_LIMIT)
+
+
 def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -98,6 +108,8 @@ class Lease:
     others_wrote: bool = True
     # Set while a fenced transaction of this lease is open (guards inside it add no statement).
     _fencing: bool = field(default=False, repr=False)
+    # When this worker took the lease (its own clock: only it compares): see ``held_at_most``.
+    taken_at: float = field(default_factory=time.monotonic, repr=False)
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
@@ -253,6 +265,16 @@ class _Heartbeat:
                     connection.close()
 
     def _renew(self, lease: Lease) -> None:
+        if time.monotonic() - lease.taken_at > held_at_most():
+            with self.changed:
+                self.due.pop(id(lease), None)
+            logger.error(
+                "ticket %s: held for more than %g s (CELERY_TASK_TIME_LIMIT) by a pass that does not end; "
+                "its lease is left to expire and another worker takes the ticket over",
+                lease.ticket_id,
+                held_at_most(),
+            )
+            return
         try:
             renewed = lease.renew()
         except Exception:  # noqa: BLE001 - the next round tries again; the lease outlasts two misses
