@@ -25,6 +25,8 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import socket
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -33,6 +35,8 @@ from urllib.parse import urlsplit
 
 import requests
 import stripe
+import urllib3
+from requests.adapters import HTTPAdapter
 
 from tickets.money import format_money
 
@@ -150,10 +154,12 @@ class PaymentProvider:
         # requests would otherwise honour HTTP(S)_PROXY from the environment and
         # send a loopback sandbox's traffic (and its API key) to a proxy.
         session.trust_env = not _is_loopback(self.api_base)
+        session.mount("http://", _CutAdapter())
+        session.mount("https://", _CutAdapter())
         self._client = stripe.StripeClient(
             self.api_key,
             base_addresses={"api": self.api_base},
-            http_client=stripe.RequestsClient(timeout=timeout_seconds, session=session),
+            http_client=_WholeRequestTimeout(timeout=timeout_seconds, session=session),
             # No retries inside the SDK. A retry it makes after a timeout or a dropped
             # connection would block the caller for up to several backoffs and then
             # still end in the same "don't know" answer; worse, it would hide from us
@@ -261,6 +267,77 @@ class PaymentProvider:
                 exc, doing=f"refunding {format_money(amount_cents, currency)} of {payment_reference}"
             ) from exc
         return _to_refund(refund)
+
+
+# The connections the provider request under way in this thread uses (_WholeRequestTimeout).
+_in_flight = threading.local()
+
+
+class _WholeRequestTimeout(stripe.RequestsClient):
+    """A request to the provider ends within the timeout, whole. requests' timeout bounds each read
+    of the socket, not the answer: a provider (or a proxy in front of it) that sends its answer a
+    few bytes at a time, each within the timeout, held the worker, and the ticket, until the task's
+    time limit, or for ever under a pool that kills nothing. At the timeout the connection is shut
+    down under the read: the request fails as a dropped connection (the outcome unknown, reconciled
+    by key like any other)."""
+
+    def request(self, method: str, url: str, headers: Any, post_data: Any = None) -> Any:
+        connections: list[Any] = []
+        _in_flight.connections = connections
+        fired = threading.Event()
+        cut = threading.Timer(float(self._timeout), _shut_down, args=(connections, fired))
+        cut.daemon = True
+        cut.start()
+        try:
+            answer = super().request(method, url, headers, post_data)
+        except stripe.APIConnectionError:
+            if not fired.is_set():
+                raise
+            answer = None
+        finally:
+            cut.cancel()
+            _in_flight.connections = None
+        if fired.is_set():
+            # Whatever was read before the cut (headers cut short read as their end, say) is no answer.
+            raise stripe.APIConnectionError(f"no whole answer within {self._timeout:g} s; the connection was cut")
+        return answer
+
+
+def _shut_down(connections: list[Any], fired: threading.Event) -> None:
+    fired.set()
+    for connection in list(connections):
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed meanwhile
+    log.warning("payment provider: no whole answer within the timeout; the connection was cut")
+
+
+class _NotedConnections:
+    """A connection pool that notes each connection it lends to the request under way in this thread."""
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        connection = super()._get_conn(timeout)  # type: ignore[misc]
+        noted = getattr(_in_flight, "connections", None)
+        if noted is not None:
+            noted.append(connection)
+        return connection
+
+
+class _NotedHTTPPool(_NotedConnections, urllib3.HTTPConnectionPool):
+    pass
+
+
+class _NotedHTTPSPool(_NotedConnections, urllib3.HTTPSConnectionPool):
+    pass
+
+
+class _CutAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _NotedHTTPPool, "https": _NotedHTTPSPool}
 
 
 def _to_refund(refund: Any) -> ProviderRefund:
