@@ -114,7 +114,16 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
             if outcome.runs:
                 ticket = ticket_with_customer(ticket_id=ticket_id)
             lease.watch(ticket.last_event_seq)  # whatever others write from here is seen by the lease
-            run, person = _current_run(lease, ticket, chosen, first_read)
+            try:
+                run, person = _current_run(lease, ticket, chosen, first_read)
+            except (LeaseLost, RetryLater, Stop):
+                raise
+            except Exception as exc:  # noqa: BLE001 - taking a run up fails like a step of it: counted
+                taken_up = _run_being_taken_up(ticket_id)
+                if taken_up is None:
+                    raise
+                outcome.state = _failed(lease, taken_up, exc)
+                break
             first_read = None
             if run is None:
                 break
@@ -159,6 +168,14 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
         if unanswered and outcome.state in PAUSED_RUN_STATUSES and not outcome.more_work:
             outcome.more_work = messages_not_told_to_wait(ticket_id=ticket_id)
     return outcome
+
+
+def _run_being_taken_up(ticket_id: int) -> AgentRun | None:
+    """The run a pass failed to take up (resuming it after a decision, telling a customer who wrote
+    during its pause that their message waits): its failure counts on it, as a failed step's does,
+    and the ticket is parked at the limit instead of failing on every sweep (invariant 14)."""
+    connection.close_if_unusable_or_obsolete()
+    return active_run_and_profile(ticket_id=ticket_id)[0]
 
 
 def has_pending_work(ticket_id: int) -> bool:

@@ -7,6 +7,8 @@
 - A run waiting out its backoff is not rung again and again because a decided call waits on it.
 - A customer who writes while the pass that pauses the run still holds the lease is told once
   that their message waits (the pause's acknowledgement), not left without a word until staff decide.
+- A paused run whose taking up fails every time (its acknowledgement, or its resumption after the
+  decision) is counted and parked, not failed on every sweep.
 """
 
 from __future__ import annotations
@@ -235,3 +237,57 @@ def test_a_run_a_person_took_over_ends_without_building_its_model(monkeypatch, p
     run.refresh_from_db()
     assert (outcome.state, run.status, run.failures) == (RunStatus.HANDED_OFF, RunStatus.HANDED_OFF, 0)
     assert Ticket.objects.get(pk=ticket.pk).status == TicketStatus.WITH_HUMAN
+
+
+# --- A failure in resuming a paused run, before the pass drives it -----------------------------
+
+
+@pytest.mark.parametrize("where", ["acknowledge", "resume"])
+def test_a_paused_run_that_fails_every_time_it_is_taken_up_is_counted_and_parked(monkeypatch, settings, where):
+    """A pass fails while it takes up a paused run, before it drives it: telling a customer who wrote
+    during the pause that their message waits, or resuming the run after the decision. The failure
+    was outside the run's counted step: the task failed, the sweeper rang it again a few seconds
+    later, and again, for ever (DESIGN.md, invariant 14). Now it is counted like a failed step."""
+    settings.AGENT_MAX_CONSECUTIVE_FAILURES = 3
+    monkeypatch.setitem(REGISTRY, "gated_a", _gated("gated_a", lambda ctx, args: {"ok": True}))
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Do it, please")
+    model = CallsThenReplies("gated_a")
+    assert advance(ticket.pk, model=model).state == RunStatus.WAITING_APPROVAL
+    if where == "acknowledge":
+        ticket_services.message_post(
+            ticket=ticket.pk, author_kind=AuthorKind.CUSTOMER, author_user=ticket.customer.user, body="Any news?"
+        )
+
+        def fails(**kwargs):  # noqa: ANN003, ANN202
+            raise RuntimeError("the acknowledgement cannot be written")
+
+        monkeypatch.setattr("agents.services.acknowledge_while_paused", fails)
+    else:
+        approver = make_staff("approver-p", can_decide=True)
+        approval_services.approval_decide(
+            approval_id=ApprovalRequest.objects.get(ticket=ticket).pk, user=approver, approve=True
+        )
+
+        def fails(**kwargs):  # noqa: ANN003, ANN202
+            raise RuntimeError("the run's decided calls cannot be read")
+
+        monkeypatch.setattr("agents.runner.decided_calls", fails)
+
+    errors = []
+    for _ in range(8):  # what the sweeper does, every few seconds, for as long as the ticket has work
+        try:
+            outcome = advance(ticket.pk, model=model)
+        except Exception as exc:  # noqa: BLE001 - the Celery task would fail the same way
+            errors.append(repr(exc))
+            continue
+        if outcome.state == "retry":
+            retry_time_comes(ticket.pk)
+
+    ticket.refresh_from_db()
+    run = AgentRun.objects.get(ticket=ticket)
+    assert ticket.status == TicketStatus.WITH_HUMAN and run.status == RunStatus.FAILED, (
+        f"run {run.status} with failures={run.failures}, ticket {ticket.status}, "
+        f"uncounted exceptions={len(errors)} (first: {errors[:1]})"
+    )
+    assert errors == []
+    assert ticket.pk not in tickets_with_agent_work()
