@@ -42,6 +42,22 @@ class ModelThatCannotBeBuilt:
         raise RuntimeError("MODEL_ENDPOINT is not set")
 
 
+def swept(ticket_id: int, *, passes: int, model=None) -> list[str]:  # noqa: ANN001
+    """What the sweeper does, every few seconds, for as long as the ticket has work: a pass, and the
+    retry a failed one scheduled when its time comes. The exceptions that failed a pass (the Celery
+    task would fail the same way), uncounted by the run."""
+    errors = []
+    for _ in range(passes):
+        try:
+            outcome = advance(ticket_id, model=model)
+        except Exception as exc:  # noqa: BLE001 - the Celery task would fail the same way
+            errors.append(repr(exc))
+            continue
+        if outcome.state == "retry":
+            retry_time_comes(ticket_id)
+    return errors
+
+
 def test_a_profile_whose_model_cannot_be_built_parks_the_ticket_instead_of_failing_forever(settings):
     """Bounded retries, then parked with a person: the sweeper must not ring this ticket forever."""
     settings.AGENT_MAX_CONSECUTIVE_FAILURES = 3
@@ -52,15 +68,7 @@ def test_a_profile_whose_model_cannot_be_built_parks_the_ticket_instead_of_faili
     )
     ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Where is my order?")
 
-    errors = []
-    for _ in range(10):  # what the sweeper does, every few seconds, for as long as the ticket has work
-        try:
-            outcome = advance(ticket.pk)  # no test model: the profile's model, as in production
-        except Exception as exc:  # noqa: BLE001 - the Celery task would fail the same way
-            errors.append(repr(exc))
-            continue
-        if outcome.state == "retry":
-            retry_time_comes(ticket.pk)
+    errors = swept(ticket.pk, passes=10)  # no test model: the profile's model, as in production
 
     ticket.refresh_from_db()
     runs = list(AgentRun.objects.filter(ticket=ticket).values_list("status", "failures"))
@@ -273,15 +281,7 @@ def test_a_paused_run_that_fails_every_time_it_is_taken_up_is_counted_and_parked
 
         monkeypatch.setattr("agents.runner.decided_calls", fails)
 
-    errors = []
-    for _ in range(8):  # what the sweeper does, every few seconds, for as long as the ticket has work
-        try:
-            outcome = advance(ticket.pk, model=model)
-        except Exception as exc:  # noqa: BLE001 - the Celery task would fail the same way
-            errors.append(repr(exc))
-            continue
-        if outcome.state == "retry":
-            retry_time_comes(ticket.pk)
+    errors = swept(ticket.pk, passes=8, model=model)
 
     ticket.refresh_from_db()
     run = AgentRun.objects.get(ticket=ticket)

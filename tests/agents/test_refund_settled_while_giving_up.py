@@ -46,6 +46,25 @@ def settle_as_the_reconciler(sandbox, settles_to: str) -> None:  # noqa: ANN001
     assert refund_module._record_provider_state(refund, pending) == RefundStatus.PENDING
 
 
+def after_the_last_try(monkeypatch, settings, then) -> list[str]:  # noqa: ANN001
+    """Each refund request the worker sends is noted; right after its last try (before it gives up),
+    ``then(create, kwargs)`` runs: the reconciler's write. The keys tried, as they come."""
+    provider = refund_module.provider()
+    create = provider.create_refund
+    tries: list[str] = []
+
+    def noted(**kwargs):  # noqa: ANN003, ANN202
+        tries.append(kwargs["idempotency_key"])
+        try:
+            return create(**kwargs)
+        finally:
+            if len(tries) == settings.REFUND_PROVIDER_ATTEMPTS:
+                then(create, kwargs)
+
+    monkeypatch.setattr(provider, "create_refund", noted)
+    return tries
+
+
 @pytest.mark.parametrize("settles_to", ["succeeded", "pending"])
 def test_a_refund_settled_by_the_reconciler_while_the_worker_gives_up_is_told_as_refunded(
     sandbox,  # noqa: ANN001
@@ -58,19 +77,9 @@ def test_a_refund_settled_by_the_reconciler_while_the_worker_gives_up_is_told_as
     sandbox.fault("error_after_commit")  # the provider pays; its answer is lost
     sandbox.fault("error_before_commit", count=100)  # every retry under the key fails
     sandbox.fault("error_before_commit", method="GET", path="/v1/refunds*", count=100)  # so does every lookup
-    provider = refund_module.provider()
-    create = provider.create_refund
-    tries: list[str] = []
-
-    def the_reconciler_writes_after_the_last_try(**kwargs):  # noqa: ANN003, ANN202
-        tries.append(kwargs["idempotency_key"])
-        try:
-            return create(**kwargs)
-        finally:
-            if len(tries) == settings.REFUND_PROVIDER_ATTEMPTS:
-                settle_as_the_reconciler(sandbox, settles_to)
-
-    monkeypatch.setattr(provider, "create_refund", the_reconciler_writes_after_the_last_try)
+    tries = after_the_last_try(
+        monkeypatch, settings, lambda create, kwargs: settle_as_the_reconciler(sandbox, settles_to)
+    )
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Please refund order E-3101")
 
     advance(ticket.pk)
@@ -103,25 +112,17 @@ def test_a_refund_the_reconciler_settles_as_failed_while_the_worker_gives_up_is_
     customer = make_customer()
     order = order_for(customer, "E-3102", 5000, sandbox)
     sandbox.fault("error_before_commit", count=100)
-    provider = refund_module.provider()
-    create = provider.create_refund
-    tries: list[str] = []
 
-    def the_reconciler_settles_it_failed_after_the_last_try(**kwargs):  # noqa: ANN003, ANN202
-        tries.append(kwargs["idempotency_key"])
-        try:
-            return create(**kwargs)
-        finally:
-            if len(tries) == settings.REFUND_PROVIDER_ATTEMPTS:
-                # The request reaches the provider after all (one still on its way), which fails it;
-                # beat's reconciler reads that under the key: the customer is told, a person asked.
-                sandbox.clear_faults()
-                sandbox.fault("refund_status:failed")
-                with contextlib.suppress(Exception):
-                    create(**kwargs)
-                assert refund_module.reconcile_open_refunds() == {RefundStatus.FAILED: 1}
+    def the_reconciler_settles_it_failed(create, kwargs):  # noqa: ANN001, ANN202
+        # The request reaches the provider after all (one still on its way), which fails it;
+        # beat's reconciler reads that under the key: the customer is told, a person asked.
+        sandbox.clear_faults()
+        sandbox.fault("refund_status:failed")
+        with contextlib.suppress(Exception):
+            create(**kwargs)
+        assert refund_module.reconcile_open_refunds() == {RefundStatus.FAILED: 1}
 
-    monkeypatch.setattr(provider, "create_refund", the_reconciler_settles_it_failed_after_the_last_try)
+    tries = after_the_last_try(monkeypatch, settings, the_reconciler_settles_it_failed)
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Please refund order E-3102")
 
     advance(ticket.pk)
