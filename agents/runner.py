@@ -120,9 +120,7 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
                 raise
             except Exception as exc:  # noqa: BLE001 - taking a run up fails like a step of it: counted
                 taken_up = _run_being_taken_up(ticket_id)
-                if taken_up is None:
-                    raise
-                outcome.state = _failed(lease, taken_up, exc)
+                outcome.state = _failed(lease, taken_up, exc) if taken_up else _start_failed(lease, ticket_id, exc)
                 break
             first_read = None
             if run is None:
@@ -176,6 +174,19 @@ def _run_being_taken_up(ticket_id: int) -> AgentRun | None:
     and the ticket is parked at the limit instead of failing on every sweep (invariant 14)."""
     connection.close_if_unusable_or_obsolete()
     return active_run_and_profile(ticket_id=ticket_id)[0]
+
+
+def _start_failed(lease: Lease, ticket_id: int, exc: Exception) -> str:
+    """Starting a new run failed (choosing its profile, taking the messages in): there is no run to
+    count it on, so it is counted on the ticket, backed off like a failed step, and the ticket is
+    parked with a person at the limit, instead of failing the task on every sweep (invariant 14)."""
+    logger.exception("ticket %s: the agent could not start a run", ticket_id)
+    error = f"{type(exc).__name__}: {exc}"
+    failures, counted = agent_services.run_start_failed(lease=lease, ticket_id=ticket_id, error=error)
+    if failures >= agent_services.max_failures():
+        agent_services.park_unstarted(lease=lease, ticket_id=ticket_id, error=error, failures=failures, counted=counted)
+        return "parked"
+    raise RetryLater(retry_delay(failures)) from exc
 
 
 def has_pending_work(ticket_id: int) -> bool:

@@ -470,6 +470,63 @@ def park(*, lease: Lease, run: AgentRun, error: str, failures: int) -> None:
         run_transition(lease=lease, run=run, to_status=RunStatus.FAILED, outcome=f"parked: {error[:500]}")
 
 
+START_FAILED = "agent_run_start_failed"
+
+
+def run_start_failed(*, lease: Lease, ticket_id: int, error: str) -> tuple[int, TicketEvent]:
+    """Starting a run failed, so there is no run to count it on: it is counted on the ticket's
+    timeline, in a row since a run of the ticket last started or it was last parked (a person who
+    hands it back gives the agent a fresh count). Returns the failures in a row and the event."""
+    with lease.guard():
+        counts_from = [START_FAILED, "agent_run_started", "agent_parked"]
+        last = (
+            TicketEvent.objects.filter(ticket_id=ticket_id, kind__in=counts_from)
+            .order_by("-seq")
+            .values_list("kind", "payload")
+            .first()
+        )
+        failures = 1 + (int(last[1].get("failures", 0)) if last is not None and last[0] == START_FAILED else 0)
+        event = ticket_services.event_append(
+            ticket=ticket_id,
+            kind=START_FAILED,
+            actor_kind=ActorKind.SYSTEM,
+            actor_ref="agent",
+            payload={"failures": failures, "error": error[:500]},
+        )
+    return failures, event
+
+
+def park_unstarted(*, lease: Lease, ticket_id: int, error: str, failures: int, counted: TicketEvent) -> None:
+    """Too many failures in a row starting a run: a person takes the ticket, as ``park`` does for
+    a run. The customer's messages stay unanswered (no run took them in): after staff hand the
+    ticket back, the agent answers them. ``counted``: the last failure's event (the keys' part)."""
+    with lease.guard():
+        ticket_services.message_post(
+            ticket=ticket_id,
+            author_kind=AuthorKind.SYSTEM,
+            body=f"The agent could not start on this ticket after {failures} failure(s) in a row and parked it "
+            f"with a person. Last error: {error[:1500]}",
+            is_public=False,
+            client_msg_id=f"parked-note:start:{counted.pk}",
+            actor_ref="agent",
+        )
+        ticket_services.message_post(
+            ticket=ticket_id,
+            author_kind=AuthorKind.SYSTEM,
+            body=PARKED_NOTE,
+            client_msg_id=f"parked:start:{counted.pk}",
+            actor_ref="agent",
+        )
+        ticket_services.event_append(
+            ticket=ticket_id,
+            kind="agent_parked",
+            actor_kind=ActorKind.SYSTEM,
+            actor_ref="agent",
+            payload={"run_id": None, "failures": failures, "error": error[:500]},
+        )
+        ticket_services.ticket_hand_to_person(ticket=ticket_id, reason=f"the agent could not start: {error[:200]}")
+
+
 WAITING_NOTE = (
     "Thanks, we got your message. Your earlier request is still under review by our team; "
     "we will answer everything here as soon as it is decided."

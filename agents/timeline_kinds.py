@@ -60,6 +60,7 @@ def register_kinds() -> None:
         add(f"agent_run_{status}", f"The turn ended: the agent {words}.", typing(False))
     add("agent_run_recovered", "A worker took over a run whose worker died, with the recovery note.")
     add("agent_step_failed", "A step failed (bad model output, an outage, a tool or database error).")
+    add("agent_run_start_failed", "Starting a run failed (no run to count it on): counted on the ticket.")
     add("agent_profile_changed", "A paused run was moved to another agent profile version by staff.")
     add("agent_parked", "Too many failures in a row: the ticket went to a person.")
     add("tool_call_started", "The intent of a tool call (its label, if any, is shown).", notice("info"))

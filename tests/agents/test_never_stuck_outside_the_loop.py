@@ -9,6 +9,8 @@
   that their message waits (the pause's acknowledgement), not left without a word until staff decide.
 - A paused run whose taking up fails every time (its acknowledgement, or its resumption after the
   decision) is counted and parked, not failed on every sweep.
+- A run that cannot be started at all (its profile cannot be chosen, the customer's messages cannot
+  be taken in) is counted on the ticket and parked; handed back, the agent answers what waited.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from agents.models import AgentProfile, AgentRun, CallStatus, ReplayPolicy, RunS
 from agents.profiles import active_profile
 from agents.runner import advance
 from agents.selectors import ticket_has_agent_work, tickets_with_agent_work
-from agents.services import WAITING_NOTE
+from agents.services import PARKED_NOTE, WAITING_NOTE
 from agents.tools import REGISTRY, Tool
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest
@@ -28,7 +30,7 @@ from tests.agents.conftest import CallsThenReplies, WorkerDied, retry_time_comes
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer
 from tickets import services as ticket_services
-from tickets.models import AuthorKind, Message, Ticket, TicketStatus
+from tickets.models import AuthorKind, Message, Ticket, TicketEvent, TicketStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -291,3 +293,51 @@ def test_a_paused_run_that_fails_every_time_it_is_taken_up_is_counted_and_parked
     )
     assert errors == []
     assert ticket.pk not in tickets_with_agent_work()
+
+
+# --- A failure in starting a run at all: no run to count it on ------------------------------------
+
+
+@pytest.mark.parametrize("where", ["profile", "start"])
+def test_a_run_that_cannot_be_started_is_counted_on_the_ticket_and_parked(monkeypatch, settings, where):
+    """Choosing the new run's profile, or taking the customer's messages into it, fails every time.
+    There was no run to count the failure on: the task failed, and the sweeper rang the ticket
+    again and again, for ever, with the customer unanswered and no person told (invariant 14). Now
+    each failure is counted on the ticket's timeline and backed off; at the limit the ticket is
+    parked with a person, and the customer told once. Handed back (the fault mended), the agent
+    answers the message that waited."""
+    settings.AGENT_MAX_CONSECUTIVE_FAILURES = 3
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Where is my order?")
+
+    def fails(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise RuntimeError("the run cannot be started")
+
+    monkeypatch.setattr("agents.runner.active_profile" if where == "profile" else "agents.services.run_start", fails)
+    outcomes = []
+    for _ in range(2):  # the first failures back off, the task retrying later
+        outcomes.append(advance(ticket.pk).state)
+    errors = swept(ticket.pk, passes=6)
+
+    ticket.refresh_from_db()
+    counted = list(
+        TicketEvent.objects.filter(ticket=ticket, kind="agent_run_start_failed").values_list("payload", flat=True)
+    )
+    assert outcomes == ["retry", "retry"]
+    assert errors == []
+    assert ticket.status == TicketStatus.WITH_HUMAN, f"ticket {ticket.status} after {len(counted)} counted failures"
+    assert [c["failures"] for c in counted] == [1, 2, 3]
+    assert "the run cannot be started" in counted[-1]["error"]
+    assert not AgentRun.objects.filter(ticket=ticket).exists()
+    assert ticket.pk not in tickets_with_agent_work()
+    system = Message.objects.filter(ticket=ticket, author_kind=AuthorKind.SYSTEM)
+    assert [m.body for m in system.filter(is_public=True)] == [PARKED_NOTE]
+    assert "the run cannot be started" in system.get(is_public=False).body
+
+    # Mended and handed back: a fresh count, and the customer's message is answered.
+    monkeypatch.undo()
+    settings.AGENT_MAX_CONSECUTIVE_FAILURES = 3
+    ticket_services.ticket_hand_back(ticket=ticket.pk, user=make_staff("fixer", can_decide=True))
+    assert advance(ticket.pk).state == RunStatus.COMPLETED  # the offline model, as in production
+    run = AgentRun.objects.get(ticket=ticket)
+    assert run.input_message_ids == [Message.objects.get(ticket=ticket, author_kind=AuthorKind.CUSTOMER).pk]
+    assert Message.objects.filter(ticket=ticket, author_kind=AuthorKind.AGENT).count() == 1
