@@ -102,6 +102,9 @@ DEMO_DATA = env_bool("DEMO_DATA", DEBUG)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# A form from a page older than the sign-in (signed in again in another tab, or the session ended) is
+# refused with the product's page (templates/403_csrf.html), which says nothing was done, not Django's.
+CSRF_FAILURE_VIEW = "support.views.csrf_failure"
 
 INSTALLED_APPS = [
     "daphne",

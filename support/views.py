@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 import sys
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth.views import PasswordResetView
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.template.loader import render_to_string
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET
 
 from support.throttle import over_limit, too_many
@@ -124,3 +127,29 @@ def server_error(request: HttpRequest) -> HttpResponse:
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
     return HttpResponse(render_to_string("500.html"), status=500)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """CSRF_FAILURE_VIEW: a form sent from a page older than the browser's sign-in (signed in again in
+    another tab, so the token changed; or the session ended) is refused, and the page says so in the
+    product's words, with a way back to the page it came from, instead of Django's bare "CSRF
+    verification failed". Nothing of what was posted is shown or offered to send again: that would
+    hand a forged request the very step the check refuses."""
+    return render(request, "403_csrf.html", {"back": _same_origin_referer(request) or "/"}, status=403)
+
+
+def _same_origin_referer(request: HttpRequest) -> str:
+    """The page the form was on (path and query), when the Referer names this site; else empty."""
+    referer = request.headers.get("Referer", "")
+    try:
+        host = request.get_host()
+    except Exception:  # noqa: BLE001 - DisallowedHost: no page of ours to go back to
+        return ""
+    if not referer or not url_has_allowed_host_and_scheme(
+        referer, allowed_hosts={host}, require_https=request.is_secure()
+    ):
+        return ""
+    parts = urlsplit(referer)
+    if not parts.netloc or not parts.path.startswith("/"):
+        return ""
+    return parts.path + (f"?{parts.query}" if parts.query else "")

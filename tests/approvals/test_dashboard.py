@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import httpx
@@ -50,6 +51,54 @@ def test_a_decision_from_the_dashboard_is_recorded_and_shown_in_the_history(sand
     history = client.get("/staff/approvals/history/").content.decode()
     assert "duplicate" in history and "approver" in history
     assert f'id="approval-{approval.pk}"' not in client.get("/staff/approvals/pending/").content.decode()
+
+
+def _stale_decision(sandbox, approver, number: str, **headers: str):  # noqa: ANN001
+    """A rejection sent from a dashboard read before the person signed in again elsewhere: the
+    page's token is of the CSRF secret the sign-in replaced."""
+    _, approval = paused(sandbox, number)
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(approver)
+    page = browser.get("/staff/approvals/").content.decode()
+    stale = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)[1]
+    old_secret = browser.cookies["csrftoken"].value
+    # Signed in again in another tab: Django gave the browser a new CSRF secret (as on sign-in).
+    del browser.cookies["csrftoken"]
+    browser.get("/staff/approvals/")
+    assert browser.cookies["csrftoken"].value != old_secret
+    response = browser.post(
+        f"/staff/approvals/{approval.pk}/decide/",
+        {"decision": "reject", "note": "Typed before signing in again", "csrfmiddlewaretoken": stale},
+        headers=headers,
+    )
+    return approval, response
+
+
+def test_a_decision_from_a_page_older_than_the_sign_in_is_refused_with_a_page_that_says_nothing_was_done(
+    sandbox,  # noqa: ANN001
+    approver,  # noqa: ANN001
+):
+    approval, response = _stale_decision(sandbox, approver, "D-5001", Referer="http://testserver/staff/approvals/")
+
+    assert response.status_code == 403
+    page = response.content.decode()
+    assert "Nothing was done: the page was out of date" in page
+    assert "you signed in again since" in page
+    assert 'href="/staff/approvals/" id="csrf-failure-back">Back to the page</a>' in page
+    assert "CSRF verification failed" not in page
+    assert "Typed before signing in again" not in page  # nothing of the posted form comes back
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING
+
+
+@pytest.mark.parametrize(
+    "referer", ["https://elsewhere.example/staff/approvals/", "http://testserver.evil.example/", "", "/staff/"]
+)
+def test_the_way_back_from_a_refused_form_is_this_sites_page_only(sandbox, approver, referer):  # noqa: ANN001
+    _, response = _stale_decision(sandbox, approver, "D-5002", **({"Referer": referer} if referer else {}))
+
+    assert response.status_code == 403
+    assert 'href="/" id="csrf-failure-back">Back to the start</a>' in response.content.decode()
 
 
 @pytest.mark.parametrize("who", ["customer", "plain_staff"])
