@@ -1,7 +1,8 @@
 // Live approval dashboard. A WebSocket says "something changed"; the pending list is then
 // read again from the server (which reads the ledger) and merged into the page card by card:
 // a card the person is working in is never replaced, so a typed reason, an opened
-// conversation and keyboard focus survive. New cards are inserted and announced.
+// conversation and keyboard focus survive. New cards are inserted and announced. A typed note or
+// reason is also kept in the tab until its request is no longer pending (keepDraft, below).
 (function () {
   "use strict";
   var container = document.getElementById("pending");
@@ -65,6 +66,72 @@
     });
   }
 
+  // What a person types in a card's note or reason is kept in this tab, by person, request and form,
+  // as they type and when they send it. A decision that did not go through (the page was older than
+  // their sign-in: they signed in again in another tab, or the session ended; the product's page says
+  // nothing was done) loses nothing: back on the dashboard, the words are in the card's box again,
+  // not sent. Dropped once the request is no longer pending (its card leaves the list).
+  var draftPrefix = "approval-draft-" + (container.dataset.user || "") + "-";
+
+  function draftKey(id, form) {
+    return draftPrefix + id + "-" + (form.classList.contains("approve") ? "approve" : "reject");
+  }
+
+  function keepDraft(form) {
+    var card = form.closest("li.approval");
+    var field = form.querySelector("input[name=note]");
+    if (!card || !field || card.classList.contains("gone")) return;
+    try {
+      var key = draftKey(card.dataset.approvalId, form);
+      if (field.value.trim()) window.sessionStorage.setItem(key, field.value);
+      else window.sessionStorage.removeItem(key);
+    } catch (e) {
+      /* storage off: the form still goes */
+    }
+  }
+
+  function restoreDrafts(card) {
+    Array.prototype.forEach.call(card.querySelectorAll(".decide form"), function (form) {
+      var field = form.querySelector("input[name=note]");
+      if (!field || field.value.trim()) return;
+      var kept = null;
+      try {
+        kept = window.sessionStorage.getItem(draftKey(card.dataset.approvalId, form));
+      } catch (e) {
+        kept = null;
+      }
+      if (!kept || !kept.trim()) return;
+      field.value = kept;
+      var note = document.createElement("p");
+      note.className = "muted kept";
+      note.id = field.id + "-kept";
+      note.setAttribute("role", "status");
+      note.textContent = "What you typed here is back in the box, not sent yet: press " +
+        form.querySelector("button[type=submit]").textContent + " to send it.";
+      form.insertAdjacentElement("afterbegin", note);
+    });
+  }
+
+  // Drafts of requests not pending on the page (decided, expired, withdrawn) are dropped.
+  function dropDrafts() {
+    var pending = {};
+    cardsIn(list).forEach(function (card) {
+      if (!card.classList.contains("gone")) pending[card.dataset.approvalId] = true;
+    });
+    try {
+      var stale = [];
+      for (var i = 0; i < window.sessionStorage.length; i++) {
+        var key = window.sessionStorage.key(i);
+        if (key && key.indexOf(draftPrefix) === 0 && !pending[key.slice(draftPrefix.length).split("-")[0]]) {
+          stale.push(key);
+        }
+      }
+      stale.forEach(function (key) { window.sessionStorage.removeItem(key); });
+    } catch (e) {
+      /* storage off: nothing was kept */
+    }
+  }
+
   function announce() {
     newIds = newIds.filter(cardById);
     banner.textContent = newIds.length
@@ -92,6 +159,7 @@
         return;
       }
       var added = document.importNode(card, true);
+      restoreDrafts(added);
       added.classList.add("is-new");
       added.querySelector("[data-state]").insertAdjacentHTML("beforebegin", '<span class="badge new">new</span>');
       if (previous) previous.after(added); else list.prepend(added);
@@ -102,6 +170,7 @@
       if (wanted[card.dataset.approvalId] || card.classList.contains("gone")) return;
       if (busy(card)) markGone(card); else card.remove();
     });
+    dropDrafts();
     empty.hidden = cardsIn(list).length > 0;
     var more = container.querySelector(".more"), freshMore = fresh.querySelector(".more");
     if (more && freshMore) {
@@ -135,7 +204,13 @@
     if (card && card.classList.contains("gone")) {
       event.preventDefault();
       card.querySelector(".gone-notice").focus();
+      return;
     }
+    if (card) keepDraft(event.target);
+  });
+  container.addEventListener("input", function (event) {
+    var form = event.target.closest(".decide form");
+    if (form && event.target.name === "note") keepDraft(form);
   });
   showNew.addEventListener("click", function () {
     var first = newIds.length ? cardById(newIds[0]) : null;
@@ -173,5 +248,7 @@
       delay = Math.min(delay * 2, 10000);
     };
   }
+  cardsIn(list).forEach(restoreDrafts);
+  dropDrafts();
   connect();
 })();

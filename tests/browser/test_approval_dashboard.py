@@ -13,6 +13,7 @@ from approvals import services
 from approvals.models import ApprovalRequest, ApprovalStatus
 from tests.approvals.conftest import make_staff
 from tests.browser.conftest import SCREENSHOTS, Stack
+from tests.browser.test_accessibility import check_page
 from tests.conftest import make_customer, make_order
 from tests.workers import wait_until
 from tickets import services as ticket_services
@@ -176,3 +177,56 @@ def test_a_card_being_typed_in_whose_request_ran_out_of_time_says_it_expired_not
     card = page.locator(f"#approval-{one.pk}")
     expect(card.locator(".gone-notice")).to_contain_text("No longer pending: this request was expired.")
     assert reason.input_value() == "Checking the order first"
+
+
+def test_a_reason_sent_after_signing_in_again_in_another_tab_is_refused_plainly_and_still_in_its_box(
+    live: Stack,
+    browser,  # noqa: ANN001
+):
+    """The dashboard was read before the person signed in again in another tab: its forms carry the
+    CSRF token of the sign-in before. Rejecting from it is refused, on the product's page, and the
+    reason typed is back in the card's box on the dashboard, to send again."""
+    customer = make_customer()
+    make_order(customer, total_cents=64900, number="S-1001")
+    make_staff("erin", can_decide=True)
+    approval = request_refund(live, customer, "S-1001")
+    page = sign_in_staff(browser, live, "erin")
+    page.wait_for_selector("#live-status:has-text('Live')")
+    words = "Already refunded by bank transfer on Monday (ref 4471)"
+    page.fill(f"#approval-{approval.pk}-reject-note", words)
+
+    other = page.context.new_page()  # another tab of the same browser: signing in there gives a new token
+    other.goto(live.url("/accounts/login/?next=/staff/approvals/"))
+    other.fill("#id_username", "erin")
+    other.fill("#id_password", "staff-pass-123")
+    other.click("main form button[type=submit]")
+    other.wait_for_url(live.url("/staff/approvals/"))
+    other.close()
+
+    with page.expect_response(lambda r: r.request.method == "POST") as sent:
+        page.click(f"#approval-{approval.pk} button[data-action=reject]")
+    assert sent.value.status == 403
+    page.wait_for_selector("#csrf-failure")
+    expect(page.locator("main h1")).to_have_text("Nothing was done: the page was out of date")
+    assert "CSRF" not in page.inner_text("body")
+    assert words not in page.content()  # nothing of the posted form is shown, nor offered to send again
+    assert ApprovalRequest.objects.get(pk=approval.pk).status == ApprovalStatus.PENDING
+    check_page(page, "the page of a form older than the sign-in")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "form-older-than-the-sign-in.png"), full_page=True)
+
+    page.click("#csrf-failure-back")
+    page.wait_for_url(live.url("/staff/approvals/"))
+    reason = page.locator(f"#approval-{approval.pk}-reject-note")
+    expect(reason).to_have_value(words)
+    expect(page.locator(f"#approval-{approval.pk}-reject-note-kept")).to_contain_text("press Reject to send it")
+    page.screenshot(path=str(SCREENSHOTS / "dashboard-reason-kept-after-sign-in-changed.png"), full_page=True)
+
+    page.click(f"#approval-{approval.pk} button[data-action=reject]")
+    expect(page.locator(".flash")).to_contain_text(f"Rejected request #{approval.pk}")
+    approval.refresh_from_db()
+    assert (approval.status, approval.note) == (ApprovalStatus.REJECTED, words)
+    # Decided: the tab keeps nothing of it any more.
+    assert page.evaluate("Object.keys(sessionStorage).filter(k => k.startsWith('approval-draft-'))") == []
+    assert page.evaluate("window.__csp") == []
+    page.context.close()
