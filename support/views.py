@@ -9,6 +9,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
+from django.urls import Resolver404, resolve, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET
 
@@ -152,4 +153,16 @@ def _same_origin_referer(request: HttpRequest) -> str:
     parts = urlsplit(referer)
     if not parts.netloc or not parts.path.startswith("/"):
         return ""
+    try:
+        page = _PAGE_OF_POST_ONLY.get(resolve(parts.path).view_name)
+    except Resolver404:
+        page = None
+    if page is not None:
+        # A page rendered in answer to a form (the dashboard, after a decision it refused) stands at
+        # the form's own address, which answers only POST: back leads to the page itself.
+        return reverse(page)
     return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+# Addresses that answer only POST but render a page in answer (their Referer then names them).
+_PAGE_OF_POST_ONLY = {"approvals:decide": "approvals:dashboard"}

@@ -101,6 +101,15 @@ def test_the_way_back_from_a_refused_form_is_this_sites_page_only(sandbox, appro
     assert 'href="/" id="csrf-failure-back">Back to the start</a>' in response.content.decode()
 
 
+def test_the_way_back_from_a_dashboard_shown_at_the_decision_address_is_the_dashboard(sandbox, approver):  # noqa: ANN001
+    """After a decision the dashboard refused (a 400 or 409), the page stands at the decision's
+    address, which answers only POST: back from a stale form on it leads to the dashboard, not a 405."""
+    _, response = _stale_decision(sandbox, approver, "D-5003", Referer="http://testserver/staff/approvals/7/decide/")
+
+    assert response.status_code == 403
+    assert 'href="/staff/approvals/" id="csrf-failure-back">Back to the page</a>' in response.content.decode()
+
+
 @pytest.mark.parametrize("who", ["customer", "plain_staff"])
 def test_customers_and_staff_without_the_permission_are_refused_on_every_endpoint(sandbox, who):
     ticket, approval = paused(sandbox, "D-2001" if who == "customer" else "D-2002")
