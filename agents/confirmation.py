@@ -43,6 +43,7 @@ from agents.models import (
 from agents.profiles import policy_values, profile_of
 from agents.selectors import person_took_the_ticket_since
 from agents.tools import REGISTRY, Tool, ToolContext
+from support import rounds
 from support.clock import database_now
 from tickets import services as ticket_services
 from tickets.models import AGENT_STAYS_OUT, TICKET_TRANSITIONS, ActorKind, AuthorKind, Ticket, TicketStatus
@@ -281,8 +282,9 @@ def confirmations_expire_due(*, now: datetime | None = None) -> int:
         status=CallStatus.AWAITING_CONFIRMATION, confirmation_decision__isnull=True, confirmation_expires_at__lte=now
     ).values_list("pk", "ticket_id", "run_id")
     expired = 0
-    for call_id, ticket_id, run_id in due:
-        with transaction.atomic():
+    each = rounds.Round("question expiry")
+    for call_id, ticket_id, run_id in due.order_by("pk"):
+        with each.each(f"the question of call {call_id}"), transaction.atomic():
             # As a customer's answer: after a person took the ticket, the question is theirs to close
             # (the run's end withdraws it): an expiry written over a take-over would hide that a person
             # stopped the refund (agents.refunds._stopped_before).
@@ -297,7 +299,7 @@ def confirmations_expire_due(*, now: datetime | None = None) -> int:
                 payload={"call_id": call_id}, is_public=True,
             )  # fmt: skip
             _ring_after_commit(ticket_id)
-        expired += 1
+            expired += 1
     return expired
 
 

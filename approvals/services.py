@@ -19,6 +19,7 @@ from agents.tasks import ring
 from agents.tools import order_of_customer
 from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
 from approvals.selectors import agent_words
+from support import rounds
 from support.clock import database_now
 from tickets import realtime, timeline
 from tickets import services as ticket_services
@@ -281,37 +282,42 @@ def approvals_expire_due(*, now: datetime | None = None) -> dict[str, int]:
     now = now or database_now()
     policy = ApprovalPolicy.current()
     expired = reminded = 0
-    due = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=now).values_list(
-        "pk", flat=True
+    due = (
+        ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=now)
+        .order_by("pk")
+        .values_list("pk", flat=True)
     )
+    each = rounds.Round("approval expiry")
     for approval_id in list(due):
-        try:
-            with transaction.atomic():
-                approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
-                if approval.status != ApprovalStatus.PENDING:
-                    continue
-                approval.status = ApprovalStatus.EXPIRED
-                approval.decided_at = now
-                approval.save(update_fields=["status", "decided_at"])
-                call_record_decision(call_id=approval.tool_call_id, decision=ApprovalDecision.EXPIRED)
-                # As a decision: after a person took the ticket, the request is theirs to close (the
-                # run's end withdraws it); an expiry written over a take-over would tell the customer
-                # "we could not review it" on a ticket a person holds. (Locks in the decision's order:
-                # request, call, ticket; a take-over in flight lands first and is seen.)
-                ticket_services.ticket_hold(approval.ticket_id)
-                if person_took_the_ticket_since(AgentRun(pk=approval.tool_call.run_id, ticket_id=approval.ticket_id)):
-                    raise _PersonHasIt(approval.ticket_id)
-                _expired(approval)
-        except _PersonHasIt as taken:
-            ring(taken.ticket_id)  # the pass that ends the run withdraws the request
-            continue
-        expired += 1
+        with each.each(f"approval {approval_id}"):
+            try:
+                with transaction.atomic():
+                    approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
+                    if approval.status != ApprovalStatus.PENDING:
+                        continue
+                    approval.status = ApprovalStatus.EXPIRED
+                    approval.decided_at = now
+                    approval.save(update_fields=["status", "decided_at"])
+                    call_record_decision(call_id=approval.tool_call_id, decision=ApprovalDecision.EXPIRED)
+                    # As a decision: after a person took the ticket, the request is theirs to close (the
+                    # run's end withdraws it); an expiry written over a take-over would tell the customer
+                    # "we could not review it" on a ticket a person holds. (Locks in the decision's order:
+                    # request, call, ticket; a take-over in flight lands first and is seen.)
+                    ticket_services.ticket_hold(approval.ticket_id)
+                    if person_took_the_ticket_since(
+                        AgentRun(pk=approval.tool_call.run_id, ticket_id=approval.ticket_id)
+                    ):
+                        raise _PersonHasIt(approval.ticket_id)
+                    _expired(approval)
+                    expired += 1
+            except _PersonHasIt as taken:
+                ring(taken.ticket_id)  # the pass that ends the run withdraws the request
     remind_from = now + timedelta(hours=policy.reminder_before_hours)
     soon = ApprovalRequest.objects.filter(
         status=ApprovalStatus.PENDING, reminder_sent_at__isnull=True, expires_at__lte=remind_from
     )
-    for approval in soon:
-        with transaction.atomic():
+    for approval in soon.order_by("pk"):
+        with each.each(f"the reminder of approval {approval.pk}"), transaction.atomic():
             updated = ApprovalRequest.objects.filter(pk=approval.pk, reminder_sent_at__isnull=True).update(
                 reminder_sent_at=now
             )
@@ -325,4 +331,4 @@ def approvals_expire_due(*, now: datetime | None = None) -> dict[str, int]:
             )
             notify_staff(approval.pk, "reminder")
             reminded += 1
-    return {"expired": expired, "reminded": reminded}
+    return {"expired": expired, "reminded": reminded, **({"failed": each.failed} if each.failed else {})}
