@@ -46,7 +46,7 @@ from typing import Any, NoReturn
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import BigIntegerField, JSONField, Q, QuerySet, Sum, Value
 from django.utils import timezone
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
@@ -152,10 +152,20 @@ def refund_commitments(
     if since is not None:
         refunds = refunds.filter(created_at__gte=since)
         calls = calls.filter(started_at__gte=since)
+    # Both read in one statement, from one snapshot: a call leaves the calls as its refund row enters
+    # the refunds, in the one commit of the worker sending it; read as two statements, one that
+    # committed between them (a refund sent in another ticket of the customer) was in neither.
+    refund_rows = refunds.annotate(call_arguments=Value(None, output_field=JSONField())).values_list(
+        "amount_cents", "call_arguments"
+    )
+    call_rows = calls.annotate(refund_cents=Value(None, output_field=BigIntegerField())).values_list(
+        "refund_cents", "arguments"
+    )
     count, cents = 0, 0
-    for amount in refunds.values_list("amount_cents", flat=True):
-        count, cents = count + 1, cents + int(amount)
-    for arguments in calls.values_list("arguments", flat=True):
+    for refunded, arguments in refund_rows.union(call_rows, all=True):
+        if refunded is not None:  # a refund row (a call's row has no amount refunded)
+            count, cents = count + 1, cents + int(refunded)
+            continue
         if order is not None and refund_call_order_number(arguments) != order.number.upper():
             continue
         amount = arguments.get("amount_cents")
