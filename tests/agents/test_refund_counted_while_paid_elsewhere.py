@@ -104,3 +104,43 @@ def test_a_refund_sent_in_another_ticket_while_a_new_one_is_judged_counts_toward
     assert paid(sandbox, first_order) == []
     assert unreviewed_total(first_order) + unreviewed_total(other_order) <= LIMIT
     assert_money_invariants(sandbox, needed_approval={"W-1001"})
+
+
+def test_two_tickets_of_one_customer_judged_at_once_are_not_both_paid_over_the_customer_limit(sandbox):  # noqa: ANN001
+    """Two workers write, at the same moment, the steps that ask for a refund on each of the
+    customer's two orders: each decision sees the other's call (the customer's row serialises them)."""
+    policy = ApprovalPolicy.current()
+    policy.refund_threshold_cents, policy.customer_limit_cents = 40000, LIMIT
+    policy.save()
+    customer = make_customer()
+    orders = [order_for(customer, number, 30000, sandbox) for number in ("W-2001", "W-2002")]
+    tickets = [
+        ticket_services.ticket_open(customer=customer, subject="Refund", body=f"Refund {order.number}")[0]
+        for order in orders
+    ]
+    both_answered = threading.Barrier(2)
+
+    class AtTheSameMoment(Refunds):
+        def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+            response = super().complete(messages=messages, tools=tools, on_token=on_token)
+            if response.tool_calls:
+                both_answered.wait(60)  # both steps are stored (and judged) together
+            return response
+
+    def worker(ticket, order) -> None:  # noqa: ANN001
+        try:
+            advance(ticket.pk, model=AtTheSameMoment((order.number, 30000)))
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=worker, args=pair) for pair in zip(tickets, orders, strict=True)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join(60)
+
+    asked = [call for ticket in tickets for call in refund_calls(ticket)]
+    assert sorted(call.approval_required for call in asked) == [False, True]
+    assert sum(len(paid(sandbox, order)) for order in orders) == 1
+    assert sum(unreviewed_total(order) for order in orders) <= LIMIT
+    assert_money_invariants(sandbox)
