@@ -282,9 +282,9 @@ def confirmations_expire_due(*, now: datetime | None = None) -> int:
         status=CallStatus.AWAITING_CONFIRMATION, confirmation_decision__isnull=True, confirmation_expires_at__lte=now
     ).values_list("pk", "ticket_id", "run_id")
     expired = 0
-    each = rounds.Round("question expiry")
+    isolated = rounds.Round("question expiry")
     for call_id, ticket_id, run_id in due.order_by("pk"):
-        with each.each(f"the question of call {call_id}"), transaction.atomic():
+        with isolated.row(f"the question of call {call_id}"), transaction.atomic():
             # As a customer's answer: after a person took the ticket, the question is theirs to close
             # (the run's end withdraws it): an expiry written over a take-over would hide that a person
             # stopped the refund (agents.refunds._stopped_before).

@@ -776,18 +776,18 @@ RECONCILE_LOCK = (0x5A9F << 32) + 1
 
 def _reconcile_round(*, older_than_seconds: int | None) -> dict[str, int]:
     counts: dict[str, int] = {}
-    this_round, each = ReconcileRound(), rounds.Round("reconciler")
+    this_round, isolated = ReconcileRound(), rounds.Round("reconciler")
     for refund in Refund.objects.select_related("order").filter(status__in=OPEN_REFUND_STATUSES).order_by("pk"):
-        with each.each(f"refund {refund.pk}"):
+        with isolated.row(f"refund {refund.pk}"):
             status = refund_reconcile(refund=refund, older_than_seconds=older_than_seconds, this_round=this_round)
             counts[status] = counts.get(status, 0) + 1
     for refund in _failed_unseen_recently().select_related("order").order_by("pk"):
-        with each.each(f"refund {refund.pk}"):
+        with isolated.row(f"refund {refund.pk}"):
             status = refund_recheck_failed(refund=refund, this_round=this_round)
             if status != RefundStatus.FAILED:
                 counts[status] = counts.get(status, 0) + 1
-    if each.failed:
-        counts["errors"] = each.failed
+    if isolated.failed:
+        counts["errors"] = isolated.failed
     return counts
 
 

@@ -287,9 +287,9 @@ def approvals_expire_due(*, now: datetime | None = None) -> dict[str, int]:
         .order_by("pk")
         .values_list("pk", flat=True)
     )
-    each = rounds.Round("approval expiry")
+    isolated = rounds.Round("approval expiry")
     for approval_id in list(due):
-        with each.each(f"approval {approval_id}"):
+        with isolated.row(f"approval {approval_id}"):
             try:
                 with transaction.atomic():
                     approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
@@ -317,7 +317,7 @@ def approvals_expire_due(*, now: datetime | None = None) -> dict[str, int]:
         status=ApprovalStatus.PENDING, reminder_sent_at__isnull=True, expires_at__lte=remind_from
     )
     for approval in soon.order_by("pk"):
-        with each.each(f"the reminder of approval {approval.pk}"), transaction.atomic():
+        with isolated.row(f"the reminder of approval {approval.pk}"), transaction.atomic():
             updated = ApprovalRequest.objects.filter(pk=approval.pk, reminder_sent_at__isnull=True).update(
                 reminder_sent_at=now
             )
@@ -331,4 +331,4 @@ def approvals_expire_due(*, now: datetime | None = None) -> dict[str, int]:
             )
             notify_staff(approval.pk, "reminder")
             reminded += 1
-    return {"expired": expired, "reminded": reminded, **({"failed": each.failed} if each.failed else {})}
+    return {"expired": expired, "reminded": reminded, **({"errors": isolated.failed} if isolated.failed else {})}

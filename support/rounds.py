@@ -25,7 +25,7 @@ class Round:
         self.failed = 0
 
     @contextlib.contextmanager
-    def each(self, what: str) -> Iterator[None]:
+    def row(self, what: str) -> Iterator[None]:
         """The work on one row: a failure is logged with ``what`` (the row) and the round goes on.
         A transaction inside has rolled back by then; a connection the failure broke is replaced."""
         try:
