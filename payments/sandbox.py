@@ -221,6 +221,10 @@ def parse_params(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for name, value in pairs:
         match = _PARAM_NAME.match(name)
+        if match is not None and not name.isprintable():
+            # A name no client of Stripe's sends (a NUL, a line break): refused, never read. The sandbox
+            # keeps its own instructions under such names (_STATUS_PARAM), out of a request's reach.
+            match = None
         if match is None:
             raise ApiError(400, f"Invalid parameter name: {name!r} (the sandbox supports one level of nesting).")
         outer, inner = match.group(1), match.group(2)
@@ -246,13 +250,18 @@ def request_hash(method: str, path: str, pairs: list[tuple[str, str]]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+# The largest amount a column of the sandbox holds (bigint); Stripe's own limits are far below it.
+MAX_AMOUNT = 2**63 - 1
+
+
 def int_param(params: dict[str, Any], name: str, *, required: bool) -> int | None:
     raw = params.get(name)
     if raw is None or raw == "":
         if required:
             raise missing(name)
         return None
-    if not isinstance(raw, str) or not re.fullmatch(r"\d+", raw) or int(raw) <= 0:
+    # ASCII digits only: Python's \d and int() also read "５０" or "١٠" as numbers, which Stripe refuses.
+    if not isinstance(raw, str) or not re.fullmatch(r"[0-9]{1,19}", raw) or not 0 < int(raw) <= MAX_AMOUNT:
         raise ApiError(400, f"Invalid positive integer: {name}", code="parameter_invalid_integer", param=name)
     return int(raw)
 
@@ -299,7 +308,7 @@ def limit_param(params: dict[str, Any]) -> int:
     raw = params.get("limit")
     if raw is None or raw == "":
         return 10
-    if not isinstance(raw, str) or not raw.isdigit() or not 1 <= int(raw) <= 100:
+    if not isinstance(raw, str) or not re.fullmatch(r"[0-9]{1,3}", raw) or not 1 <= int(raw) <= 100:
         raise ApiError(400, "Invalid limit: must be an integer between 1 and 100.", param="limit")
     return int(raw)
 
@@ -546,7 +555,7 @@ def search_refunds(conn: Conn, params: dict[str, Any], match: re.Match[str]) -> 
         wanted[clause_match["key"]] = clause_match["value"]
     limit = limit_param(params)
     page = str_param(params, "page", required=False)
-    after_seq = int(page) if page and page.isdigit() else None
+    after_seq = int(page) if page and re.fullmatch(r"[0-9]{1,18}", page) else None
     rows = conn.execute(
         f"""SELECT * FROM {SCHEMA}.refunds WHERE metadata @> %s AND (%s::bigint IS NULL OR seq < %s::bigint)
             ORDER BY seq DESC LIMIT %s""",
