@@ -236,18 +236,35 @@ def order_summary(order: Order) -> dict[str, Any]:
     }
 
 
+def orders_named(customer_id: int, order_number: Any) -> list[Order]:
+    """The customer's orders this number names: the one rule for reading an order number a model
+    wrote (any case; spaces around it ignored). The order written exactly so, if there is one;
+    else every order of the number in another case. Numbers are unique only as written: a customer
+    with "a-100" and "A-100" names each by writing it exactly, and "A-100" in any other case names
+    both (the caller asks which one rather than choose)."""
+    number = str(order_number).strip()
+    matches = list(Order.objects.filter(number__iexact=number, customer_id=customer_id).order_by("pk"))
+    exact = [order for order in matches if order.number == number]
+    return exact or matches
+
+
 def order_of_customer(customer_id: int, order_number: Any) -> Order | None:
-    """The customer's order of this number, or None: the one rule for reading an order number a
-    model wrote (any case; spaces around it ignored)."""
-    return Order.objects.filter(number__iexact=str(order_number).strip(), customer_id=customer_id).first()
+    """The customer's one order of this number, or None (none, or several that differ only in case)."""
+    named = orders_named(customer_id, order_number)
+    return named[0] if len(named) == 1 else None
 
 
 def customer_order(ticket: Ticket, order_number: str) -> Order:
     """The order, if it belongs to the ticket's customer. Enforced here, not in the prompt."""
-    order = order_of_customer(ticket.customer_id, order_number)
-    if order is None:
+    named = orders_named(ticket.customer_id, order_number)
+    if len(named) > 1:
+        raise ToolError(
+            f"Order number {order_number} names several of this customer's orders "
+            f"({', '.join(order.number for order in named)}): ask which one, and give it exactly as written."
+        )
+    if not named:
         raise ToolError(f"No order {order_number} was found for this customer.")
-    return order
+    return named[0]
 
 
 def lookup_order(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
