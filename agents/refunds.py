@@ -70,6 +70,7 @@ from agents.models import (
 )
 from agents.profiles import policy_values, profile_of
 from agents.selectors import (
+    failed_unseen,
     person_took_the_ticket_since,
     refund_call_order_number,
     refund_calls_still_to_happen,
@@ -138,11 +139,10 @@ def refund_commitments(
     confirmation, approved or not) of a run that has not ended; narrowed to one
     order, one ticket, or a window.
     """
-    # A refund failed without the provider ever showing it is asked about again for a while and
-    # recorded paid if it shows (refund_recheck_failed): until then it may still happen, so it counts.
-    recheck_since = timezone.now() - timedelta(hours=settings.REFUND_RECHECK_FAILED_HOURS)
-    unseen = Q(status=RefundStatus.FAILED, provider_refund_id__isnull=True, updated_at__gte=recheck_since)
-    refunds = Refund.objects.filter(Q(status__in=RESERVING_REFUND_STATUSES) | unseen, order__customer_id=customer_id)
+    # A refund failed without the provider ever showing it may still happen, so it counts.
+    refunds = Refund.objects.filter(
+        Q(status__in=RESERVING_REFUND_STATUSES) | failed_unseen(), order__customer_id=customer_id
+    )
     calls = refund_calls_still_to_happen(customer_ids=[customer_id])
     if order is not None:
         refunds = refunds.filter(order=order)
@@ -742,8 +742,7 @@ def refund_recheck_failed(*, refund: Refund, this_round: ReconcileRound | None =
 
 
 def _failed_unseen_recently() -> QuerySet[Refund]:
-    since = timezone.now() - timedelta(hours=settings.REFUND_RECHECK_FAILED_HOURS)
-    return Refund.objects.filter(status=RefundStatus.FAILED, provider_refund_id__isnull=True, updated_at__gte=since)
+    return Refund.objects.filter(failed_unseen())
 
 
 def tickets_with_money_in_flight() -> QuerySet[Any]:

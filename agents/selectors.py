@@ -6,9 +6,11 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import BooleanField, CharField, Exists, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Coalesce, Concat, Now
+from django.utils import timezone
 
 from agents.lease import LOCK_HELD_SQL
 from agents.models import (
@@ -21,6 +23,7 @@ from agents.models import (
     AgentRun,
     CallStatus,
     Refund,
+    RefundStatus,
     RunStatus,
     TicketLease,
     ToolCall,
@@ -236,6 +239,14 @@ def _tickets_that_may_have_agent_work() -> QuerySet[Any]:
 def ticket_has_agent_work(ticket_id: int) -> bool:
     """Has this ticket work for the agent (whoever holds its lease)?"""
     return _with_agent_work(Ticket.objects.filter(pk=ticket_id)).exists()
+
+
+def failed_unseen() -> Q:
+    """Refunds failed without the provider ever showing them, still asked about (for
+    REFUND_RECHECK_FAILED_HOURS, ``agents.refunds.refund_recheck_failed``): a request still on its
+    way may land yet, and is then recorded paid. Until then such a refund may still happen."""
+    since = timezone.now() - timedelta(hours=settings.REFUND_RECHECK_FAILED_HOURS)
+    return Q(status=RefundStatus.FAILED, provider_refund_id__isnull=True, updated_at__gte=since)
 
 
 def _reserving_refunds() -> QuerySet[Refund]:

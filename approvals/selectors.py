@@ -15,7 +15,12 @@ from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Now
 
 from agents.models import CallStatus, Refund, ToolCall
-from agents.selectors import orders_with_refunded_total, refund_call_order_number, refund_calls_still_to_happen
+from agents.selectors import (
+    failed_unseen,
+    orders_with_refunded_total,
+    refund_call_order_number,
+    refund_calls_still_to_happen,
+)
 from agents.tools import REGISTRY
 from approvals.models import ApprovalRequest, ApprovalStatus
 from tickets import selectors as ticket_selectors
@@ -305,6 +310,11 @@ def _asked_status(call: ToolCall, request_id: int | None) -> str:
     return f"Asked, {_CALL_OUTCOMES.get(call.status, call.get_status_display().lower())}"
 
 
+# A failed refund the provider has not shown yet may still be paid: a reviewer approving another
+# refund on the order reads that it is not over (the request may still be on its way).
+UNSEEN_YET = ", not found at the payment provider yet: it may still be paid (checked again for a while)"
+
+
 def order_refunds(orders: Iterable[Order]) -> dict[int, list[RefundEntry]]:
     """Every refund on these orders, in any ticket, oldest first: order id -> entries. The refunds
     paid or tried (done, pending, uncertain, failed), and those asked for and not paid yet (waiting
@@ -312,11 +322,12 @@ def order_refunds(orders: Iterable[Order]) -> dict[int, list[RefundEntry]]:
     Three queries for all the orders."""
     orders = list(orders)
     entries: dict[int, list[RefundEntry]] = defaultdict(list)
+    unseen = set(Refund.objects.filter(failed_unseen(), order__in=orders).values_list("pk", flat=True))
     for refund in Refund.objects.filter(order__in=orders).order_by("created_at", "id"):
         entries[refund.order_id].append(
             RefundEntry(
                 amount=format_money(refund.amount_cents, refund.currency),
-                status=refund.get_status_display(),
+                status=refund.get_status_display() + (UNSEEN_YET if refund.pk in unseen else ""),
                 at=refund.created_at,
                 ticket_id=refund.ticket_id,
                 call_id=refund.tool_call_id,

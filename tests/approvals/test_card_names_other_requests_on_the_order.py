@@ -10,7 +10,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from agents.models import RefundStatus
+from agents.models import Refund, RefundStatus
 from agents.runner import advance
 from approvals import services
 from approvals.models import ApprovalRequest, ApprovalStatus
@@ -90,3 +90,25 @@ def test_the_admins_page_of_a_request_names_the_other_requests_for_the_same_orde
     assert f"$100.00 · Asked, waiting for approval (request #{two.pk})" in text, text
     assert f"ticket #{second.pk}" in text
     assert f'href="{reverse("staff:ticket", kwargs={"ticket_id": second.pk})}"' in page.content.decode()
+
+
+def test_the_card_says_a_failed_refund_not_seen_at_the_provider_may_still_be_paid(sandbox, client, approver):  # noqa: ANN001
+    """A refund failed without the provider ever showing it is asked about again for hours: the
+    request may still be on its way, and land. A reviewer approving another refund on the order read
+    only "Failed", and approved the same money again; the card now says it may still be paid."""
+    order, first, second, one, two = two_requests_for_one_order(sandbox)
+    services.approval_decide(approval_id=two.pk, user=approver, approve=True)
+    advance(second.pk, model=Refunds(("E-7001", 10000)))
+    # As the reconciler leaves a refund the provider had no record of (refund_reconcile): failed, no id.
+    Refund.objects.filter(order=order).update(status=RefundStatus.FAILED, provider_refund_id=None)
+    client.force_login(approver)
+
+    history = part(dashboard(client), one, REFUNDS)
+
+    assert f"$100.00 {RefundStatus.FAILED.label}, not found at the payment provider yet: it may still be paid" in (
+        history
+    ), history
+    # Once the provider has shown it (an id), a failure is final: "Failed" alone.
+    Refund.objects.filter(order=order).update(provider_refund_id="re_shown")
+    history = part(dashboard(client), one, REFUNDS)
+    assert f"$100.00 {RefundStatus.FAILED.label}" in history and "may still be paid" not in history
