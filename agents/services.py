@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Exists, F, OuterRef, Sum
+from django.db.models import F, Sum
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -343,15 +343,37 @@ def runs_note_stopped(*, ticket_id: int) -> int:
 def _unanswered_again(run: AgentRun) -> None:
     """What ``run`` was answering that no person has answered since is unanswered again: if staff
     hand the ticket back without a word, the agent answers it; once they reply, their reply has
-    answered it (``tickets.services.staff_reply`` marks what it answers)."""
+    answered it (``tickets.services.staff_reply`` marks what it answers). A reply answers a message
+    that comes before it on the timeline and that the page it was written on showed (its
+    ``seen_seq``): one sent from a page read before the message does not (the person was told it
+    waits), even if this run had taken it in."""
     if not run.input_message_ids:
         return
-    answered = Message.objects.filter(
-        ticket_id=run.ticket_id, author_kind=AuthorKind.STAFF, is_public=True, created_at__gt=OuterRef("created_at")
+    taken = list(
+        Message.objects.filter(pk__in=run.input_message_ids, agent_handled_at__isnull=False).values_list(
+            "pk", flat=True
+        )
     )
-    Message.objects.filter(pk__in=run.input_message_ids, agent_handled_at__isnull=False).exclude(
-        Exists(answered)
-    ).update(agent_handled_at=None)
+    if not taken:
+        return
+    written = dict(
+        TicketEvent.objects.filter(
+            ticket_id=run.ticket_id, kind="message", actor_kind=ActorKind.CUSTOMER, payload__message_id__in=taken
+        ).values_list("payload__message_id", "seq")
+    )
+    replies = list(
+        TicketEvent.objects.filter(
+            ticket_id=run.ticket_id, kind="message", actor_kind=ActorKind.STAFF, is_public=True
+        ).values_list("seq", "payload__seen_seq")
+    )
+
+    def answered(message_id: int) -> bool:
+        seq = written.get(message_id)
+        return seq is not None and any(r > seq and (seen is None or seen >= seq) for r, seen in replies)
+
+    again = [pk for pk in taken if not answered(pk)]
+    if again:
+        Message.objects.filter(pk__in=again).update(agent_handled_at=None)
 
 
 def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:

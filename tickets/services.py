@@ -448,6 +448,7 @@ def _message_event(
     *,
     author_name: str = "",
     attachments: list[Attachment] | None = None,
+    seen_seq: int | None = None,
 ) -> None:
     event_append(
         ticket=message.ticket_id,
@@ -466,6 +467,9 @@ def _message_event(
             **({"author_name": author_name} if author_name else {}),
             # What was attached, as readers list it (the bytes are fetched by id, access checked).
             **({"attachments": [_attachment_entry(a) for a in attachments]} if attachments else {}),
+            # A person's reply answers the customer's messages up to this event of the timeline (the
+            # last their page showed), not those after it (``agents.services._unanswered_again``).
+            **({"seen_seq": seen_seq} if seen_seq is not None else {}),
         },
         is_public=message.is_public,
     )
@@ -1013,7 +1017,7 @@ def _staff_message(
                 ticket_id=locked.pk, author_kind=AuthorKind.STAFF, author_user=user, body=text,
                 is_public=is_public, client_msg_id=key,
             )  # fmt: skip
-            _message_event(message, "", None, author_name=staff_name(user))
+            _message_event(message, "", None, author_name=staff_name(user), seen_seq=seen_seq if is_public else None)
     except IntegrityError:
         existing = Message.objects.filter(ticket_id=_ticket_id(ticket), client_msg_id=key).first()
         if existing is None:
