@@ -285,7 +285,13 @@ def _carry_on(p: Pass, model: ChatModel | None, person: bool = False) -> str:
             elif last is not None:
                 # Stored by a worker that stopped before posting it (an older worker's ledger).
                 if last.response_text.strip():
-                    agent_services.reply_post(lease=lease, run=run, step=last)
+                    reply = agent_services.reply_post(lease=lease, run=run, step=last)
+                    if reply.message is None:
+                        # Not posted after all (a person has the ticket, or answered since it was
+                        # written): the run ends for them, and what it took in that they did not
+                        # answer is the agent's again after a hand-back, as for a fresh answer.
+                        agent_services.run_end_for_person(lease=lease, run=run)
+                        return RunStatus.HANDED_OFF
                 agent_services.run_transition(lease=lease, run=run, to_status=RunStatus.COMPLETED, outcome="replied")
                 return RunStatus.COMPLETED
             limit = _limit_reached(p)
