@@ -34,6 +34,7 @@ from agents.models import (
     ToolCall,
 )
 from support import rows
+from support.storable import clean_json, clean_text
 from tickets import services as ticket_services
 from tickets.models import ActorKind, TicketEvent
 
@@ -129,13 +130,14 @@ def call_finish(
     error: str = "",
 ) -> ToolCall:
     """Commit the outcome of a call. A call already final is left as it is."""
+    error = clean_text(error)  # a tool's words, from wherever it read them
     with lease.guard():
         locked = ToolCall.objects.select_for_update().get(pk=call.pk)
         if locked.status in FINAL_CALL_STATUSES:
             return locked
         check_transition(locked, status)
         locked.status = status
-        locked.result = json.loads(json.dumps(result, default=str)) if result is not None else None
+        locked.result = clean_json(result) if result is not None else None
         locked.error = error[:2000]
         locked.finished_at = timezone.now()
         locked.save(update_fields=["status", "result", "error", "finished_at"])
@@ -150,6 +152,7 @@ CRASHED_PREFIX = "crashed after it was tried: "
 
 def call_note_crash(*, lease: Lease, call: ToolCall, error: str) -> None:
     """A keyed call crashed (not a tool error): it stays started, marked as tried."""
+    error = clean_text(error)
     with lease.guard():
         ToolCall.objects.filter(pk=call.pk, status=CallStatus.STARTED).update(error=(CRASHED_PREFIX + error)[:2000])
     call.error = (CRASHED_PREFIX + error)[:2000]

@@ -16,7 +16,6 @@ Then each call runs by its replay policy (DESIGN.md, invariant 17):
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from typing import Any, NoReturn
 
@@ -60,6 +59,7 @@ from agents.tools import (
     ToolUncertain,
     parse_arguments,
 )
+from support.storable import clean_json, clean_text
 
 logger = logging.getLogger(__name__)
 
@@ -210,8 +210,8 @@ def execute(p: Pass, call: ToolCall, *, again: bool = False) -> ToolCall:
         if outcome is not None:
             faults.hit("after_safe_effect")
             status, result, error = outcome
-            call.status, call.error, call.finished_at = status, error[:2000], timezone.now()
-            call.result = json.loads(json.dumps(result, default=str)) if result is not None else None
+            call.status, call.error, call.finished_at = status, clean_text(error)[:2000], timezone.now()
+            call.result = clean_json(result) if result is not None else None
             p.unsaved_outcomes.append(call)
             return call
     p.flush_outcomes()

@@ -17,6 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from django.conf import settings
 
+from support.storable import clean_text
+
 Message = dict[str, Any]
 ToolSpec = dict[str, Any]
 # Called with each piece of assistant text as it streams in.
@@ -97,23 +99,12 @@ def _limit(name: str, default: int) -> int:
     return int(getattr(settings, name, default))
 
 
-def _storable(text: str) -> str:
-    """Text PostgreSQL can store: no NUL characters, lone surrogates replaced."""
-    if "\x00" in text:
-        text = text.replace("\x00", "")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
-
-
 def _printable_name(value: object, what: str, limit: int) -> str:
     if not isinstance(value, str):
         raise ModelOutputInvalid(f"{what} is {type(value).__name__}, not a string")
     if not value or len(value) > limit:
         raise ModelOutputInvalid(f"{what} has {len(value)} characters; 1 to {limit} are allowed")
-    if _storable(value) != value or any(ord(ch) < 32 for ch in value):
+    if clean_text(value) != value or any(ord(ch) < 32 for ch in value):
         raise ModelOutputInvalid(f"{what} contains control characters or invalid Unicode")
     return value
 
@@ -137,7 +128,7 @@ def validate_response(response: ModelResponse) -> ModelResponse:
         raise ModelOutputInvalid(f"the answer was cut off (finish_reason {response.finish_reason!r})", usage=usage)
     if not isinstance(response.text, str):
         raise ModelOutputInvalid(f"the reply is {type(response.text).__name__}, not text", usage=usage)
-    text = _storable(response.text)
+    text = clean_text(response.text)
     max_reply = _limit("AGENT_MAX_REPLY_CHARS", 16000)
     if len(text) > max_reply:
         raise ModelOutputInvalid(f"the reply has {len(text)} characters; at most {max_reply}", usage=usage)
@@ -164,7 +155,7 @@ def validate_response(response: ModelResponse) -> ModelResponse:
             raise ModelOutputInvalid(
                 f"tool call {n}'s arguments have {len(arguments)} characters; at most {max_args}", usage=usage
             )
-        if _storable(arguments) != arguments:
+        if clean_text(arguments) != arguments:
             raise ModelOutputInvalid(f"tool call {n}'s arguments contain NUL or invalid Unicode", usage=usage)
         clean.append(ToolCallRequest(id=call_id, name=name, arguments=arguments))
     if not clean and not text.strip():

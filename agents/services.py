@@ -32,6 +32,7 @@ from agents.models import (
 )
 from agents.selectors import person_took_the_ticket_since
 from support import reads, rows
+from support.storable import clean_text
 from tickets import services as ticket_services
 from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, Message, Ticket, TicketEvent, TicketStatus
 from tickets.selectors import ticket_locked_for_reply, unanswered_messages
@@ -426,6 +427,7 @@ def max_failures() -> int:
 
 def run_record_failure(*, lease: Lease, run: AgentRun, error: str) -> int:
     """Count a failed step on the run, with its error. Returns the failures in a row so far."""
+    error = clean_text(error)  # an exception's words: a failure is counted whatever they hold
     with lease.guard():
         AgentRun.objects.filter(pk=run.pk).update(failures=F("failures") + 1, last_error=error[:2000])
         run.failures = AgentRun.objects.values_list("failures", flat=True).get(pk=run.pk)
@@ -470,6 +472,7 @@ def park(*, lease: Lease, run: AgentRun, error: str, failures: int) -> None:
     Staff read the error in an internal note; the customer reads a plain sentence; the
     sweeper leaves the ticket alone (a person has it) until staff hand it back.
     """
+    error = clean_text(error)  # an exception's words: a failure is counted whatever they hold
     with lease.guard():
         ticket_services.message_post(
             ticket=run.ticket_id,
@@ -499,6 +502,7 @@ def run_start_failed(*, lease: Lease, ticket_id: int, error: str) -> tuple[int, 
     """Starting a run failed, so there is no run to count it on: it is counted on the ticket's
     timeline, in a row since a run of the ticket last started or it was last parked (a person who
     hands it back gives the agent a fresh count). Returns the failures in a row and the event."""
+    error = clean_text(error)  # an exception's words: a failure is counted whatever they hold
     with lease.guard():
         counts_from = [START_FAILED, "agent_run_started", "agent_parked"]
         last = (
@@ -522,6 +526,7 @@ def park_unstarted(*, lease: Lease, ticket_id: int, error: str, failures: int, c
     """Too many failures in a row starting a run: a person takes the ticket, as ``park`` does for
     a run. The customer's messages stay unanswered (no run took them in): after staff hand the
     ticket back, the agent answers them. ``counted``: the last failure's event (the keys' part)."""
+    error = clean_text(error)  # an exception's words: a failure is counted whatever they hold
     with lease.guard():
         ticket_services.message_post(
             ticket=ticket_id,

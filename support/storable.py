@@ -1,0 +1,39 @@
+"""What PostgreSQL can hold, for text the product records rather than refuses.
+
+Text and jsonb hold neither NUL characters nor lone surrogates. What a person types is refused
+with a clear error (support.middleware, tickets.services); what the product records from
+elsewhere (a model's reply, a tool's result or error) is kept, without those characters: losing
+a NUL loses nothing a reader could see, and refusing it would fail the step that carries it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def clean_text(text: str) -> str:
+    """``text`` without NUL characters, lone surrogates replaced (U+FFFD)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def clean_json(value: Any) -> Any:
+    """``value`` as jsonb holds it: JSON types only (anything else as its text), every string
+    and key cleaned as ``clean_text`` cleans it."""
+    return _clean(json.loads(json.dumps(value, default=str)))
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(key): _clean(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clean(item) for item in value]
+    return value
