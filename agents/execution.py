@@ -289,10 +289,19 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
         # it committed survives a failure or a crash after it.
         result = tool.handler(ctx, call.arguments)
     except ToolEscalation as exc:
-        status = CallStatus.UNCERTAIN if exc.uncertain else CallStatus.FAILED
-        call = calls.call_finish(lease=lease, call=call, status=status, result={"status": status}, error=str(exc))
-        agent_services.escalate(lease=lease, run=AgentRun.objects.get(pk=call.run_id), call=call,
-                                customer_text=exc.customer_text, reason=str(exc))  # fmt: skip
+        with lease.guard():
+            settled = exc.settled() if exc.settled is not None else None
+            if settled is not None:  # it did happen after all: the result, and no one told otherwise
+                calls.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=settled)
+            else:
+                status = CallStatus.UNCERTAIN if exc.uncertain else CallStatus.FAILED
+                call = calls.call_finish(
+                    lease=lease, call=call, status=status, result={"status": status}, error=str(exc)
+                )
+                agent_services.escalate(lease=lease, run=AgentRun.objects.get(pk=call.run_id), call=call,
+                                        customer_text=exc.customer_text, reason=str(exc))  # fmt: skip
+        if settled is not None:
+            return
         raise Stop() from None
     except ToolStopped as exc:
         _leave_to_the_person(lease, call, CallStatus.UNCERTAIN if exc.uncertain else CallStatus.FAILED, str(exc))

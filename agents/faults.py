@@ -8,7 +8,7 @@ Unset in production: ``hit`` is then a dictionary lookup and nothing more.
 
 Points: after_step_stored, after_call_started (a step's call intents are committed),
 after_safe_effect (a safe call ran; its outcome waits in memory for the next step),
-after_keyed_effect, after_never_effect, after_provider_refund, mid_stream,
+after_keyed_effect, after_never_effect, after_provider_refund, after_refund_given_up, mid_stream,
 before_lease_release.
 
 Faults that break the product on purpose, for drills that must show they catch it

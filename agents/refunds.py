@@ -35,6 +35,7 @@ plain words.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -472,13 +473,16 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 f"tries; it is being reconciled and will not be repeated blindly ({exc}).",
                 customer_text=_customer_text(refund, uncertain=True),
                 uncertain=True,
+                settled=functools.partial(_paid_since_given_up, refund),
             ) from None
         return _settled_meanwhile(refund, settled)
     except (ProviderDeclined, IdempotencyMismatch, ProviderError) as exc:
         settled = _give_up(refund, RefundStatus.FAILED, f"the payment provider refused the refund: {exc}")
         if settled is None:
             raise ToolEscalation(
-                f"The payment provider refused the refund: {exc}", customer_text=_customer_text(refund, uncertain=False)
+                f"The payment provider refused the refund: {exc}",
+                customer_text=_customer_text(refund, uncertain=False),
+                settled=functools.partial(_paid_since_given_up, refund),
             ) from None
         return _settled_meanwhile(refund, settled)
     raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
@@ -563,7 +567,22 @@ def _give_up(refund: Refund, status: str, error: str) -> str | None:
         if gives_up:
             _set_status(locked, status, error=error[:2000], escalated_at=timezone.now())
     refund.refresh_from_db()
+    if gives_up:
+        faults.hit("after_refund_given_up")  # the customer is not told yet (``_paid_since_given_up``)
     return None if gives_up else refund.status
+
+
+def _paid_since_given_up(refund: Refund) -> dict[str, Any] | None:
+    """Asked in the transaction that would tell the customer a refund this worker gave up on was not
+    confirmed (or refused), under the refund's lock, which the reconciler's write takes: one it found
+    paid (or paying) since is the call's result, and the customer is told nothing else. Then nobody
+    was told it failed: a later failure at the provider is told afresh (``refund_escalate``)."""
+    locked = Refund.objects.select_for_update().get(pk=refund.pk)
+    if locked.status not in PAID_OR_PAYING:
+        return None
+    Refund.objects.filter(pk=locked.pk).update(escalated_at=None)
+    refund.refresh_from_db()
+    return _result(refund)
 
 
 def _settled_meanwhile(refund: Refund, status: str) -> dict[str, Any]:

@@ -52,12 +52,25 @@ class ToolEscalation(ToolError):
     The run stops and a person takes the ticket: the customer reads ``customer_text``
     (plain words written for customers), staff read the error. ``uncertain`` says the
     effect may still have happened (the reconciler settles it).
+
+    ``settled``: asked in the transaction that would tell the customer and hand the ticket
+    over, with what it escalates locked. Another process (the reconciler) may have learnt
+    since that the effect did happen: it returns the call's result then, and nothing is
+    escalated; None otherwise.
     """
 
-    def __init__(self, message: str, *, customer_text: str, uncertain: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        customer_text: str,
+        uncertain: bool = False,
+        settled: Callable[[], dict[str, Any] | None] | None = None,
+    ) -> None:
         super().__init__(message)
         self.customer_text = customer_text
         self.uncertain = uncertain
+        self.settled = settled
 
 
 class ToolNeedsApproval(Exception):

@@ -138,3 +138,46 @@ def test_a_refund_the_reconciler_settles_as_failed_while_the_worker_gives_up_is_
     assert Ticket.objects.get(pk=ticket.pk).status == TicketStatus.WITH_HUMAN
     assert ticket.events.filter(kind="refund_escalated").count() == 1
     assert_money_invariants(sandbox)
+
+
+def test_a_refund_the_reconciler_finds_paid_just_after_the_worker_gave_up_is_not_told_as_unconfirmed(
+    sandbox,  # noqa: ANN001
+    monkeypatch,  # noqa: ANN001
+) -> None:
+    # The worker has recorded that it gives up (the refund uncertain); before it tells the customer,
+    # beat's reconciler hears from the provider that the refund was paid and records it. The words
+    # the worker was about to post ("we couldn't confirm your refund") are decided again, on the
+    # refund as it is then, in the transaction that would post them: it was paid, so the call's
+    # result is the refund's, the customer reads that it was refunded, and no one is asked to check.
+    from agents import faults
+
+    customer = make_customer()
+    order = order_for(customer, "E-3103", 5000, sandbox)
+    sandbox.fault("error_after_commit")  # the provider pays; its answer is lost
+    sandbox.fault("error_before_commit", count=100)  # every retry under the key fails
+    sandbox.fault("error_before_commit", method="GET", path="/v1/refunds*", count=100)  # so does every lookup
+    hit = faults.hit
+
+    def the_reconciler_then(point: str) -> None:
+        if point == "after_refund_given_up":
+            assert Refund.objects.get(order=order).status == RefundStatus.UNCERTAIN  # the worker gave up
+            sandbox.clear_faults()
+            assert refund_module.reconcile_open_refunds() == {RefundStatus.SUCCEEDED: 1}
+        hit(point)
+
+    monkeypatch.setattr(faults, "hit", the_reconciler_then)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Please refund order E-3103")
+
+    advance(ticket.pk)
+
+    refund = Refund.objects.get(order=order)
+    assert refund.status == RefundStatus.SUCCEEDED
+    assert [r["amount"] for r in paid(sandbox, order)] == [5000]
+    words = public_words(ticket)
+    assert not any("couldn't confirm" in w or "could not be completed" in w for w in words), words
+    assert any("I've refunded $50.00" in w for w in words), words
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    assert call.status == CallStatus.SUCCEEDED and call.result["status"] == "succeeded"
+    assert Ticket.objects.get(pk=ticket.pk).status != TicketStatus.WITH_HUMAN
+    assert not ticket.events.filter(kind__in=["tool_call_escalated", "refund_escalated"]).exists()
+    assert_money_invariants(sandbox)
