@@ -34,12 +34,10 @@ plain words.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, NoReturn
@@ -413,7 +411,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         # The runner never gets here with such a call; this is the money path's own last door.
         raise ToolError("This refund needs a staff approval for these exact arguments before it can run.")
     reviewed = call.approval_decision == ApprovalDecision.APPROVED
-    with _fenced(ctx):
+    with ctx.fenced():
         existing = Refund.objects.select_for_update().select_related("order").filter(idempotency_key=key).first()
         if existing is not None and existing.status in PAID_OR_PAYING:
             return _result(existing)
@@ -499,20 +497,8 @@ def _review_asked_since(ctx: ToolContext, order: Order) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def _fenced(ctx: ToolContext) -> Iterator[None]:
-    """A transaction that commits only while the caller still holds the ticket's lease (LeaseLost
-    otherwise): a worker that lost the ticket writes no refund and sends none."""
-    if ctx.lease is None:
-        with transaction.atomic():
-            yield
-    else:
-        with ctx.lease.guard():
-            yield
-
-
 def _agent_still_has_the_ticket(ctx: ToolContext) -> bool:
-    """Caller: inside ``_fenced``. Holds the ticket's row until commit: a take-over in flight lands
+    """Caller: inside ``ctx.fenced()``. Holds the ticket's row until commit: a take-over in flight lands
     first and is seen; one that comes later waits for this transaction."""
     ticket_services.ticket_hold(ctx.ticket.pk)
     return not person_took_the_ticket_since(AgentRun(pk=ctx.call.run_id, ticket_id=ctx.ticket.pk))
@@ -520,7 +506,7 @@ def _agent_still_has_the_ticket(ctx: ToolContext) -> bool:
 
 def _go_on_or_stop(ctx: ToolContext, refund: Refund) -> None:
     """Before the provider is asked again: is the lease still ours, and the ticket still the agent's?"""
-    with _fenced(ctx):
+    with ctx.fenced():
         still = _agent_still_has_the_ticket(ctx)
     if not still:
         _stop_for_a_person(refund)

@@ -12,8 +12,9 @@ outcome (DESIGN.md, invariant 5):
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +113,18 @@ class ToolContext:
     @property
     def actor_ref(self) -> str:
         return f"run:{self.call.run_id}"
+
+    @contextlib.contextmanager
+    def fenced(self) -> Iterator[None]:
+        """A transaction that commits only while the caller still holds the ticket's lease (LeaseLost
+        otherwise): a worker that lost the ticket (stopped past its lease, taken over) writes and
+        sends nothing, whatever the tool. Outside the loop (no lease), a plain transaction."""
+        if self.lease is None:
+            with transaction.atomic():
+                yield
+        else:
+            with self.lease.guard():
+                yield
 
 
 Handler = Callable[[ToolContext, dict[str, Any]], dict[str, Any]]
@@ -318,7 +331,7 @@ def _post(ctx: ToolContext, text: str, *, public: bool) -> dict[str, Any]:
         # Written before a person answered the customer (and handed the ticket back): stale.
         raise ToolError("not posted: a person answered the customer after this was written; read their reply")
     try:
-        with transaction.atomic():
+        with ctx.fenced():  # a worker that lost the lease posts nothing (its run may have ended)
             if public:
                 # Under the ticket's row lock: a take-over, resolve or close that committed after the
                 # call was checked is seen here, and none lands between this check and the message.
@@ -373,28 +386,32 @@ def notify_customer_by_email(ctx: ToolContext, args: dict[str, Any]) -> dict[str
     if ctx.call.step_id is not None and person_answered_after_step_read(step_id=ctx.call.step_id):
         # Written before a person answered the customer (and handed the ticket back): stale words.
         raise ToolError("not sent: a person answered the customer after this was written; read their reply")
+    with ctx.fenced():
+        pass  # still this worker's ticket (an email cannot be taken back, nor sent twice knowingly)
     customer = ctx.ticket.customer
     sent = send_mail(args["subject"], args["body"], None, [customer.email], fail_silently=False)
     return {"sent": bool(sent), "to": customer.email}
 
 
-@transaction.atomic
 def hand_off_to_human(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    ticket_services.message_post(
-        ticket=ctx.ticket,
-        author_kind=AuthorKind.AGENT,
-        body=f"Handed off to a person: {args['reason']}",
-        is_public=False,
-        client_msg_id=message_key(ctx),
-        actor_ref=ctx.actor_ref,
-    )
-    ticket_services.ticket_transition(
-        ticket=ctx.ticket,
-        to_status=TicketStatus.WITH_HUMAN,
-        actor_kind=ActorKind.AGENT,
-        actor_ref=ctx.actor_ref,
-        reason=args["reason"],
-    )
+    # Fenced: a worker that lost the lease (the hand-off done by the one that took over, and the
+    # ticket perhaps handed back since) does not give the ticket to a person again.
+    with ctx.fenced():
+        ticket_services.message_post(
+            ticket=ctx.ticket,
+            author_kind=AuthorKind.AGENT,
+            body=f"Handed off to a person: {args['reason']}",
+            is_public=False,
+            client_msg_id=message_key(ctx),
+            actor_ref=ctx.actor_ref,
+        )
+        ticket_services.ticket_transition(
+            ticket=ctx.ticket,
+            to_status=TicketStatus.WITH_HUMAN,
+            actor_kind=ActorKind.AGENT,
+            actor_ref=ctx.actor_ref,
+            reason=args["reason"],
+        )
     return {"handed_off": True}
 
 
