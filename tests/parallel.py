@@ -8,12 +8,13 @@ Pub/Sub channels are shared by every database of a server, so live updates of on
 tickets would otherwise reach the other's sockets. Processes the tests start (Celery workers, the
 web server) inherit these through the environment.
 
-Outside a worker (a plain ``pytest`` run) nothing changes.
+Every run, with workers or without, also gets prefixes of its own (``_isolate_runs``).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 from urllib.parse import urlparse, urlunparse
 
 import pytest
@@ -35,6 +36,18 @@ def redis_url_of_worker(url: str, index: int) -> str:
     return urlunparse(parts._replace(path=f"/{(base + 1 + index) % REDIS_DATABASES}"))
 
 
+def _isolate_runs() -> None:
+    """Each run of the suite gets prefixes of its own (the workers inherit the run's): the test
+    database is made afresh each run, so ticket ids start again at 1, while what an earlier run
+    left in Redis under those ids lasts up to an hour (a person's "stream closed" mark of ticket 3
+    would silence the answer of this run's ticket 3)."""
+    if "TEST_RUN_ID" in os.environ:
+        return
+    run = os.environ["TEST_RUN_ID"] = secrets.token_hex(3)
+    os.environ["CHANNELS_PREFIX"] = f"{os.environ.get('CHANNELS_PREFIX', 'asgi')}-{run}"
+    os.environ["CACHE_PREFIX"] = f"{os.environ.get('CACHE_PREFIX', 'support')}-{run}"
+
+
 def _isolate() -> None:
     index = worker_index()
     if index is None:
@@ -51,6 +64,7 @@ def _isolate() -> None:
     os.environ["CACHE_PREFIX"] = f"{os.environ.get('CACHE_PREFIX', 'support')}-gw{index}"
 
 
+_isolate_runs()
 _isolate()
 
 # Tests that share one costly setup, or one machine-wide resource, run on one worker, one after

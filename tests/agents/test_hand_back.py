@@ -108,6 +108,9 @@ def _tokens_published_while(ticket: Ticket, run) -> list[str]:  # noqa: ANN001
     listener = realtime._client().pubsub()
     listener.subscribe(realtime._pubsub_channel(realtime.group_name(ticket.pk)))
     try:
+        # Listening before the run starts (the server confirms it): a slow host cannot drop the first words.
+        confirmed = listener.get_message(timeout=5)
+        assert confirmed is not None and confirmed["type"] == "subscribe", confirmed
         run()
         pieces = []
         while (frame := listener.get_message(timeout=0.5)) is not None:
