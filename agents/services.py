@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F, Sum
+from django.db.models import F, Subquery, Sum
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -316,13 +316,17 @@ def run_end_for_person(
 def _handed_off_by_the_agent(run: AgentRun) -> bool:
     """Was the last change that took the ticket from the agent since ``run`` started the agent's own
     hand-off by its tool (the customer asked for a person, and was told they have one)? What the run
-    answered is then answered: a hand-back does not make the agent hand it off again."""
+    answered is then answered: a hand-back does not make the agent hand it off again. Judged in the
+    timeline's order, from the run's start event (not by clock times, which hosts write)."""
+    started = TicketEvent.objects.filter(
+        ticket_id=run.ticket_id, kind="agent_run_started", payload__run_id=run.pk
+    ).values("seq")[:1]
     last = (
         TicketEvent.objects.filter(
             ticket_id=run.ticket_id,
             kind="status_changed",
             payload__to__in=sorted(AGENT_STAYS_OUT),
-            created_at__gte=run.started_at,
+            seq__gt=Subquery(started),
         )
         .order_by("-seq")
         .values_list("actor_kind", flat=True)
