@@ -7,7 +7,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
-from django.db.models.signals import m2m_changed, post_save
+from django.db.models.signals import m2m_changed, post_save, pre_save
 
 
 class TicketsConfig(AppConfig):
@@ -28,6 +28,12 @@ class TicketsConfig(AppConfig):
         # Open sockets end with the sign-in they were opened with (support.websocket.SignedInConsumer).
         user_logged_out.connect(_signed_out, dispatch_uid="tickets.signed_out")
         post_save.connect(_account_changed, sender=settings.AUTH_USER_MODEL, dispatch_uid="tickets.account_changed")
+        # A customer's profile moved to another login: the chat sockets of the login it leaves check
+        # again, and end (their tickets are no longer that login's).
+        from tickets.models import Customer
+
+        pre_save.connect(_profile_login_before, sender=Customer, dispatch_uid="tickets.profile_login_before")
+        post_save.connect(_profile_moved, sender=Customer, dispatch_uid="tickets.profile_moved")
         # A group left or a permission taken away: the pages that needed it stop (``may_watch``).
         user_model = get_user_model()
         for through in (user_model.groups.through, user_model.user_permissions.through, Group.permissions.through):
@@ -85,3 +91,18 @@ def _account_changed(sender: object, instance: Any, created: bool, update_fields
     if created or (update_fields is not None and set(update_fields) <= {"last_login"}):
         return
     _ring_accounts([instance.pk])
+
+
+def _profile_login_before(sender: object, instance: Any, **kwargs: object) -> None:
+    """The login the profile is on as stored, read before the save (told after it, in post_save)."""
+    before = None
+    if instance.pk is not None:
+        before = sender._default_manager.filter(pk=instance.pk).values_list("user_id", flat=True).first()
+    instance._login_before = before
+
+
+def _profile_moved(sender: object, instance: Any, created: bool, **kwargs: object) -> None:
+    before = getattr(instance, "_login_before", None)
+    instance._login_before = None
+    if not created and before is not None and before != instance.user_id:
+        _ring_accounts([before])

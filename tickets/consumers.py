@@ -11,7 +11,8 @@ Frames sent to the browser (JSON):
 - ``{"type": "ready", "seq"}``: the replay is done; live frames follow.
 
 The socket closes (4403) when the sign-in it was opened with ends: signed out, the password
-changed, the account deactivated (``support.websocket.SignedInConsumer``).
+changed, the account deactivated (``support.websocket.SignedInConsumer``); and (4401) when the
+ticket is no longer its login's (the customer's profile moved to another login in the admin).
 
 Frames from the browser: ``{"type": "resync"}`` asks for the events and the
 streamed text again (the browser saw a gap in a step's offsets);
@@ -176,6 +177,10 @@ class TicketConsumer(SignedInConsumer):
         step, text = await sync_to_async(realtime.streamed_so_far)(self.ticket.pk)
         if step is not None and text and not await database_sync_to_async(self._posted)(step):
             await self.send_json({"type": "token", "step": step, "offset": 0, "text": text})
+
+    def may_watch(self, user: Any) -> bool:
+        """The ticket is still this login's: a profile moved to another login takes its tickets along."""
+        return self.ticket is not None and selectors.ticket_owned_by(user=user, ticket_id=self.ticket.pk)
 
     def _posted(self, step: int) -> bool:
         """Is the answer streamed under ``step`` posted already (its buffer not yet cleared: the reply

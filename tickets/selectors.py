@@ -148,10 +148,20 @@ def ticket_get_for_customer(*, user: AbstractBaseUser | AnonymousUser, ticket_id
     if not user.is_authenticated:
         raise Http404("No such ticket")
     # One query: the ticket, through its customer's user (a user who is no customer finds none).
-    ticket = Ticket.objects.filter(pk=ticket_id, customer__user=user).select_related("customer").first()
+    ticket = _owned(user, ticket_id).select_related("customer").first()
     if ticket is None:
         raise Http404("No such ticket")
     return ticket
+
+
+def _owned(user: AbstractBaseUser, ticket_id: int) -> QuerySet[Ticket]:
+    return Ticket.objects.filter(pk=ticket_id, customer__user=user)
+
+
+def ticket_owned_by(*, user: AbstractBaseUser, ticket_id: int) -> bool:
+    """Is the ticket still ``user``'s? Asked again by a socket opened through ``ticket_get_for_customer``:
+    the customer's profile may have been moved to another login since."""
+    return _owned(user, ticket_id).exists()
 
 
 def ticket_timeline(*, ticket: Ticket, after_seq: int = 0, public_only: bool = False) -> QuerySet[TicketEvent]:
