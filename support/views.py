@@ -161,7 +161,12 @@ def _same_origin_referer(request: HttpRequest) -> str:
         # A page rendered in answer to a form (the dashboard, after a decision it refused) stands at
         # the form's own address, which answers only POST: back leads to the page itself.
         return reverse(page)
-    return parts.path + (f"?{parts.query}" if parts.query else "")
+    back = parts.path + (f"?{parts.query}" if parts.query else "")
+    # A path of this site can read as another site's address once it is a link ("//evil.example/",
+    # "/\\evil.example/": browsers read a backslash as a slash): the start, then.
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={host}, require_https=request.is_secure()):
+        return ""
+    return back
 
 
 # Addresses that answer only POST but render a page in answer (their Referer then names them).
