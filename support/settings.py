@@ -555,6 +555,8 @@ if _proxy_header:
         )
     SECURE_PROXY_SSL_HEADER = (_proxy_header[0], _proxy_header[1])
 SESSION_COOKIE_HTTPONLY = True
+# Django's database sessions, with cookies that hold what no key can (a NUL) read as no session.
+SESSION_ENGINE = "support.sessions"
 X_FRAME_OPTIONS = "DENY"
 
 # django-csp: scripts, styles and connections from our own origin only (the pages have no inline
