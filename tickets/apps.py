@@ -27,6 +27,11 @@ class TicketsConfig(AppConfig):
         ticket_event_appended.connect(_publish_event, dispatch_uid="tickets.publish_event")
         # Open sockets end with the sign-in they were opened with (support.websocket.SignedInConsumer).
         user_logged_out.connect(_signed_out, dispatch_uid="tickets.signed_out")
+        # A session Django ended without a sign-out (another user signed in on the same browser): the
+        # sockets opened with it check again, and end.
+        from support.sessions import session_ended
+
+        session_ended.connect(_session_ended, dispatch_uid="tickets.session_ended")
         post_save.connect(_account_changed, sender=settings.AUTH_USER_MODEL, dispatch_uid="tickets.account_changed")
         # A customer's profile moved to another login: the chat sockets of the login it leaves check
         # again, and end (their tickets are no longer that login's).
@@ -55,6 +60,13 @@ def _signed_out(sender: object, request: Any, user: Any, **kwargs: object) -> No
     key = getattr(getattr(request, "session", None), "session_key", None)
     if key:
         realtime.publish(session_group(key), {"type": "signin.ended"})
+
+
+def _session_ended(sender: object, session_key: str, **kwargs: object) -> None:
+    from support.websocket import session_group
+    from tickets import realtime
+
+    realtime.publish(session_group(session_key), {"type": "signin.changed"})
 
 
 def _access_changed(sender: object, instance: Any, action: str, model: Any, pk_set: Any, **kwargs: object) -> None:
