@@ -239,12 +239,16 @@ def refund_approval_reason(ctx: ToolContext, args: dict[str, Any]) -> str | None
         return "every refund for this customer is reviewed by staff"
     order = customer_order(ctx.ticket, args["order_number"])
     amount = int(args["amount_cents"])
+    # The refunds still to happen first, then the stops: a refund waiting in another ticket that a
+    # person stops (a take-over, a resolve, staff's "no") is among the stops from the commit that
+    # takes it out of the refunds still to happen, or earlier. Read the other way round, a run ended
+    # for a person between the two reads was in neither, and this refund was paid unreviewed.
+    earlier, on_order = refund_commitments(customer_id=customer.pk, order=order)
     stopped = _stopped_before(customer_id=customer.pk, order=order)
     if stopped is not None:
         return f"{stopped}: asking again needs a staff approval"
     # A second refund on one order, whichever ticket asked for the first (the same request asked
     # again in a new ticket is not paid twice unreviewed); partial refunds stay possible, reviewed.
-    earlier, on_order = refund_commitments(customer_id=customer.pk, order=order)
     if earlier:
         here, _ = refund_commitments(customer_id=customer.pk, order=order, ticket_id=ctx.ticket.pk)
         where = "in this ticket" if here else "(the first was asked for in another ticket)"
