@@ -109,6 +109,62 @@ def active_profile() -> AgentProfile:
     return profile
 
 
+# The approval policy tables as they are now, in one statement: the policy row and each tool's rule.
+_TABLES_SQL = (
+    "SELECT (SELECT row_to_json(p) FROM approvals_approvalpolicy p ORDER BY p.id LIMIT 1), "
+    "(SELECT json_object_agg(r.tool_name, r.requires_approval) FROM approvals_toolapprovalrule r)"
+)
+
+
+def _tables_stricter(
+    profile: AgentProfile, policy: dict[str, Any] | None, rules: dict[str, bool] | None
+) -> tuple[list[str], list[str]]:
+    """The policy fields, and the tools with a rule row, where the tables are stricter than ``profile``:
+    a lower threshold or customer limit, a longer window, the customer's Confirm asked, a tool's every
+    call reviewed. (A looser table left behind the admin's back is not followed: loosening a rule is
+    a version made in the admin.)"""
+    values = policy_values(profile)
+    fields = []
+    if policy:
+        table = PolicyValues(**{name: policy.get(name, getattr(values, name)) for name in POLICY_FIELDS})
+        if table.refund_threshold_cents < values.refund_threshold_cents:
+            fields.append("refund_threshold_cents")
+        if table.customer_limit < values.customer_limit:
+            fields.append("customer_limit_cents")
+        if table.customer_window_days > values.customer_window_days:
+            fields.append("customer_window_days")
+        if table.customer_confirms_refunds and not values.customer_confirms_refunds:
+            fields.append("customer_confirms_refunds")
+    tools = [
+        t["name"] for t in profile.tools or [] if rules and rules.get(t["name"]) and not t.get("requires_approval")
+    ]
+    return fields, tools
+
+
+def profile_for_new_run(active: AgentProfile | None = None) -> AgentProfile:
+    """The version a new run keeps: the active one; or, when the approval policy tables are stricter
+    than it, the next version with their stricter values (the rest as the active version has it). The
+    admin's pages make a version as they save; a rule tightened anywhere else (a shell, SQL, a data
+    migration) made none, and new runs went on paying refunds the tables said staff must review.
+    ``active``: the active version, when just read. One statement when the tables are not stricter."""
+    profile = active or active_profile()
+    if not any(_tables_stricter(profile, *reads.fetch(_TABLES_SQL, [])[0])):
+        return profile
+    with transaction.atomic():
+        # Decided again under the lock a new version takes: two workers make one version, not two.
+        AgentProfile.objects.select_for_update().order_by("-version").first()
+        profile = active_profile()
+        fields, tools = _tables_stricter(profile, *reads.fetch(_TABLES_SQL, [])[0])
+        if not fields and not tools:
+            return profile
+        changed = ", ".join([*fields, *(f"the rule for {name}" for name in tools)])
+        made = profile_follow_policy_tables(
+            user=None, note=f"approval rules tightened outside the admin: {changed}"[:300],
+            policy_fields=fields, tools=tools,
+        )  # fmt: skip
+    return made or profile
+
+
 def profile_of(run: AgentRun) -> AgentProfile:
     """The version ``run`` is pinned to (a run started before profiles existed gets the active one)."""
     if run.profile_id is None:

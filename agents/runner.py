@@ -31,7 +31,7 @@ from agents.llm import ChatModel, ModelError, StreamMeter, validate_response, wa
 from agents.model_factory import get_model
 from agents.models import PAUSED_RUN_STATUSES, AgentProfile, AgentRun, RunStatus, StepStatus
 from agents.pass_state import Pass, stream_id
-from agents.profiles import active_profile, profile_of
+from agents.profiles import profile_for_new_run, profile_of
 from agents.recovery import owner_stopped, recover
 from agents.selectors import (
     active_run_and_profile,
@@ -234,7 +234,7 @@ def _current_run(
         return run, person
     if ticket.status in AGENT_STAYS_OUT:
         return None, False
-    profile = profile or active_profile()  # the version this run keeps to its end
+    profile = profile_for_new_run(profile)  # the version this run keeps to its end
     try:
         model_name = (chosen or model_of(profile)).name
     except Exception:  # noqa: BLE001 - counted where the run builds it again, in the pass's own try

@@ -312,7 +312,9 @@ def test_a_run_that_cannot_be_started_is_counted_on_the_ticket_and_parked(monkey
     def fails(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise RuntimeError("the run cannot be started")
 
-    monkeypatch.setattr("agents.runner.active_profile" if where == "profile" else "agents.services.run_start", fails)
+    monkeypatch.setattr(
+        "agents.runner.profile_for_new_run" if where == "profile" else "agents.services.run_start", fails
+    )
     outcomes = []
     for _ in range(2):  # the first failures back off, the task retrying later
         outcomes.append(advance(ticket.pk).state)
