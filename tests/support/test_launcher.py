@@ -31,7 +31,7 @@ def get_json(url: str) -> dict:
         return json.loads(response.read())
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_make_run_serves_admin_and_health_and_ctrl_c_leaves_no_process(tmp_path):
     port, sandbox_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
@@ -83,7 +83,8 @@ def test_make_run_serves_admin_and_health_and_ctrl_c_leaves_no_process(tmp_path)
 
     assert code == 0, (tmp_path / "run.log").read_text()
     pids = [p.pid for p in tree] + embedded_pids
-    deadline = time.monotonic() + 30
+    # A loaded host can take its time over PostgreSQL's shutdown checkpoint (fast, then immediate).
+    deadline = time.monotonic() + 90
     while [pid for pid in pids if alive(pid)] and time.monotonic() < deadline:
         time.sleep(0.2)
     left = [describe(pid) for pid in pids if alive(pid)]
