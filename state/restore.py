@@ -154,6 +154,9 @@ def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreR
     plan = _Plan(insert={}, conflicts=[], ticket_conflicts={})
     owners = _owners(rows)
     present_tickets: set[int] = set()  # the bundled tickets already here, from the Ticket part
+    # Rows the bundle has of a ticket that is here, which this database lacks: the ticket is here as
+    # it was before them (an earlier bundle), and skipping it would drop them (a refund paid since).
+    lacking: dict[int, list[str]] = {}
     tickets_here: set[int] = set()  # the bundled tickets' ids taken here, by them or by others
     for part in PARTS:
         model = part.model
@@ -185,6 +188,8 @@ def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreR
                     continue
                 plan.ticket_conflicts.setdefault(ticket, []).append(what)
                 continue
+            if ticket in present_tickets:
+                lacking.setdefault(ticket, []).append(f"{part.label} {pk}")
             to_insert.append(row)
         # Unique columns other than the primary key (idempotency keys, order numbers, a customer's login).
         for f in columns(model):
@@ -221,6 +226,15 @@ def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreR
             plan.insert[part.label] = [{**row, "is_active": False} for row in plan.insert[part.label]]
     skip = set()
     for ticket, whats in sorted(plan.ticket_conflicts.items(), key=lambda item: item[0] or 0):
+        if on_conflict == "skip" and ticket in present_tickets and ticket in lacking:
+            rows_lacking = lacking[ticket]
+            plan.conflicts.append(
+                f"ticket #{ticket} is here without rows the bundle has of it ({', '.join(rows_lacking[:5])}"
+                f"{f' and {len(rows_lacking) - 5} more' if len(rows_lacking) > 5 else ''}): it is here as it was "
+                "before them, and skipping it would lose them (a refund paid since would be refundable again); "
+                "restore this bundle into a database without that ticket"
+            )
+            continue
         if on_conflict == "skip" and ticket in present_tickets:
             skip.add(ticket)
             continue
