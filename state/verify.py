@@ -191,6 +191,7 @@ def ledger_checks(rows: dict[str, list[Row]]) -> list[Check]:
         _one_row_per_key(rows),
         _one_refund_per_key(rows),
         _approved_before_paid(rows),
+        _approvals_given_by_staff(rows),
         _refund_as_asked(rows),
         _every_paid_call_has_its_refund(rows),
         _gapless(rows),
@@ -360,6 +361,42 @@ def _approved_before_paid(rows: dict[str, list[Row]]) -> Check:
         elif all(a["arguments_digest"] != arguments_digest(call.get("arguments") or {}) for a in approved):
             check.violations.append(f"refund {refund['idempotency_key']}: the approval was for other arguments")
     check.detail = f"{len(paid)} refund(s) that reached the provider"
+    return check
+
+
+def _approvals_given_by_staff(rows: dict[str, list[Row]]) -> Check:
+    """A call that reads approved was approved by a member of staff: its request approved for the digest
+    the call carries, decided by a person the bundle names, on its ticket's timeline. A call still to
+    run pays on that reading alone (``agents.approval.may_execute``): one edited to read approved, its
+    request left waiting, would be paid where it is restored, though no refund of the bundle had yet
+    reached the provider for the other checks to see."""
+    check = Check("no call carries an approval staff did not give")
+    requests: dict[Any, list[Row]] = defaultdict(list)
+    for approval in rows["approvals.ApprovalRequest"]:
+        requests[approval["tool_call_id"]].append(approval)
+    decided = {
+        (e["ticket_id"], e["payload"].get("approval_id"), e.get("actor_user"))
+        for e in rows["tickets.TicketEvent"]
+        if e.get("kind") == "approval_decided"
+        and isinstance(e.get("payload"), dict)
+        and e["payload"].get("decision") == "approved"
+    }
+    calls = [c for c in rows["agents.ToolCall"] if c.get("approval_decision") == "approved"]
+    for call in calls:
+        given = [
+            a
+            for a in requests.get(call["id"], [])
+            if a["status"] == "approved"
+            and a["arguments_digest"] == call.get("approval_digest")
+            and a.get("decided_by") is not None
+            and (a["ticket_id"], a["id"], a["decided_by"]) in decided
+        ]
+        if not given:
+            check.violations.append(
+                f"tool call {call['id']} ({call['name']}) reads approved, but no member of staff approved "
+                "a request for its arguments"
+            )
+    check.detail = f"{len(calls)} call(s) approved"
     return check
 
 
