@@ -17,11 +17,12 @@ from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 
 from agents.calls import arguments_digest
-from agents.models import CallStatus
+from agents.models import CallStatus, ConfirmationDecision
 from state import bundle
 from state.export import collect
 from state.parts import PARTS, REFUND_TOOL, USERS_LABEL, Selection, is_user_model, missing_parts, part_named
 from state.rows import Row, columns, is_user_column, key_of, row_problems, unknown_keys, user_row_problems
+from tickets.models import ActorKind
 from tickets.money import format_money
 
 # A refund in these states may have moved money: it must have had any approval it needed.
@@ -192,6 +193,7 @@ def ledger_checks(rows: dict[str, list[Row]]) -> list[Check]:
         _one_refund_per_key(rows),
         _approved_before_paid(rows),
         _approvals_given_by_staff(rows),
+        _confirmations_given_by_customers(rows),
         _refund_as_asked(rows),
         _every_paid_call_has_its_refund(rows),
         _gapless(rows),
@@ -397,6 +399,30 @@ def _approvals_given_by_staff(rows: dict[str, list[Row]]) -> Check:
                 "a request for its arguments"
             )
     check.detail = f"{len(calls)} call(s) approved"
+    return check
+
+
+def _confirmations_given_by_customers(rows: dict[str, list[Row]]) -> Check:
+    """A call that reads confirmed was confirmed by its customer: their Confirm is on its ticket's
+    timeline. A call still to run pays on that reading (``agents.confirmation.confirmed``): one edited
+    to read confirmed would be paid where it is restored, without the customer's Confirm."""
+    check = Check("no call carries a confirmation its customer did not give")
+    pressed = {
+        (e["ticket_id"], e["payload"].get("call_id"))
+        for e in rows["tickets.TicketEvent"]
+        if e.get("kind") == "confirmation_decided"
+        and e.get("actor_kind") == ActorKind.CUSTOMER
+        and isinstance(e.get("payload"), dict)
+        and e["payload"].get("decision") == ConfirmationDecision.CONFIRMED
+    }
+    calls = [c for c in rows["agents.ToolCall"] if c.get("confirmation_decision") == ConfirmationDecision.CONFIRMED]
+    for call in calls:
+        if (call["ticket_id"], call["id"]) not in pressed:
+            check.violations.append(
+                f"tool call {call['id']} ({call['name']}) reads confirmed, but its customer's Confirm is not "
+                "on its ticket's timeline"
+            )
+    check.detail = f"{len(calls)} call(s) confirmed"
     return check
 
 
