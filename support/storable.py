@@ -26,7 +26,9 @@ def clean_text(text: str) -> str:
 def clean_json(value: Any) -> Any:
     """``value`` as jsonb holds it: JSON types only (anything else as its text), every string
     and key cleaned as ``clean_text`` cleans it."""
-    return _clean(json.loads(json.dumps(value, default=str)))
+    text = json.dumps(value, default=str)  # ASCII: a NUL or a surrogate shows as its escape
+    loaded = json.loads(text)
+    return _clean(loaded) if "\\u0000" in text or "\\ud" in text else loaded
 
 
 def _clean(value: Any) -> Any:
