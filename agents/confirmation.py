@@ -285,6 +285,15 @@ def confirmations_expire_due(*, now: datetime | None = None) -> int:
     isolated = rounds.Round("question expiry")
     for call_id, ticket_id, run_id in due.order_by("pk"):
         with isolated.row(f"the question of call {call_id}"), transaction.atomic():
+            # The call, then the ticket: the order the customer's answer (``confirmation_decide``) and the
+            # agent take them in. Holding the ticket first, a Confirm pressed in that moment held the call
+            # and waited for the ticket while this waited for the call: a deadlock, which PostgreSQL broke
+            # by failing the customer's request (or this row).
+            waiting = ToolCall.objects.select_for_update().filter(
+                pk=call_id, status=CallStatus.AWAITING_CONFIRMATION, confirmation_decision__isnull=True
+            )
+            if not list(waiting.values_list("pk", flat=True)):
+                continue  # answered meanwhile
             # As a customer's answer: after a person took the ticket, the question is theirs to close
             # (the run's end withdraws it): an expiry written over a take-over would hide that a person
             # stopped the refund (agents.refunds._stopped_before).
