@@ -132,6 +132,11 @@ class ApprovalRequestAdmin(IdsChecked):
     def has_add_permission(self, request) -> bool:  # noqa: ANN001
         return False
 
+    def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        # Read, never saved: a save writes the whole row back as it was read, and a decision made on the
+        # dashboard in between (a "no") was put back to "pending", for a colleague to approve and pay.
+        return False
+
     def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
         return False
 
