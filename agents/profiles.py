@@ -226,13 +226,18 @@ def profile_follow_policy_tables(
 ) -> AgentProfile | None:
     """The next version, with what an operator just changed on the admin's ApprovalPolicy page
     (``policy_fields``) or ToolApprovalRule rows (``tools``), and everything else as the active version
-    has it: editing one value there never undoes a rule set on the profile itself. None when
-    nothing the agent uses changed."""
+    has it: editing one value there never undoes a rule set on the profile itself. A rule the tables
+    hold stricter than the active version (tightened in a shell, not followed by a run yet) comes too:
+    the version made here would otherwise make the tables follow it, and undo that rule unseen. None
+    when nothing the agent uses changed."""
     base = active_profile()
     policy = ApprovalPolicy.current()
-    fields = [name for name in policy_fields if name in POLICY_FIELDS]
+    stricter_fields, stricter_tools = _tables_stricter(base, *reads.fetch(_TABLES_SQL, [])[0])
+    fields = [name for name in POLICY_FIELDS if name in {*policy_fields, *stricter_fields}]
     rules = dict(
-        ToolApprovalRule.objects.filter(tool_name__in=list(tools)).values_list("tool_name", "requires_approval")
+        ToolApprovalRule.objects.filter(tool_name__in=[*tools, *stricter_tools]).values_list(
+            "tool_name", "requires_approval"
+        )
     )
     if not fields and not rules:
         return None

@@ -8,16 +8,18 @@ from django.utils.formats import localize
 from django.utils.html import format_html, format_html_join
 
 from agents.models import ApprovalPolicy, ToolApprovalRule
-from agents.profiles import active_profile, profile_follow_policy_tables
+from agents.profiles import POLICY_FIELDS, active_profile, profile_follow_policy_tables
 from approvals import selectors
 from approvals.models import ApprovalRequest
-from tickets.admin import IdsChecked, TicketAdmin
+from tickets.admin import IdsChecked, PageReadForm, TicketAdmin
 
 
-class FollowsTheActiveVersion(forms.ModelForm):
+class FollowsTheActiveVersion(PageReadForm):
     """A page of approval rules, saved only if the agent profile version it was read under is still the
     active one: saved after another version became active, it would put back the values that version
-    changed (the page showed them)."""
+    changed (the page showed them). And, as any page that carries what it read (``PageReadForm``), it
+    writes only what the person changed on it: a rule tightened in the tables since it was read (a
+    shell, a data migration) is not put back by the values it showed."""
 
     profile_version = forms.IntegerField(widget=forms.HiddenInput)
 
@@ -43,9 +45,29 @@ def _tell_the_version(request, version) -> None:  # noqa: ANN001
         messages.info(request, f"New runs use agent profile version {version.version}; runs started keep theirs.")
 
 
+def _save_what_the_page_changed(obj, form, change) -> list[str]:  # noqa: ANN001
+    """Write the values the person changed on the page (all of them for a new row); return their names."""
+    if not change:
+        obj.save()
+        return list(form.changed_data)
+    changed = form.changed_on_the_page()
+    if changed:
+        obj.save(update_fields=changed)
+    obj.refresh_from_db()
+    return changed
+
+
+class ApprovalPolicyForm(FollowsTheActiveVersion):
+    editable = POLICY_FIELDS
+
+
+class ToolApprovalRuleForm(FollowsTheActiveVersion):
+    editable = ("tool_name", "requires_approval")
+
+
 @admin.register(ApprovalPolicy)
 class ApprovalPolicyAdmin(IdsChecked):
-    form = FollowsTheActiveVersion
+    form = ApprovalPolicyForm
     list_display = [
         "__str__",
         "refund_threshold_cents",
@@ -59,21 +81,21 @@ class ApprovalPolicyAdmin(IdsChecked):
         return not ApprovalPolicy.objects.exists()
 
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001
-        super().save_model(request, obj, form, change)
+        changed = _save_what_the_page_changed(obj, form, change)
         # Only what this page changed: the rest stays as the active version has it.
         version = profile_follow_policy_tables(
-            user=request.user, note="approval policy edited in the admin", policy_fields=form.changed_data
+            user=request.user, note="approval policy edited in the admin", policy_fields=changed
         )
         _tell_the_version(request, version)
 
 
 @admin.register(ToolApprovalRule)
 class ToolApprovalRuleAdmin(IdsChecked):
-    form = FollowsTheActiveVersion
+    form = ToolApprovalRuleForm
     list_display = ["tool_name", "requires_approval"]
 
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001
-        super().save_model(request, obj, form, change)
+        _save_what_the_page_changed(obj, form, change)
         version = profile_follow_policy_tables(
             user=request.user, note=f"approval rule for {obj.tool_name} edited", tools=[obj.tool_name]
         )
