@@ -248,12 +248,31 @@ def profile_follow_policy_tables(
     return profile_new_version(changes={"approval_policy": approval_policy, "tools": tool_rules}, user=user, note=note)
 
 
-def _tables_follow(profile: AgentProfile) -> None:
-    """The admin's ApprovalPolicy and ToolApprovalRule pages show the rules of the active version."""
-    values = {name: value for name, value in (profile.approval_policy or {}).items() if name in POLICY_FIELDS}
+def _pending_tightening(previous: AgentProfile | None, profile: AgentProfile) -> tuple[set[str], set[str]]:
+    """The rules the tables hold stricter than both the version that was active and ``profile``: tightened
+    outside the admin and not followed by a run yet. Left in the tables when ``profile`` becomes active,
+    so the next new run follows them (``profile_for_new_run``), not written over unseen."""
+    if previous is None:
+        return set(), set()
+    row = reads.fetch(_TABLES_SQL, [])[0]
+    (was_fields, was_tools), (now_fields, now_tools) = _tables_stricter(previous, *row), _tables_stricter(profile, *row)
+    return set(was_fields) & set(now_fields), set(was_tools) & set(now_tools)
+
+
+def _tables_follow(profile: AgentProfile, keep: tuple[set[str], set[str]] = (set(), set())) -> None:
+    """The admin's ApprovalPolicy and ToolApprovalRule pages show the rules of the active version, but
+    for the stricter rules ``keep`` (``_pending_tightening``)."""
+    keep_fields, keep_tools = keep
+    values = {
+        name: value
+        for name, value in (profile.approval_policy or {}).items()
+        if name in POLICY_FIELDS and name not in keep_fields
+    }
     policy = ApprovalPolicy.current()
     ApprovalPolicy.objects.filter(pk=policy.pk).update(**values)
     for tool in profile.tools or []:
+        if tool["name"] in keep_tools:
+            continue
         if tool.get("requires_approval"):
             ToolApprovalRule.objects.update_or_create(tool_name=tool["name"], defaults={"requires_approval": True})
         else:
@@ -263,12 +282,13 @@ def _tables_follow(profile: AgentProfile) -> None:
 def profile_activate(*, version: int, user: AbstractBaseUser | None) -> AgentProfile:
     """Make ``version`` the one new runs start with."""
     with transaction.atomic():
+        previous = AgentProfile.objects.select_for_update().filter(is_active=True).order_by("-version").first()
         AgentProfile.objects.select_for_update().filter(is_active=True).exclude(version=version).update(is_active=False)
         profile = AgentProfile.objects.select_for_update().get(version=version)
         if not profile.is_active:
             profile.is_active = True
             profile.save(update_fields=["is_active"])
-        _tables_follow(profile)
+        _tables_follow(profile, keep=_pending_tightening(previous, profile))
     return profile
 
 

@@ -17,7 +17,11 @@ from agents.profiles import active_profile
 from agents.runner import advance
 from tests.agents.test_money_gates import Refunds, only_the_order_threshold, refund_calls
 from tests.agents.test_money_path import order_for, paid
-from tests.approvals.test_policy_page_keeps_profile_rules import edit_reminder_hours_in_admin, policy_page
+from tests.approvals.test_policy_page_keeps_profile_rules import (
+    edit_reminder_hours_in_admin,
+    policy_page,
+    save_profile_in_admin,
+)
 from tests.conftest import make_customer
 from tickets import services as ticket_services
 
@@ -61,3 +65,29 @@ def test_a_value_changed_on_the_page_and_elsewhere_since_it_was_read_is_refused(
 
     assert response.status_code == 200 and "changed by someone else" in response.content.decode()
     assert ApprovalPolicy.current().refund_threshold_cents == 1000
+
+
+@pytest.mark.parametrize("how", ["profile_page_saved", "version_made_active"])
+def test_a_threshold_lowered_elsewhere_is_not_undone_by_a_version_saved_or_made_active(sandbox, admin_client, how):  # noqa: ANN001
+    """A version saved on the profile page (its prompt edited) or made active with the list's action makes
+    the tables follow it; a threshold lowered in the tables that no run had followed yet was written over."""
+    only_the_order_threshold()
+    first = active_profile()
+    assert first.approval_policy["refund_threshold_cents"] == 20000
+    _lowered_in_a_shell(1000)
+
+    if how == "profile_page_saved":
+        save_profile_in_admin(admin_client)
+    else:
+        response = admin_client.post(
+            "/admin/agents/agentprofile/", {"action": "activate_profile", "_selected_action": [first.pk]}
+        )
+        assert response.status_code == 302
+
+    customer = make_customer()
+    order = order_for(customer, "PS-2001", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund PS-2001")
+    advance(ticket.pk, model=Refunds(("PS-2001", 5000)))
+    (call,) = refund_calls(ticket)
+    assert call.status == CallStatus.AWAITING_APPROVAL and "$10.00" in call.approval_reason, call.approval_reason
+    assert paid(sandbox, order) == []
