@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.models import ApprovalPolicy, CallStatus
+from agents.models import ApprovalPolicy, CallStatus, ToolApprovalRule
 from agents.profiles import active_profile
 from agents.runner import advance
 from tests.agents.test_money_gates import Refunds, only_the_order_threshold, refund_calls
@@ -90,4 +90,26 @@ def test_a_threshold_lowered_elsewhere_is_not_undone_by_a_version_saved_or_made_
     advance(ticket.pk, model=Refunds(("PS-2001", 5000)))
     (call,) = refund_calls(ticket)
     assert call.status == CallStatus.AWAITING_APPROVAL and "$10.00" in call.approval_reason, call.approval_reason
+    assert paid(sandbox, order) == []
+
+
+def test_a_tool_rule_page_read_before_the_rule_was_set_elsewhere_does_not_unset_it(sandbox, admin_client):  # noqa: ANN001
+    only_the_order_threshold()
+    rule = ToolApprovalRule.objects.create(tool_name="issue_refund", requires_approval=False)
+    active_profile()
+    page = admin_client.get(f"/admin/agents/toolapprovalrule/{rule.pk}/change/")
+    form = page.context["adminform"].form
+    shown = {name: form[name].value() for name in form.fields if form[name].value() not in (None, False)}
+    ToolApprovalRule.objects.filter(pk=rule.pk).update(requires_approval=True)  # set in a shell meanwhile
+
+    saved = admin_client.post(f"/admin/agents/toolapprovalrule/{rule.pk}/change/", shown)  # Save, unchanged
+
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    assert ToolApprovalRule.objects.get(pk=rule.pk).requires_approval
+    customer = make_customer()
+    order = order_for(customer, "PS-3001", 1000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund PS-3001")
+    advance(ticket.pk, model=Refunds(("PS-3001", 1000)))
+    (call,) = refund_calls(ticket)
+    assert call.status == CallStatus.AWAITING_APPROVAL
     assert paid(sandbox, order) == []
