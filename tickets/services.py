@@ -778,6 +778,7 @@ def ticket_hand_back(
             _not_a_colleagues(locked, user)
         if holder_seen is not ...:
             _colleague_took_it_since(locked, user, holder_seen, _NOTHING_CHANGED)  # type: ignore[arg-type]
+            _given_to_nobody_since(locked, holder_seen)  # type: ignore[arg-type]
         if locked.status != TicketStatus.WITH_HUMAN:
             raise InvalidTransition(
                 f"Ticket #{locked.pk} is {locked.get_status_display().lower()}; only a ticket with a person can be "
@@ -848,6 +849,7 @@ def _finish(
             _not_a_colleagues(locked, user)
         if holder_seen is not ...:
             _colleague_took_it_since(locked, user, holder_seen, _NOTHING_CHANGED)  # type: ignore[arg-type]
+            _given_to_nobody_since(locked, holder_seen)  # type: ignore[arg-type]
         if seen_seq is not None and _customer_messages_after(locked, seen_seq).exists():
             raise InvalidTransition(
                 f"The customer wrote on ticket #{locked.pk} since this page was opened; nothing was changed. "
@@ -976,6 +978,19 @@ def _colleague_took_it_since(
     if holder is not None and holder.pk != user.pk and holder.pk != holder_seen:
         raise InvalidTransition(
             f"{holder.get_username()} has taken ticket #{ticket.pk} since this page was opened; {refused}",
+            code="invalid_transition",
+        )
+
+
+def _given_to_nobody_since(ticket: Ticket, holder_seen: int | None) -> None:
+    """Refuse what was asked from a page that named who had the ticket (``holder_seen``) when it is
+    now with a person and nobody is assigned: since that page was read, it was handed back and the
+    agent handed it to a person again (or someone unassigned it). Handing it back or finishing it
+    from that page would undo a hand-off the person never saw; the page read again shows it."""
+    if holder_seen is not None and ticket.status == TicketStatus.WITH_HUMAN and ticket.assignee_id is None:
+        raise InvalidTransition(
+            f"Ticket #{ticket.pk} was handed to a person, with nobody assigned, since this page was opened (the "
+            f"agent stopped and says why on the timeline); {_NOTHING_CHANGED}",
             code="invalid_transition",
         )
 
