@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied, ValidationError
-from django.db import models
+from django.db import connection, models
 from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -301,6 +301,32 @@ class AgentProfileForm(forms.ModelForm):
     make_active = forms.BooleanField(
         required=False, initial=True, help_text="New runs start with this version; runs already started keep theirs."
     )
+    # The version that was active when the page was read. A save makes the next version from all the
+    # page shows: after another version became active it would put back, active, what that one changed
+    # (a stricter approval rule), unseen.
+    active_version = forms.IntegerField(widget=forms.HiddenInput, required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["active_version"].initial = active_profile().version
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        read = cleaned.get("active_version")
+        if read is None:
+            return cleaned
+        active = active_profile()
+        if connection.in_atomic_block:
+            # Held until the save (the admin saves in this transaction): an activation in flight lands
+            # first and is seen here, or waits for the new version.
+            active = AgentProfile.objects.select_for_update().filter(is_active=True).first() or active
+        if active.version != read:
+            by = active.created_by.get_username() if active.created_by_id else "the system"
+            raise forms.ValidationError(
+                f"Version {active.version} (saved by {by}) was made active since this page was opened; nothing was "
+                "saved. Open the active version and make your change again."
+            )
+        return cleaned
 
     class Meta:
         model = AgentProfile
@@ -393,7 +419,10 @@ class AgentProfileAdmin(IdsChecked):
         return super().get_queryset(request).annotate(runs_total=Count("runs"))
 
     def get_fields(self, request: HttpRequest, obj: AgentProfile | None = None) -> list[str]:
-        editable = ["system_prompt", "model", "model_parameters", "tools", "approval_policy", "note", "make_active"]
+        editable = [
+            "system_prompt", "model", "model_parameters", "tools", "approval_policy", "note", "make_active",
+            "active_version",
+        ]  # fmt: skip
         return ["version", "is_active", "created_at", "created_by", "changes", *editable] if obj else editable
 
     @admin.display(description="runs", ordering="runs_total")
