@@ -1013,6 +1013,11 @@ def _staff_message(
     try:
         with transaction.atomic():
             locked = _locked(ticket)
+            # Looked for again with the row held: a first send committed while this one waited for the
+            # row (a double click) is its result, whatever happened on the ticket after it.
+            existing = Message.objects.filter(ticket_id=locked.pk, client_msg_id=key).first()
+            if existing is not None:
+                return _same_message(existing, text, author=(AuthorKind.STAFF, user.pk)), False
             if is_public and holder_seen is not ...:
                 _colleague_took_it_since(locked, user, holder_seen)  # type: ignore[arg-type]
             if is_public:
