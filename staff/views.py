@@ -243,9 +243,11 @@ def assign(request: HttpRequest, ticket_id: int) -> HttpResponse:
             exists = get_user_model().objects.filter(username=username).exists()
             reason = "cannot work tickets" if exists else "is not a user"
             return _refused(request, ticket_id, ValidationError(f"{username!r} {reason}.", code="bad_assignee"))
+    # Whom the page showed assigned ("" nobody); a form without it (an older page) is not checked.
+    shown = {"assignee_seen": pages.page_read(request, "assigned")} if "assigned" in request.POST else {}
     try:
         services.ticket_assign_to(
-            ticket=found, assignee=assignee, user=request.user, holder_seen=pages.page_read(request, "holder")
+            ticket=found, assignee=assignee, user=request.user, holder_seen=pages.page_read(request, "holder"), **shown
         )
     except ValidationError as exc:
         return _refused(request, ticket_id, exc)

@@ -865,10 +865,14 @@ def ticket_assign_to(
     assignee: AbstractBaseUser | None,
     user: AbstractBaseUser,
     holder_seen: int | None | object = ...,
+    assignee_seen: int | None | object = ...,
 ) -> Ticket:
     """Assign (or unassign, with None) without changing who answers: the status stays. With
     ``holder_seen`` (who had the ticket by the page the choice was made on), an assignment made on a
-    page read before a colleague took the ticket is refused, not a silent re-assignment."""
+    page read before a colleague took the ticket is refused, not a silent re-assignment. With
+    ``assignee_seen`` (whom that page showed assigned; None: nobody), so is one made on a page read
+    before someone else assigned it (while the agent still answers it). Asked again from the page
+    that shows them, it is done."""
     with transaction.atomic():
         locked = _locked(ticket)
         if holder_seen is not ...:
@@ -876,6 +880,14 @@ def ticket_assign_to(
                 locked, user, holder_seen,  # type: ignore[arg-type]
                 refused="nothing was changed. Assign it again from this page to take it from them.",
             )  # fmt: skip
+        wanted = assignee.pk if assignee is not None else None
+        if assignee_seen is not ... and locked.assignee_id not in {assignee_seen, wanted}:
+            now = locked.assignee.get_username() if locked.assignee is not None else "nobody"
+            raise InvalidTransition(
+                f"Ticket #{locked.pk} was assigned to {now} since this page was opened; nothing was changed. "
+                "Assign it again from this page to change that.",
+                code="invalid_transition",
+            )
         _set_assignee(locked, assignee, user)
     return locked
 
