@@ -180,7 +180,14 @@ TicketAdmin.actions = [
     # Handing back rings the agent itself (after commit), once per ticket. The list does not say who
     # had each ticket when it was read: handing back, resolving or closing a ticket a colleague has
     # would end their conversation, so it is refused (as taking it over is); its page can do it.
-    _ticket_action("move_to_open", ticket_services.ticket_hand_back, "Hand back to the agent", spare_colleagues=True),
+    # A ticket handed to a person after the list was read (the customer asked for one) is left too.
+    _ticket_action(
+        "move_to_open",
+        ticket_services.ticket_hand_back,
+        "Hand back to the agent",
+        reads_seen=True,
+        spare_colleagues=True,
+    ),  # fmt: skip
     # Taking over makes the person the ticket's holder: only someone who may work tickets.
     _ticket_action(
         "move_to_with_human", ticket_services.ticket_take_over, "Take over (agent stays out)", ("change", "handle")

@@ -763,13 +763,17 @@ def ticket_hand_back(
     user: AbstractBaseUser,
     holder_seen: int | None | object = ...,
     spare_colleagues: bool = False,
+    seen_seq: int | None = None,
 ) -> Ticket:
     """The person gives the ticket back to the agent, which then answers what is unanswered.
     A ticket the agent already has is left as it is (a double click); resolved and closed
     tickets are refused (reopen by replying instead). ``holder_seen``: who had the ticket on the
     page it was asked from; a colleague who took it since is not overridden. ``spare_colleagues``:
     asked where no page names who has each ticket (the admin's bulk action), a ticket a colleague
-    has is refused, as a bulk take-over is."""
+    has is refused, as a bulk take-over is. ``seen_seq``: the last timeline event the list showed of
+    the ticket; one given to a person since by someone else (the agent handed it off: the customer
+    asked for a person) is refused: the agent does not hand off twice what it handed off once, and
+    handed back unseen, the customer who asked for a person would have nobody."""
     with transaction.atomic():
         locked = _locked(ticket)
         if locked.status in {TicketStatus.OPEN, TicketStatus.WAITING_ON_CUSTOMER, TicketStatus.PENDING_APPROVAL}:
@@ -779,6 +783,12 @@ def ticket_hand_back(
         if holder_seen is not ...:
             _colleague_took_it_since(locked, user, holder_seen, _NOTHING_CHANGED)  # type: ignore[arg-type]
             _given_to_nobody_since(locked, holder_seen)  # type: ignore[arg-type]
+        if seen_seq is not None and _given_to_a_person_after(locked, seen_seq, user):
+            raise InvalidTransition(
+                f"Ticket #{locked.pk} was handed to a person since this list was read (the agent stopped and says "
+                "why on its timeline); nothing was changed. Hand it back from its page once you have read why.",
+                code="invalid_transition",
+            )
         if locked.status != TicketStatus.WITH_HUMAN:
             raise InvalidTransition(
                 f"Ticket #{locked.pk} is {locked.get_status_display().lower()}; only a ticket with a person can be "
@@ -1005,6 +1015,17 @@ def _given_to_nobody_since(ticket: Ticket, holder_seen: int | None) -> None:
             f"agent stopped and says why on the timeline); {_NOTHING_CHANGED}",
             code="invalid_transition",
         )
+
+
+def _given_to_a_person_after(ticket: Ticket, seq: int, user: AbstractBaseUser) -> bool:
+    """Whether someone other than ``user`` gave the ticket to a person after timeline event ``seq``."""
+    return (
+        TicketEvent.objects.filter(
+            ticket=ticket, seq__gt=seq, kind="status_changed", payload__to=TicketStatus.WITH_HUMAN
+        )
+        .exclude(actor_user=user)
+        .exists()
+    )
 
 
 def _staff_message(
