@@ -221,8 +221,12 @@ def _action(service: Callable[..., Ticket], done: str, *, reads: tuple[str, ...]
 
 
 take_over = _action(services.ticket_take_over, "You have the ticket: the agent stays out until you hand it back.")
-# Handing back from a page read before a colleague took the ticket would undo their take-over: refused.
-hand_back = _action(services.ticket_hand_back, "Handed back: the agent answers what comes next.", reads=("holder",))
+# Handing back from a page read before a colleague took the ticket would undo their take-over, and
+# from one read before the agent handed it to a person, that hand-off (the agent does not repeat it):
+# refused.
+hand_back = _action(
+    services.ticket_hand_back, "Handed back: the agent answers what comes next.", reads=("holder", "seen")
+)
 # Resolve and close leave the customer's next words to nobody, and end a colleague's conversation:
 # refused from a page that did not show the customer's message or the colleague's take-over.
 resolve = _action(services.ticket_resolve, "Marked resolved.", reads=("holder", "seen"))

@@ -188,7 +188,7 @@ TICKET_BUTTONS: tuple[TicketButton, ...] = (
         "Hand back to the agent",
         services.ticket_hand_back,
         lambda ticket, user: ticket.status == TicketStatus.WITH_HUMAN,
-        reads=("holder",),
+        reads=("holder", "seen"),
     ),
     TicketButton(
         "resolve",

@@ -770,8 +770,8 @@ def ticket_hand_back(
     tickets are refused (reopen by replying instead). ``holder_seen``: who had the ticket on the
     page it was asked from; a colleague who took it since is not overridden. ``spare_colleagues``:
     asked where no page names who has each ticket (the admin's bulk action), a ticket a colleague
-    has is refused, as a bulk take-over is. ``seen_seq``: the last timeline event the list showed of
-    the ticket; one given to a person since by someone else (the agent handed it off: the customer
+    has is refused, as a bulk take-over is. ``seen_seq``: the last timeline event the page (or the
+    list) showed of the ticket; one given to a person since by someone else (the agent handed it off: the customer
     asked for a person) is refused: the agent does not hand off twice what it handed off once, and
     handed back unseen, the customer who asked for a person would have nobody."""
     with transaction.atomic():
@@ -785,8 +785,8 @@ def ticket_hand_back(
             _given_to_nobody_since(locked, holder_seen)  # type: ignore[arg-type]
         if seen_seq is not None and _given_to_a_person_after(locked, seen_seq, user):
             raise InvalidTransition(
-                f"Ticket #{locked.pk} was handed to a person since this list was read (the agent stopped and says "
-                "why on its timeline); nothing was changed. Hand it back from its page once you have read why.",
+                f"Ticket #{locked.pk} was handed to a person since this page was read (the agent stopped and says "
+                "why on its timeline); nothing was changed. Read why, then hand it back again.",
                 code="invalid_transition",
             )
         if locked.status != TicketStatus.WITH_HUMAN:

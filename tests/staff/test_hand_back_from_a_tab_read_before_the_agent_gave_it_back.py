@@ -90,3 +90,36 @@ def test_resolve_or_close_from_a_second_tab_does_not_end_a_ticket_given_to_a_per
         {"holder": fresh.context["holder"], "seen": fresh.context["last_seq"]},
     )
     assert sent.status_code == 302 and Ticket.objects.get(pk=ticket.pk).status == done
+
+
+def test_a_hand_back_from_a_page_read_before_the_ticket_went_back_and_forth_is_a_conflict():
+    """The page was read while the ticket waited for a person (nobody assigned); a colleague handed it
+    back meanwhile, and the agent handed it to a person again when the customer asked for one. The
+    page still reads as it did: the hand-back is refused (the agent would not hand off again)."""
+    customer = make_customer()
+    ticket, _ = services.ticket_open(customer=customer, subject="Kettle", body="Where is my order A-1001?")
+    services.ticket_hand_to_person(ticket=ticket.pk, reason="the agent failed: model down")
+    maria, li = make_support_staff("maria"), make_support_staff("li")
+    mine, hers = Client(), Client()
+    mine.force_login(maria)
+    hers.force_login(li)
+    stale = mine.get(reverse("staff:ticket", args=[ticket.pk]))
+    assert stale.context["holder"] == "" and stale.context["allowed"]["hand_back"]
+    lis = hers.get(reverse("staff:ticket", args=[ticket.pk]))
+    form = {"holder": lis.context["holder"], "seen": lis.context["last_seq"]}
+    assert hers.post(reverse("staff:hand_back", args=[ticket.pk]), form).status_code == 302
+    advance(ticket.pk)
+    services.message_post(
+        ticket=ticket.pk, author_kind=AuthorKind.CUSTOMER, author_user=customer.user,
+        body="I want to talk to a person please.", client_msg_id="c2",
+    )  # fmt: skip
+    advance(ticket.pk)
+    assert Ticket.objects.get(pk=ticket.pk).status == TicketStatus.WITH_HUMAN
+
+    late = mine.post(reverse("staff:hand_back", args=[ticket.pk]), {"holder": "", "seen": stale.context["last_seq"]})
+
+    assert Ticket.objects.get(pk=ticket.pk).status == TicketStatus.WITH_HUMAN, (
+        "a page read before the ticket was handed back and handed to a person again gave it to the agent: "
+        "nobody answers the customer who asked for a person"
+    )
+    assert late.status_code == 409
