@@ -298,8 +298,10 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
                 call = calls.call_finish(
                     lease=lease, call=call, status=status, result={"status": status}, error=str(exc)
                 )
+                told = exc.told is not None and exc.told()
                 agent_services.escalate(lease=lease, run=AgentRun.objects.get(pk=call.run_id), call=call,
-                                        customer_text=exc.customer_text, reason=str(exc))  # fmt: skip
+                                        customer_text=None if told else exc.customer_text,
+                                        reason=str(exc))  # fmt: skip
         if settled is not None:
             return
         raise Stop() from None

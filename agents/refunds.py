@@ -420,9 +420,18 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         if existing is not None and existing.status in PAID_OR_PAYING:
             return _result(existing)
         if existing is not None and existing.status == RefundStatus.FAILED and existing.escalated_at is not None:
-            # Settled as failed, the customer told so and a person asked to check it with the provider
-            # before refunding again: never sent again under this call, whoever gives the run back.
-            raise ToolError(GIVEN_UP)
+            # Settled as failed and given up on: never sent again under this call, whoever gives the run
+            # back. The customer told so and a person asked to check it with the provider before
+            # refunding again, or, if the worker that gave up stopped before it told them (a crash
+            # between its two commits), they are told now and the ticket goes to a person.
+            if _customer_told(existing):
+                raise ToolError(GIVEN_UP)
+            raise ToolEscalation(
+                f"The payment provider did not complete the refund: {existing.error}",
+                customer_text=_customer_text(existing, uncertain=False),
+                settled=functools.partial(_paid_since_given_up, existing),
+                told=functools.partial(_customer_told, existing),
+            )
         order, amount, currency = _check_guardrails(ctx, args, key)
         person = not _agent_still_has_the_ticket(ctx)
         if person:
@@ -476,6 +485,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 customer_text=_customer_text(refund, uncertain=True),
                 uncertain=True,
                 settled=functools.partial(_paid_since_given_up, refund),
+                told=functools.partial(_customer_told, refund),
             ) from None
         return _settled_meanwhile(refund, settled)
     except (ProviderDeclined, IdempotencyMismatch, ProviderError) as exc:
@@ -485,6 +495,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 f"The payment provider refused the refund: {exc}",
                 customer_text=_customer_text(refund, uncertain=False),
                 settled=functools.partial(_paid_since_given_up, refund),
+                told=functools.partial(_customer_told, refund),
             ) from None
         return _settled_meanwhile(refund, settled)
     raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
@@ -542,6 +553,7 @@ def _outcome(refund: Refund, found: ProviderRefund) -> dict[str, Any]:
         raise ToolEscalation(
             f"The payment provider reports the refund {found.status} ({found.id}).",
             customer_text=_customer_text(refund, uncertain=False),
+            told=functools.partial(_customer_told, refund),
         )
     return _result(refund)
 
@@ -573,6 +585,14 @@ def _paid_since_given_up(refund: Refund) -> dict[str, Any] | None:
     Refund.objects.filter(pk=locked.pk).update(escalated_at=None)
     refund.refresh_from_db()
     return _result(refund)
+
+
+def _customer_told(refund: Refund) -> bool:
+    """Has the customer been told that this refund could not be completed or confirmed: by the worker
+    that gave up on it (its call's escalation) or by the reconciler? Asked under the refund's lock,
+    which both take before they tell: whichever comes second says nothing more."""
+    keys = [f"refund-problem:{refund.pk}", f"escalation:{refund.tool_call_id}"]
+    return Message.objects.filter(ticket_id=refund.ticket_id, client_msg_id__in=keys).exists()
 
 
 def _settled_meanwhile(refund: Refund, status: str) -> dict[str, Any]:
@@ -702,10 +722,12 @@ def refund_escalate(*, refund: Refund, reason: str, by: AbstractBaseUser | None 
         note_key = f"refund-note:{locked.pk}:{locked.status}"
         if Message.objects.filter(ticket_id=locked.ticket_id, client_msg_id=note_key).exists():
             return
-        first = locked.escalated_at is None
-        if first:
+        if locked.escalated_at is None:
             locked.escalated_at = timezone.now()
             locked.save(update_fields=["escalated_at"])
+        # Told unless they were: a worker that gave up on the refund (``escalated_at``) may have
+        # stopped before it told them, and one that tells them later finds this and says nothing more.
+        if not _customer_told(locked):
             ticket_services.message_post(
                 ticket=locked.ticket_id,
                 author_kind=AuthorKind.SYSTEM,

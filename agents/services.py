@@ -411,16 +411,20 @@ def _tell_customer(*, run: AgentRun, body: str, key: str, event: str, payload: d
     )
 
 
-def escalate(*, lease: Lease, run: AgentRun, call: ToolCall, customer_text: str, reason: str) -> None:
-    """A call ended in a way only a person can settle: tell the customer in plain words, hand off."""
+def escalate(*, lease: Lease, run: AgentRun, call: ToolCall, customer_text: str | None, reason: str) -> None:
+    """A call ended in a way only a person can settle: tell the customer in plain words, hand off.
+    ``customer_text`` None: the customer was told already (by the reconciler); they are not told twice."""
     with lease.guard():
-        _tell_customer(
-            run=run,
-            body=customer_text,
-            key=f"escalation:{call.pk}",
-            event="tool_call_escalated",
-            payload={"call_id": call.pk, "tool": call.name, "status": call.status, "reason": reason[:500]},
-        )
+        payload = {"call_id": call.pk, "tool": call.name, "status": call.status, "reason": reason[:500]}
+        if customer_text is None:
+            ticket_services.event_append(
+                ticket=run.ticket_id, kind="tool_call_escalated", actor_kind=ActorKind.SYSTEM,
+                actor_ref=_actor(run), payload=payload,
+            )  # fmt: skip
+        else:
+            _tell_customer(
+                run=run, body=customer_text, key=f"escalation:{call.pk}", event="tool_call_escalated", payload=payload
+            )
         hand_off(lease=lease, run=run, reason=f"{call.name} needs a person: {reason}")
 
 

@@ -58,6 +58,9 @@ class ToolEscalation(ToolError):
     over, with what it escalates locked. Another process (the reconciler) may have learnt
     since that the effect did happen: it returns the call's result then, and nothing is
     escalated; None otherwise.
+
+    ``told``: asked next, in the same transaction: another process (the reconciler) has told the
+    customer about this effect already, so the ticket is handed over without their being told twice.
     """
 
     def __init__(
@@ -67,11 +70,13 @@ class ToolEscalation(ToolError):
         customer_text: str,
         uncertain: bool = False,
         settled: Callable[[], dict[str, Any] | None] | None = None,
+        told: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(message)
         self.customer_text = customer_text
         self.uncertain = uncertain
         self.settled = settled
+        self.told = told
 
 
 class ToolNeedsApproval(Exception):
