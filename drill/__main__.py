@@ -48,10 +48,16 @@ SCRATCH_DB = "drill_run"
 WORKERS = 3
 # Each point fires once in the whole drill (a marker file in a shared folder).
 WORKER_FAULTS = [
-    "after_call_started:3,after_provider_refund",
-    "after_step_stored:2,after_keyed_effect,after_provider_refund",
-    "mid_stream:4,before_lease_release:5,after_provider_refund",
+    "after_call_started:3,after_provider_refund,after_refund_given_up",
+    "after_step_stored:2,after_keyed_effect,after_provider_refund,after_refund_given_up",
+    "mid_stream:4,before_lease_release:5,after_provider_refund,after_refund_given_up",
 ]
+# Every REFUSED_EVERY-th customer's small order is held by the provider for less than our ledger says:
+# the provider refuses its refund, the worker gives up on it (a fault point), the customer must be told
+# once and the ticket handed to a person.
+REFUSED_EVERY = 4
+# A person presses again on the "back in a moment" page (the web's database pool was busy).
+BUSY_RETRIES = 8
 
 
 class DrillError(Exception):
@@ -212,19 +218,35 @@ def _make_customers(count: int, sandbox: Any) -> list[dict[str, Any]]:
             OrderLine.objects.create(
                 order=order, sku=kind, description="Drill item", quantity=1, unit_price_cents=cents
             )
-            sandbox.seed_payment(order.payment_reference, cents, "usd")
+            refused = kind == "S" and n % REFUSED_EVERY == 1
+            sandbox.seed_payment(order.payment_reference, cents // 3 if refused else cents, "usd")
             orders[kind] = number
         people.append({"username": username, "orders": orders})
     return people
 
 
+async def _patiently(attempt: Any) -> Any:
+    """``attempt()`` again while the web answers 503 ("back in a moment"), as a person would; a POST
+    sent again carries the same client id, so it is not taken twice."""
+    from bench.common import BenchError
+
+    for n in range(BUSY_RETRIES):
+        try:
+            return await attempt()
+        except BenchError as exc:
+            if "HTTP 503" not in str(exc) or n == BUSY_RETRIES - 1:
+                raise
+        await asyncio.sleep(0.5 * (n + 1))
+    return None
+
+
 async def _customer_traffic(base_url: str, person: dict[str, Any]) -> list[int]:
-    from bench.common import Customer
+    from bench.common import BenchError, Customer
 
     customer = Customer(base_url, person["username"])
     tickets = []
     try:
-        await customer.login()
+        await _patiently(customer.login)
         asks = [
             f"Please refund order {person['orders']['S']}",
             f"Please refund order {person['orders']['L']}",
@@ -232,22 +254,27 @@ async def _customer_traffic(base_url: str, person: dict[str, Any]) -> list[int]:
         ]
         for body in asks:
             ref = uuid.uuid4().hex
-            ticket_id, _ = await customer.open_ticket(body, client_ref=ref)
-            again, _ = await customer.open_ticket(body, client_ref=ref)  # the same POST, sent twice
+            ticket_id, _ = await _patiently(lambda b=body, r=ref: customer.open_ticket(b, client_ref=r))
+            # the same POST, sent twice
+            again, _ = await _patiently(lambda b=body, r=ref: customer.open_ticket(b, client_ref=r))
             if again != ticket_id:
                 raise DrillError(f"a retried ticket POST opened ticket {again} beside {ticket_id}")
             tickets.append(ticket_id)
         await asyncio.sleep(random.uniform(0.1, 0.6))
         token = customer.client.cookies["csrftoken"]
         follow_up = {"client_msg_id": uuid.uuid4().hex, "body": "Thank you!"}
-        for _ in range(2):  # the same message, sent twice
+
+        async def post_follow_up() -> None:
             answer = await customer.client.post(
                 f"/tickets/{tickets[0]}/messages",
                 json=follow_up,
                 headers={"X-CSRFToken": token, "Referer": f"{base_url}/tickets/{tickets[0]}/"},
             )
             if answer.status_code not in (200, 201):
-                raise DrillError(f"posting a message: HTTP {answer.status_code} {answer.text[:200]}")
+                raise BenchError(f"posting a message: HTTP {answer.status_code} {answer.text[:200]}")
+
+        for _ in range(2):  # the same message, sent twice
+            await _patiently(post_follow_up)
     finally:
         await customer.close()
     return tickets
@@ -468,7 +495,35 @@ def check_invariants(ticket_ids: list[int], provider_refunds: list[dict[str, Any
             if count > 1:
                 answered.violations.append(f"ticket {ticket.pk}: the message {body!r} was stored {count} times")
     checks += [answered, stuck, gapless]
+    checks.append(_check_refunds_given_up(ticket_ids))
     return checks
+
+
+def _check_refunds_given_up(ticket_ids: list[int]) -> Check:
+    """A refund that failed or stays unconfirmed: the customer is told once, in the words written for
+    customers, and a person has the ticket (no one else will check it with the provider)."""
+    from agents.models import Refund, RefundStatus
+    from tickets.models import AuthorKind, Message, Ticket, TicketStatus
+    from tickets.money import format_money
+
+    given_up = Refund.objects.filter(
+        ticket_id__in=ticket_ids, status__in=[RefundStatus.FAILED, RefundStatus.UNCERTAIN]
+    ).select_related("order")
+    check = Check("every refund given up told once, a person has it", checked=len(given_up))
+    for refund in given_up:
+        about = f"refund of {format_money(refund.amount_cents, refund.currency)} for order {refund.order.number}"
+        told = Message.objects.filter(
+            ticket_id=refund.ticket_id, is_public=True, author_kind=AuthorKind.SYSTEM, body__contains=about
+        ).values_list("body", flat=True)
+        words = [body for body in told if "could not be completed" in body or "couldn't confirm" in body]
+        status = Ticket.objects.values_list("status", flat=True).get(pk=refund.ticket_id)
+        if len(words) != 1:
+            check.violations.append(
+                f"ticket {refund.ticket_id}: refund {refund.pk} ({refund.status}) told {len(words)} time(s)"
+            )
+        if status not in {TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}:
+            check.violations.append(f"ticket {refund.ticket_id}: refund {refund.pk} ({refund.status}), ticket {status}")
+    return check
 
 
 def _table(checks: list[Check]) -> str:
