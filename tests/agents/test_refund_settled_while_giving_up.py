@@ -181,3 +181,37 @@ def test_a_refund_the_reconciler_finds_paid_just_after_the_worker_gave_up_is_not
     assert Ticket.objects.get(pk=ticket.pk).status != TicketStatus.WITH_HUMAN
     assert not ticket.events.filter(kind__in=["tool_call_escalated", "refund_escalated"]).exists()
     assert_money_invariants(sandbox)
+
+
+def test_a_refund_the_reconciler_escalates_just_after_the_worker_gave_up_is_told_to_the_customer_once(
+    sandbox,  # noqa: ANN001
+    monkeypatch,  # noqa: ANN001
+) -> None:
+    # The worker has recorded that it gives up (the refund unconfirmed); before it tells the customer,
+    # beat's reconciler, past its bound and still unable to ask the provider, tells them and hands the
+    # ticket to a person. The worker's words are decided under the refund's lock: it says nothing more.
+    from agents import faults
+
+    customer = make_customer()
+    order = order_for(customer, "E-3104", 5000, sandbox)
+    sandbox.fault("error_before_commit", count=100)  # no try reaches the provider
+    sandbox.fault("error_before_commit", method="GET", path="/v1/refunds*", count=100)  # nor any lookup
+    hit = faults.hit
+
+    def the_reconciler_then(point: str) -> None:
+        if point == "after_refund_given_up":
+            assert Refund.objects.get(order=order).status == RefundStatus.UNCERTAIN
+            refund_module.reconcile_open_refunds(older_than_seconds=0)
+        hit(point)
+
+    monkeypatch.setattr(faults, "hit", the_reconciler_then)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Please refund order E-3104")
+
+    advance(ticket.pk)
+
+    words = public_words(ticket)
+    assert sum("couldn't confirm your refund" in w for w in words) == 1, words
+    assert not any("could not be completed" in w for w in words), words
+    assert Ticket.objects.get(pk=ticket.pk).status == TicketStatus.WITH_HUMAN
+    assert Refund.objects.get(order=order).status == RefundStatus.UNCERTAIN
+    assert paid(sandbox, order) == []
