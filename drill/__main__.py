@@ -374,6 +374,7 @@ def _chaos(
 
     kills_left = args.kills
     flushed = dropped = False
+    provider_faults = args.provider_faults
     started = time.monotonic()
     next_kill = started + random.uniform(0.5, 2)
     while not stop.wait(0.3):
@@ -385,6 +386,13 @@ def _chaos(
                 stack.kill_random_worker()
                 kills_left -= 1
                 next_kill = now + random.uniform(1, 3)
+            if provider_faults and now - started > 1:
+                # The provider fails now and then: before it stores a refund, after (the answer lost),
+                # or it drops the connection after storing it. Each takes the next refund request.
+                mode = random.choice(["error_before_commit", "error_after_commit", "drop_after_commit"])
+                stack.sandbox.fault(mode)
+                stack.events.append(f"the provider will fail the next refund request: {mode}")
+                provider_faults -= 1
             if not flushed and now - started > 2:
                 stack.events.append(f"flushed the broker ({_flush_broker()} doorbells dropped)")
                 flushed = True
@@ -548,6 +556,9 @@ def main(argv: list[str] | None = None) -> int:
         "--break", dest="break_", default="", choices=["", "skip_idempotency_key"], help="break the product on purpose"
     )
     parser.add_argument("--keep", action="store_true", help="keep the scratch database afterwards")
+    parser.add_argument(
+        "--provider-faults", type=int, default=0, help="refund requests the payment provider fails (default 0)"
+    )
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1_000_000)
     random.seed(seed)
