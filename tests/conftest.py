@@ -4,6 +4,7 @@ import contextlib
 import itertools
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +17,31 @@ from payments.sandbox_process import SandboxProcess
 from tickets.models import Customer, Order, OrderLine, OrderStatus
 
 _counter = itertools.count(1)
+
+
+def _flush_again_after_a_deadlock() -> None:
+    """A test's teardown empties the tables (TRUNCATE) while the live stack of the browser and worker
+    tests (web, workers, beat) may still be reading them; PostgreSQL then breaks the deadlock by
+    failing the TRUNCATE, and the test errored at teardown. It is tried again, a few times."""
+    from django.db import OperationalError
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    flush = DatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self, sql_list):  # noqa: ANN001, ANN202
+        for attempt in itertools.count(1):
+            try:
+                return flush(self, sql_list)
+            except OperationalError as exc:
+                if "deadlock detected" not in str(exc) or attempt >= 5:
+                    raise
+                time.sleep(0.2 * attempt)
+        return None
+
+    DatabaseOperations.execute_sql_flush = execute_sql_flush
+
+
+_flush_again_after_a_deadlock()
 
 
 @pytest.fixture(autouse=True)
