@@ -245,6 +245,29 @@ def _run_handler(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext) -> 
         raise ToolCrashed(f"the tool {call.name} failed: {error}") from exc
 
 
+def _settled_or_escalated(lease: Lease, call: ToolCall, exc: ToolEscalation) -> bool:
+    """Decided in one fenced transaction, with what the escalation is about locked (``exc.settled``):
+    True when the effect did happen after all (the call's result is stored, no one is told otherwise);
+    else the call's outcome is stored, the customer told (unless they were, ``exc.told``) and the
+    ticket handed to a person, and False."""
+    with lease.guard():
+        settled = exc.settled() if exc.settled is not None else None
+        if settled is not None:
+            calls.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=settled)
+            return True
+        status = CallStatus.UNCERTAIN if exc.uncertain else CallStatus.FAILED
+        call = calls.call_finish(lease=lease, call=call, status=status, result={"status": status}, error=str(exc))
+        told = exc.told is not None and exc.told()
+        agent_services.escalate(
+            lease=lease,
+            run=AgentRun.objects.get(pk=call.run_id),
+            call=call,
+            customer_text=None if told else exc.customer_text,
+            reason=str(exc),
+        )
+    return False
+
+
 def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, again: bool = False) -> None:
     """Run the effect, then commit the outcome. The intent row is already committed.
 
@@ -289,20 +312,7 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
         # it committed survives a failure or a crash after it.
         result = tool.handler(ctx, call.arguments)
     except ToolEscalation as exc:
-        with lease.guard():
-            settled = exc.settled() if exc.settled is not None else None
-            if settled is not None:  # it did happen after all: the result, and no one told otherwise
-                calls.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=settled)
-            else:
-                status = CallStatus.UNCERTAIN if exc.uncertain else CallStatus.FAILED
-                call = calls.call_finish(
-                    lease=lease, call=call, status=status, result={"status": status}, error=str(exc)
-                )
-                told = exc.told is not None and exc.told()
-                agent_services.escalate(lease=lease, run=AgentRun.objects.get(pk=call.run_id), call=call,
-                                        customer_text=None if told else exc.customer_text,
-                                        reason=str(exc))  # fmt: skip
-        if settled is not None:
+        if _settled_or_escalated(lease, call, exc):
             return
         raise Stop() from None
     except ToolStopped as exc:

@@ -116,6 +116,12 @@ _TABLES_SQL = (
 )
 
 
+def _tables_now() -> tuple[dict[str, Any] | None, dict[str, bool] | None]:
+    """The approval policy row and each tool's rule, as they are now (``_TABLES_SQL``)."""
+    policy, rules = reads.fetch(_TABLES_SQL, [])[0]
+    return policy, rules
+
+
 def _tables_stricter(
     profile: AgentProfile, policy: dict[str, Any] | None, rules: dict[str, bool] | None
 ) -> tuple[list[str], list[str]]:
@@ -148,13 +154,13 @@ def profile_for_new_run(active: AgentProfile | None = None) -> AgentProfile:
     migration) made none, and new runs went on paying refunds the tables said staff must review.
     ``active``: the active version, when just read. One statement when the tables are not stricter."""
     profile = active or active_profile()
-    if not any(_tables_stricter(profile, *reads.fetch(_TABLES_SQL, [])[0])):
+    if not any(_tables_stricter(profile, *_tables_now())):
         return profile
     with transaction.atomic():
         # Decided again under the lock a new version takes: two workers make one version, not two.
         AgentProfile.objects.select_for_update().order_by("-version").first()
         profile = active_profile()
-        fields, tools = _tables_stricter(profile, *reads.fetch(_TABLES_SQL, [])[0])
+        fields, tools = _tables_stricter(profile, *_tables_now())
         if not fields and not tools:
             return profile
         changed = ", ".join([*fields, *(f"the rule for {name}" for name in tools)])
@@ -232,7 +238,7 @@ def profile_follow_policy_tables(
     when nothing the agent uses changed."""
     base = active_profile()
     policy = ApprovalPolicy.current()
-    stricter_fields, stricter_tools = _tables_stricter(base, *reads.fetch(_TABLES_SQL, [])[0])
+    stricter_fields, stricter_tools = _tables_stricter(base, *_tables_now())
     fields = [name for name in POLICY_FIELDS if name in {*policy_fields, *stricter_fields}]
     rules = dict(
         ToolApprovalRule.objects.filter(tool_name__in=[*tools, *stricter_tools]).values_list(
@@ -254,7 +260,7 @@ def _pending_tightening(previous: AgentProfile | None, profile: AgentProfile) ->
     so the next new run follows them (``profile_for_new_run``), not written over unseen."""
     if previous is None:
         return set(), set()
-    row = reads.fetch(_TABLES_SQL, [])[0]
+    row = _tables_now()
     (was_fields, was_tools), (now_fields, now_tools) = _tables_stricter(previous, *row), _tables_stricter(profile, *row)
     return set(was_fields) & set(now_fields), set(was_tools) & set(now_tools)
 
