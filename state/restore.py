@@ -90,6 +90,10 @@ def _staff_here(user: Any) -> bool:
     return bool(user.is_staff or user.is_superuser or user.groups.exists() or user.user_permissions.exists())
 
 
+def _groups_here(names: list[str]) -> set[str]:
+    return set(Group.objects.filter(name__in=names).values_list("name", flat=True))
+
+
 def _ensure_users(users: list[Row], report: RestoreReport) -> dict[str, int]:
     """Each bundled user's id here: the account of the same username, or a new one without a password."""
     model = get_user_model()
@@ -108,6 +112,13 @@ def _ensure_users(users: list[Row], report: RestoreReport) -> dict[str, int]:
             )
         elif user is not None:
             report.users_matched.append(row["username"])
+        elif lacking := sorted(set(row["groups"]) - _groups_here(row["groups"])):
+            # Created without them, a member of staff through a group would be a plain login here.
+            strangers.append(
+                f"the user {row['username']!r} is in the group(s) {', '.join(map(repr, lacking))}, which this "
+                "database does not have; create them with their permissions first"
+            )
+            continue
         else:
             user = model(
                 **{model.USERNAME_FIELD: row["username"]}, is_staff=row["is_staff"], is_active=row["is_active"]
