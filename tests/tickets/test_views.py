@@ -344,7 +344,12 @@ def test_a_client_message_id_reused_for_other_text_is_a_conflict(signed_in, tick
 
 @pytest.mark.parametrize(
     ("body", "reason"),
-    [("   ", "cannot be empty"), ("x" * (services.MESSAGE_MAX_CHARS + 1), f"at most {services.MESSAGE_MAX_CHARS}")],
+    [
+        ("   ", "cannot be empty"),
+        ("\u200b\u200d\u2060", "cannot be empty"),  # zero-width characters only: the bubble would show nothing
+        ("\x07\x1b\x7f\t", "cannot be empty"),  # control characters only
+        ("x" * (services.MESSAGE_MAX_CHARS + 1), f"at most {services.MESSAGE_MAX_CHARS}"),
+    ],
 )
 def test_an_empty_or_oversized_message_is_refused_with_the_reason(signed_in, ticket, body, reason):
     response = send(signed_in, ticket, body, client_msg_id="c-bad")
