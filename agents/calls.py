@@ -104,7 +104,7 @@ def call_start(
             "epoch": lease.epoch,
         }
         if draft is None:
-            call = ToolCall(**fields)
+            call = rows.new(ToolCall, **fields)
         else:
             call = draft
             for field, value in fields.items():

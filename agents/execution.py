@@ -59,6 +59,7 @@ from agents.tools import (
     ToolUncertain,
     parse_arguments,
 )
+from support import rows
 from support.storable import clean_json, clean_text
 
 logger = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, An
         )
         return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
     # Not saved yet: the checks below see the call as it will be recorded.
-    draft = ToolCall(ticket_id=run.ticket_id, run=run, step=step, index=index, name=tool.name, arguments=args)
+    draft = rows.new(ToolCall, ticket_id=run.ticket_id, run=run, step=step, index=index, name=tool.name, arguments=args)
     ctx = ToolContext(ticket=p.ticket, call=draft, policy=p.policy)
     if tool.name not in p.enabled_tools:
         call = calls.call_start(**common, name=tool.name, arguments=args, replay_policy=tool.replay_policy,

@@ -122,7 +122,8 @@ class Pass:
 
     @property
     def run_steps(self) -> list[ModelStep]:
-        return [s for s in self.steps if s.run_id == self.run.pk]
+        run_id = self.run.pk
+        return [s for s in self.steps if s.run_id == run_id]
 
     def last_completed(self) -> ModelStep | None:
         done = [s for s in self.run_steps if s.status == StepStatus.COMPLETED]

@@ -178,7 +178,8 @@ def step_store(
     Caller: inside the step's fenced transaction, with the intents of the calls it asks for.
     """
     now = timezone.now()
-    step = ModelStep(
+    step = rows.new(
+        ModelStep,
         run=run,
         ticket_id=run.ticket_id,
         index=index,

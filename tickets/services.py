@@ -275,7 +275,8 @@ def event_append(
     Inside ``events_batched()`` the event is written when the block ends (its
     ``seq`` and ``pk`` are set then); otherwise at once.
     """
-    event = TicketEvent(
+    event = rows.new(
+        TicketEvent,
         ticket_id=_ticket_id(ticket),
         kind=kind,
         actor_kind=actor_kind,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 from psycopg import sql as psycopg_sql
 
 from support import rows
@@ -68,3 +69,62 @@ def test_a_held_update_of_one_row_finds_it_by_its_key_in_a_plan_made_while_the_t
         plan = _generic_plan(sql, params)
     assert "Index Scan using tickets_message_pkey" in plan, plan
     assert "Seq Scan on tickets_message" not in plan, plan
+
+
+def _fields(obj) -> dict:
+    return {f.attname: getattr(obj, f.attname) for f in type(obj)._meta.concrete_fields}
+
+
+def test_new_makes_the_instance_the_model_would_make():
+    """rows.new skips Model.__init__ on the hot path: it must make the very same unsaved row (every
+    default, callable ones called afresh, a relation given as an object cached as __init__ caches it)."""
+    from agents.models import ToolCall
+    from tickets.models import TicketEvent
+
+    customer = make_customer("rows-new")
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="rows", body="first")
+    values = {
+        "ticket": ticket,
+        "kind": "note",
+        "actor_kind": "staff",
+        "actor_user": customer.user,
+        "payload": {"a": 1},
+        "created_at": timezone.now(),
+    }
+    made, expected = rows.new(TicketEvent, **values), TicketEvent(**values)
+    assert _fields(made) == _fields(expected)
+    assert made.ticket is ticket and made.actor_user is customer.user and made._state.adding
+    now = timezone.now()
+    by_attname = rows.new(
+        TicketEvent, ticket_id=ticket.pk, kind="note", actor_kind="agent", actor_user=None, created_at=now
+    )
+    assert _fields(by_attname) == _fields(
+        TicketEvent(ticket_id=ticket.pk, kind="note", actor_kind="agent", created_at=now)
+    )
+    first, second = rows.new(ToolCall, ticket_id=ticket.pk), rows.new(ToolCall, ticket_id=ticket.pk)
+    clock = ToolCall._meta.get_field("started_at").attname
+    assert {k: v for k, v in _fields(first).items() if k != clock} == {
+        k: v for k, v in _fields(ToolCall(ticket_id=ticket.pk)).items() if k != clock
+    }
+    assert first.arguments is not second.arguments  # a callable default is called for each row
+
+
+def test_new_refuses_what_init_would_refuse_and_models_with_init_receivers():
+    from django.db.models import signals
+
+    from tickets.models import TicketEvent
+
+    with pytest.raises(TypeError, match="kindd"):
+        rows.new(TicketEvent, kindd="note")
+
+    def receiver(**kwargs):
+        pass
+
+    signals.post_init.connect(receiver, sender=Message)
+    try:
+        rows._blank.cache_clear()
+        with pytest.raises(NotImplementedError, match="init receivers"):
+            rows.new(Message, body="x")
+    finally:
+        signals.post_init.disconnect(receiver, sender=Message)
+        rows._blank.cache_clear()
