@@ -96,6 +96,12 @@ POISON = {
     "an empty answer": (ModelResponse(text=""), "the answer has no text and asks for no tool call"),
     "an answer of blanks": (ModelResponse(text=" \n\t "), "the answer has no text and asks for no tool call"),
     "an answer of only NULs": (ModelResponse(text="\x00\x00"), "the answer has no text and asks for no tool call"),
+    # Characters no one sees (zero-width, byte-order marks, blank-looking letters): posted, they were the
+    # run's answer, and the customer waited on an empty bubble with the ticket marked as answered.
+    "an answer of invisible characters": (
+        ModelResponse(text="\u200b \ufeff\u200c\u2060\u2800\u3164\n"),
+        "the answer has no text and asks for no tool call",
+    ),
     "an answer cut off at the token limit": (
         ModelResponse(text="Your refund will reach the card you paid with within", finish_reason="length"),
         "the answer was cut off (finish_reason 'length')",
