@@ -6,6 +6,7 @@ import logging
 
 from celery import Task, shared_task
 from celery.backends.base import DisabledBackend
+from celery.signals import worker_ready
 from django.db import transaction
 from django.dispatch import receiver
 
@@ -88,6 +89,17 @@ def sweep() -> int:
     if ticket_ids:
         logger.info("sweeper rang %d tickets", len(ticket_ids))
     return len(ticket_ids)
+
+
+@worker_ready.connect
+def _sweep_when_a_worker_starts(**kwargs: object) -> None:
+    """A worker that comes up asks for one sweep: what a dead worker left (its doorbell unacknowledged,
+    given back by the broker only after its visibility timeout) is carried on now, even while beat
+    is down. Beat's sweeps find nothing more to do for it; a sweep that cannot be sent waits for beat."""
+    try:
+        sweep.delay()
+    except Exception:  # noqa: BLE001 - kombu's and the transport's errors alike; beat sweeps anyway
+        logger.exception("the sweep asked for at worker start could not be sent to the broker")
 
 
 @shared_task(name="agents.reconcile_refunds", base=NoResultTask)
