@@ -108,6 +108,7 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
     lease.start_heartbeat()
     outcome = Outcome("idle")
     unanswered = None
+    going_down = False
     try:
         chosen = model  # a test's or a benchmark's model; otherwise each run's profile names it
         for _ in range(20):  # bounded: each pass finishes or pauses a run
@@ -149,10 +150,19 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
         outcome = Outcome("retry", outcome.runs, retry_in=retry.seconds)
     except Stop:
         outcome.state = RunStatus.HANDED_OFF
+    except BaseException as exc:
+        # Not a failure of the pass (those are Exceptions, counted above) but the process going down:
+        # Celery's cold shutdown raises SystemExit in the task it runs, maybe in the middle of a call.
+        # The lease is left owned, as a killed worker leaves it, so the next worker takes it over from
+        # a stopped owner: recovery settles the call by its replay policy and the stop is counted.
+        going_down = not isinstance(exc, Exception)
+        raise
     finally:
         faults.hit("before_lease_release")
         lease.stop_heartbeat()
-        if not lease.lost:
+        if going_down:
+            _let_go_going_down(lease)
+        elif not lease.lost:
             # Asked by the statement that releases the lease, after releasing it: a message whose
             # doorbell found the lease held is seen here (DESIGN.md, the loop, step 5).
             unanswered = lease.release(ask=unanswered_question(ticket_id=ticket_id))
@@ -166,6 +176,15 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
         if unanswered and outcome.state in PAUSED_RUN_STATUSES and not outcome.more_work:
             outcome.more_work = messages_not_told_to_wait(ticket_id=ticket_id)
     return outcome
+
+
+def _let_go_going_down(lease: Lease) -> None:
+    """The advisory lock only, and never an error in place of the one taking the process down (the
+    lock goes with the session anyway)."""
+    try:
+        lease.unlock()
+    except Exception:  # noqa: BLE001 - the session's end lets go of it
+        logger.warning("ticket %s: the lease's lock is left to the session's end", lease.ticket_id, exc_info=True)
 
 
 def _run_being_taken_up(ticket_id: int) -> AgentRun | None:
