@@ -91,6 +91,16 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
+# More tokens than any model's window takes in one step: a count beyond it (or negative, or not a
+# whole number) is a server's mistake, read as unreported. A step's columns hold at most 2**31 - 1,
+# and the token budget stops a run long before its sum could pass that.
+MOST_TOKENS_PER_STEP = 10_000_000
+
+
+def plausible_tokens(count: object) -> bool:
+    return type(count) is int and 0 <= count <= MOST_TOKENS_PER_STEP
+
+
 def wasted_tokens(characters: int) -> int:
     """Tokens spent on a generation cut off after ``characters`` were streamed (none if nothing was)."""
     return (characters + 3) // 4
@@ -133,6 +143,13 @@ def validate_response(response: ModelResponse) -> ModelResponse:
     refused whole, so no half of a poison answer is acted on.
     """
     usage = response.usage if isinstance(response.usage, Usage) else Usage()
+    if not (plausible_tokens(usage.prompt_tokens) and plausible_tokens(usage.completion_tokens)):
+        # Counts no step can hold (a server's bug): estimated from what was generated, as when none
+        # are reported, rather than failing the store of a good answer.
+        generated = response.text if isinstance(response.text, str) else ""
+        for call in response.tool_calls or ():
+            generated += str(getattr(call, "name", "")) + str(getattr(call, "arguments", ""))
+        usage = Usage(0, estimate_tokens(generated), estimated=True)
     if response.finish_reason in CUT_OFF:
         # Stopped by the token limit or a filter, not by the model: half a sentence, or a tool call's
         # arguments cut short, is not an answer to post or act on.

@@ -41,6 +41,7 @@ from agents.llm import (
     ToolSpec,
     Usage,
     estimate_tokens,
+    plausible_tokens,
 )
 
 # The SDK refuses to build a client without credentials. Local endpoints
@@ -198,7 +199,9 @@ class OpenAIChatModel:
             meter.check_time()
             if chunk.model:
                 model = chunk.model
-            if chunk.usage is not None:
+            if chunk.usage is not None and all(
+                plausible_tokens(count or 0) for count in (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+            ):
                 reported = True
                 usage = Usage(
                     prompt_tokens=chunk.usage.prompt_tokens or 0,

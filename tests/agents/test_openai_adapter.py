@@ -86,6 +86,16 @@ def test_usage_from_the_final_chunk_is_recorded(openai_server):
     assert response.usage.total_tokens == 168
 
 
+@pytest.mark.parametrize("prompt_tokens", [-5, 10**12])
+def test_usage_no_step_could_hold_is_estimated_as_unreported(openai_server, prompt_tokens):
+    openai_server.enqueue_text("Your order is on its way.", prompt_tokens=prompt_tokens, completion_tokens=7)
+
+    response = make_model(openai_server).complete(messages=MESSAGES, tools=[])
+
+    assert response.usage.estimated is True
+    assert 0 < response.usage.prompt_tokens < 10**6 and 0 < response.usage.completion_tokens < 100
+
+
 def test_the_request_carries_our_messages_tools_and_model_name_and_asks_for_streamed_usage(openai_server):
     openai_server.enqueue_text("Hello there")
 

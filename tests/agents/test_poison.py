@@ -163,6 +163,25 @@ def test_nul_characters_and_lone_surrogates_in_a_reply_are_dropped_not_fatal():
     assert reply.body == "Hello there \ufffdfriend"
 
 
+@pytest.mark.parametrize(
+    "usage",
+    [Usage(-(10**6), 0), Usage(10**12, 5), Usage(0, -1), Usage(1.5, 2), Usage("12", 3), Usage(None, None)],  # type: ignore[arg-type]
+    ids=["negative", "beyond-a-column", "negative-completion", "a-float", "a-string", "none"],
+)
+def test_token_counts_no_step_can_hold_are_estimated_not_fatal(usage):
+    """A server's usage is its own word: counts that are negative, not whole numbers or beyond what a
+    step's column holds are read as unreported and estimated, so a good answer is posted, not thrown
+    away three times and the ticket parked."""
+    ticket = open_ticket()
+
+    outcome = advance(ticket.pk, model=Hostile(ModelResponse(text="Hi there, your order ships today.", usage=usage)))
+
+    assert outcome.state == RunStatus.COMPLETED
+    assert Message.objects.get(ticket=ticket, author_kind=AuthorKind.AGENT).body == "Hi there, your order ships today."
+    step = ModelStep.objects.get(run__ticket=ticket)
+    assert 0 < step.completion_tokens < 100 and 0 <= step.prompt_tokens < 10**6
+
+
 def crashing_tool(raising: Exception, replay_policy: str = ReplayPolicy.SAFE) -> Tool:
     def handler(ctx, args):  # noqa: ANN001, ANN202
         if isinstance(raising, str):
