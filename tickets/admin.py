@@ -81,6 +81,73 @@ class ReadOnlyInline(admin.TabularInline):
         return False
 
 
+def _plain(value: Any) -> Any:
+    """A value as it travels in the page (JSON): compared the same way when it comes back."""
+    return json.loads(json.dumps(value.pk if isinstance(value, Model) else value, cls=DjangoJSONEncoder))
+
+
+class PageReadForm(forms.ModelForm):
+    """A change page that carries its ``editable`` values as it showed them: a save writes only what
+    the person changed on the page, and refuses a change to a value someone else changed since the
+    page was read. (Django compares what is posted with the row as it is when it saves, so a page
+    read before a colleague's change would write its old value back over it, silently.)"""
+
+    page_read = forms.CharField(widget=forms.HiddenInput, required=False)
+    editable: tuple[str, ...] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["page_read"].initial = json.dumps(self.values_of(self.instance))
+
+    @classmethod
+    def values_of(cls, obj: Model) -> dict[str, Any]:
+        return {name: _plain(getattr(obj, obj._meta.get_field(name).attname)) for name in cls.editable}
+
+    def page_values(self) -> dict[str, Any] | None:
+        try:
+            read = json.loads(self.cleaned_data.get("page_read") or "null")
+        except ValueError:
+            return None
+        return read if isinstance(read, dict) and set(read) == set(self.editable) else None
+
+    def changed_on_the_page(self) -> list[str]:
+        """The editable fields the person changed on the page (what was posted against what it showed)."""
+        read = self.page_values()
+        if read is None:
+            return [name for name in self.changed_data if name in self.editable]
+        posted = {name: _plain(self.cleaned_data[name]) for name in self.editable if name in self.cleaned_data}
+        return [name for name, value in posted.items() if value != read[name]]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        read = self.page_values()
+        if read is None or not self.instance.pk:
+            return cleaned
+        rows = type(self.instance)._default_manager
+        if connection.in_atomic_block:
+            # The admin saves in the transaction this runs in: the row is held from this comparison
+            # to the save, so a change committed in between (a take-over in the inbox) is seen here,
+            # not written over by the save.
+            rows = rows.select_for_update()
+        now = self.values_of(rows.get(pk=self.instance.pk))
+        changed = self.changed_on_the_page()
+        posted = {name: _plain(self.cleaned_data[name]) for name in changed}
+        if changed and all(now[name] == posted[name] for name in changed):
+            # The row already reads all that the page asks (the same page sent twice, a double click on
+            # Save): nothing would be written over anyone, so it is no conflict.
+            return cleaned
+        for name in changed:
+            if now[name] != read[name]:
+                label = self.fields[name].label if name in self.fields else name
+                self.add_error(
+                    None,
+                    f"{str(label).capitalize()} was changed by someone else since this page was opened; nothing "
+                    "was saved. Reload the page and make your change again.",
+                )
+        return cleaned
+
+
 class OrderLineInline(admin.TabularInline):
     model = OrderLine
     extra = 0
@@ -94,8 +161,25 @@ class OrderLineInline(admin.TabularInline):
         return format_money(line.unit_price_cents, line.order.currency)
 
 
+class OrderAdminForm(PageReadForm):
+    """An order's page: a status a refund set meanwhile (refunded) is never put back by a page read before."""
+
+    editable = (
+        "number", "customer", "status", "currency", "total_cents", "payment_reference", "placed_at", "shipped_at",
+        "delivered_at",
+    )  # fmt: skip
+
+    class Meta:
+        model = Order
+        fields = (
+            "number", "customer", "status", "currency", "total_cents", "payment_reference", "placed_at", "shipped_at",
+            "delivered_at",
+        )  # fmt: skip
+
+
 @admin.register(Order)
 class OrderAdmin(IdsChecked):
+    form = OrderAdminForm
     list_display = ["number", "customer", "status", "total_amount", "payment_reference", "placed_at"]
     list_filter = ["status", "currency"]
     list_select_related = ["customer"]
@@ -118,6 +202,16 @@ class OrderAdmin(IdsChecked):
         if obj is not None and any(asked(obj) for asked in self.money_asked_on):
             fields += self.PAID_AGAINST
         return fields
+
+    def save_model(self, request: HttpRequest, obj: Order, form: Any, change: bool) -> None:
+        """Only what the person changed on the page is written, on the row as it is now."""
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        changed = form.changed_on_the_page()
+        if changed:
+            obj.save(update_fields=changed)
+        obj.refresh_from_db()
 
     @admin.display(description="total", ordering="total_cents")
     def total_amount(self, order: Order) -> str:
@@ -213,73 +307,6 @@ def ticket_id_in(search_term: str) -> int | None:
     if not term.isascii() or not term.isdigit() or int(term) > _MAX_TICKET_ID:
         return None
     return int(term)
-
-
-def _plain(value: Any) -> Any:
-    """A value as it travels in the page (JSON): compared the same way when it comes back."""
-    return json.loads(json.dumps(value.pk if isinstance(value, Model) else value, cls=DjangoJSONEncoder))
-
-
-class PageReadForm(forms.ModelForm):
-    """A change page that carries its ``editable`` values as it showed them: a save writes only what
-    the person changed on the page, and refuses a change to a value someone else changed since the
-    page was read. (Django compares what is posted with the row as it is when it saves, so a page
-    read before a colleague's change would write its old value back over it, silently.)"""
-
-    page_read = forms.CharField(widget=forms.HiddenInput, required=False)
-    editable: tuple[str, ...] = ()
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.instance.pk:
-            self.fields["page_read"].initial = json.dumps(self.values_of(self.instance))
-
-    @classmethod
-    def values_of(cls, obj: Model) -> dict[str, Any]:
-        return {name: _plain(getattr(obj, obj._meta.get_field(name).attname)) for name in cls.editable}
-
-    def page_values(self) -> dict[str, Any] | None:
-        try:
-            read = json.loads(self.cleaned_data.get("page_read") or "null")
-        except ValueError:
-            return None
-        return read if isinstance(read, dict) and set(read) == set(self.editable) else None
-
-    def changed_on_the_page(self) -> list[str]:
-        """The editable fields the person changed on the page (what was posted against what it showed)."""
-        read = self.page_values()
-        if read is None:
-            return [name for name in self.changed_data if name in self.editable]
-        posted = {name: _plain(self.cleaned_data[name]) for name in self.editable if name in self.cleaned_data}
-        return [name for name, value in posted.items() if value != read[name]]
-
-    def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
-        read = self.page_values()
-        if read is None or not self.instance.pk:
-            return cleaned
-        rows = type(self.instance)._default_manager
-        if connection.in_atomic_block:
-            # The admin saves in the transaction this runs in: the row is held from this comparison
-            # to the save, so a change committed in between (a take-over in the inbox) is seen here,
-            # not written over by the save.
-            rows = rows.select_for_update()
-        now = self.values_of(rows.get(pk=self.instance.pk))
-        changed = self.changed_on_the_page()
-        posted = {name: _plain(self.cleaned_data[name]) for name in changed}
-        if changed and all(now[name] == posted[name] for name in changed):
-            # The row already reads all that the page asks (the same page sent twice, a double click on
-            # Save): nothing would be written over anyone, so it is no conflict.
-            return cleaned
-        for name in changed:
-            if now[name] != read[name]:
-                label = self.fields[name].label if name in self.fields else name
-                self.add_error(
-                    None,
-                    f"{str(label).capitalize()} was changed by someone else since this page was opened; nothing "
-                    "was saved. Reload the page and make your change again.",
-                )
-        return cleaned
 
 
 class TicketAdminForm(PageReadForm):
