@@ -220,7 +220,11 @@ def _action(service: Callable[..., Ticket], done: str, *, reads: tuple[str, ...]
     return view
 
 
-take_over = _action(services.ticket_take_over, "You have the ticket: the agent stays out until you hand it back.")
+# From a page read before someone resolved or assigned the ticket, a take-over would reopen it or take
+# it from its assignee: refused.
+take_over = _action(
+    services.ticket_take_over, "You have the ticket: the agent stays out until you hand it back.", reads=("seen",)
+)
 # Handing back from a page read before a colleague took the ticket would undo their take-over, and
 # from one read before the agent handed it to a person, that hand-off (the agent does not repeat it):
 # refused.

@@ -274,7 +274,7 @@ TICKET_BUTTONS: tuple[TicketButton, ...] = (
             ticket.status != TicketStatus.CLOSED
             and not (ticket.status == TicketStatus.WITH_HUMAN and ticket.assignee_id == user.pk)
         ),
-        reads=("holder",),
+        reads=("holder", "seen"),
         holds=True,
     ),
     TicketButton(

@@ -750,17 +750,23 @@ def _with_person_locked(ticket: Ticket, user: AbstractBaseUser) -> None:
     _set_assignee(ticket, user, user)
 
 
-def ticket_take_over(*, ticket: Ticket | int, user: AbstractBaseUser, holder_seen: int | None | object = ...) -> Ticket:
+def ticket_take_over(
+    *, ticket: Ticket | int, user: AbstractBaseUser, holder_seen: int | None | object = ..., seen_seq: int | None = None
+) -> Ticket:
     """A person takes the ticket: the agent stays out (a run in flight ends without replying)
     until someone hands it back. Taking over one's own ticket again changes nothing. A ticket a
     colleague has is refused, unless the page it was asked from named them (``holder_seen``: the
-    admin's button, on a page that says who has it): taking it from them is then what was asked."""
+    admin's button, on a page that says who has it): taking it from them is then what was asked.
+    ``seen_seq``: the last timeline event the page showed; a ticket someone else resolved or
+    assigned since is refused (taking it over would reopen it, or take it from its assignee)."""
     with transaction.atomic():
         locked = _locked(ticket)
         if holder_seen is ...:
             _not_a_colleagues(locked, user)
         else:
             _colleague_took_it_since(locked, user, holder_seen, _NOTHING_CHANGED)  # type: ignore[arg-type]
+        if seen_seq is not None:
+            _resolved_or_assigned_since(locked, seen_seq, user)
         _with_person_locked(locked, user)
     return locked
 
@@ -1021,6 +1027,28 @@ def _given_to_nobody_since(ticket: Ticket, holder_seen: int | None) -> None:
         raise InvalidTransition(
             f"Ticket #{ticket.pk} was handed to a person, with nobody assigned, since this page was opened (the "
             f"agent stopped and says why on the timeline); {_NOTHING_CHANGED}",
+            code="invalid_transition",
+        )
+
+
+def _resolved_or_assigned_since(ticket: Ticket, seq: int, user: AbstractBaseUser) -> None:
+    """Refuse a take-over asked from a page that showed the ticket up to event ``seq`` when someone
+    else resolved it since (taking it over would reopen it) or assigned it to someone else since
+    (it would take it from them). From the page that shows it, it is what was asked."""
+    later = TicketEvent.objects.filter(ticket=ticket, seq__gt=seq).exclude(actor_user=user)
+    if (
+        ticket.status == TicketStatus.RESOLVED
+        and later.filter(kind="status_changed", payload__to=TicketStatus.RESOLVED).exists()
+    ):
+        raise InvalidTransition(
+            f"Ticket #{ticket.pk} was resolved since this page was opened; nothing was changed. Take it over "
+            "again from this page to reopen it.",
+            code="invalid_transition",
+        )
+    if ticket.assignee_id not in {None, user.pk} and later.filter(kind="assigned").exists():
+        raise InvalidTransition(
+            f"Ticket #{ticket.pk} was assigned to {ticket.assignee.get_username()} since this page was opened; "
+            "nothing was changed. Take it over again from this page to take it from them.",
             code="invalid_transition",
         )
 
