@@ -188,9 +188,15 @@ TicketAdmin.actions = [
         reads_seen=True,
         spare_colleagues=True,
     ),  # fmt: skip
-    # Taking over makes the person the ticket's holder: only someone who may work tickets.
+    # Taking over makes the person the ticket's holder: only someone who may work tickets. A ticket
+    # someone else resolved or assigned after the list was read is left (it would be reopened, or
+    # taken from its assignee).
     _ticket_action(
-        "move_to_with_human", ticket_services.ticket_take_over, "Take over (agent stays out)", ("change", "handle")
+        "move_to_with_human",
+        ticket_services.ticket_take_over,
+        "Take over (agent stays out)",
+        ("change", "handle"),
+        reads_seen=True,
     ),
     # Resolving or closing leaves the customer's next words to nobody: a ticket the customer wrote on
     # after the list was read is refused, as its page's buttons refuse it.
