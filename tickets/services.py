@@ -1031,24 +1031,26 @@ def _given_to_nobody_since(ticket: Ticket, holder_seen: int | None) -> None:
         )
 
 
-def _resolved_or_assigned_since(ticket: Ticket, seq: int, user: AbstractBaseUser) -> None:
-    """Refuse a take-over asked from a page that showed the ticket up to event ``seq`` when someone
-    else resolved it since (taking it over would reopen it) or assigned it to someone else since
-    (it would take it from them). From the page that shows it, it is what was asked."""
+def _resolved_or_assigned_since(
+    ticket: Ticket, seq: int, user: AbstractBaseUser, again: str = "Take it over again from this page"
+) -> None:
+    """Refuse a take-over (or a reply, which takes the ticket) asked from a page that showed the
+    ticket up to event ``seq`` when someone else resolved it since (taking it would reopen it) or
+    assigned it to someone else since (it would take it from them). From the page that shows it,
+    it is what was asked."""
     later = TicketEvent.objects.filter(ticket=ticket, seq__gt=seq).exclude(actor_user=user)
     if (
         ticket.status == TicketStatus.RESOLVED
         and later.filter(kind="status_changed", payload__to=TicketStatus.RESOLVED).exists()
     ):
         raise InvalidTransition(
-            f"Ticket #{ticket.pk} was resolved since this page was opened; nothing was changed. Take it over "
-            "again from this page to reopen it.",
+            f"Ticket #{ticket.pk} was resolved since this page was opened; nothing was changed. {again} to reopen it.",
             code="invalid_transition",
         )
     if ticket.assignee_id not in {None, user.pk} and later.filter(kind="assigned").exists():
         raise InvalidTransition(
             f"Ticket #{ticket.pk} was assigned to {ticket.assignee.get_username()} since this page was opened; "
-            "nothing was changed. Take it over again from this page to take it from them.",
+            f"nothing was changed. {again} to take it from them.",
             code="invalid_transition",
         )
 
@@ -1089,6 +1091,8 @@ def _staff_message(
                 return _same_message(existing, text, author=(AuthorKind.STAFF, user.pk)), False
             if is_public and holder_seen is not ...:
                 _colleague_took_it_since(locked, user, holder_seen)  # type: ignore[arg-type]
+            if is_public and seen_seq is not None:
+                _resolved_or_assigned_since(locked, seen_seq, user, "Your reply was not sent: send it again")
             if is_public:
                 _with_person_locked(locked, user)
                 # What the customer asked so far is answered by a person: after a hand-back the
