@@ -880,6 +880,19 @@ def _finish(
                 "Read the new message, then press the button again.",
                 code="invalid_transition",
             )
+        if (
+            seen_seq is not None
+            and locked.status == TicketStatus.PENDING_APPROVAL
+            and TicketEvent.objects.filter(
+                ticket=locked, seq__gt=seen_seq, kind="status_changed", payload__to=TicketStatus.PENDING_APPROVAL
+            ).exists()
+        ):
+            # The customer was just told their request is under review: it would end unreviewed.
+            raise InvalidTransition(
+                f"The agent asked staff to approve a request on ticket #{locked.pk} since this page was opened; "
+                "nothing was changed. Read it, then press the button again.",
+                code="invalid_transition",
+            )
         return ticket_transition_locked(ticket=locked, to_status=to_status, actor_kind=ActorKind.STAFF, actor_user=user)
 
 
