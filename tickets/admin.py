@@ -11,6 +11,9 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.widgets import AutocompleteSelect
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.forms import UserChangeForm
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
@@ -116,8 +119,12 @@ class PageReadForm(forms.ModelForm):
         read = self.page_values()
         if read is None:
             return [name for name in self.changed_data if name in self.editable]
-        posted = {name: _plain(self.cleaned_data[name]) for name in self.editable if name in self.cleaned_data}
+        posted = {name: self.posted(name) for name in self.editable if name in self.cleaned_data}
         return [name for name, value in posted.items() if value != read[name]]
+
+    def posted(self, name: str) -> Any:
+        """A value as posted, as ``values_of`` reads it from the row."""
+        return _plain(self.cleaned_data[name])
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -132,7 +139,7 @@ class PageReadForm(forms.ModelForm):
             rows = rows.select_for_update()
         now = self.values_of(rows.get(pk=self.instance.pk))
         changed = self.changed_on_the_page()
-        posted = {name: _plain(self.cleaned_data[name]) for name in changed}
+        posted = {name: self.posted(name) for name in changed}
         if changed and all(now[name] == posted[name] for name in changed):
             # The row already reads all that the page asks (the same page sent twice, a double click on
             # Save): nothing would be written over anyone, so it is no conflict.
@@ -524,3 +531,58 @@ class HelpArticleAdmin(IdsChecked):
     search_fields = ["title", "body"]
     prepopulated_fields = {"slug": ["title"]}
     exclude = ["search_vector"]
+
+
+class StaffUserChangeForm(PageReadForm, UserChangeForm):
+    """A person's page: access a colleague took away (deactivated, out of the "Support staff" group)
+    is never given back by a page read before it."""
+
+    editable = (
+        "username", "first_name", "last_name", "email", "is_active", "is_staff", "is_superuser", "groups",
+        "user_permissions",
+    )  # fmt: skip
+    MANY = ("groups", "user_permissions")
+
+    class Meta(UserChangeForm.Meta):
+        pass
+
+    @classmethod
+    def values_of(cls, obj: Model) -> dict[str, Any]:
+        plain = {name: _plain(getattr(obj, name)) for name in cls.editable if name not in cls.MANY}
+        return {**plain, **{name: sorted(getattr(obj, name).values_list("pk", flat=True)) for name in cls.MANY}}
+
+    def posted(self, name: str) -> Any:
+        if name in self.MANY:
+            return sorted(item.pk for item in self.cleaned_data[name])
+        return super().posted(name)
+
+
+class StaffUserAdmin(UserAdmin):
+    """Django's user admin, writing only what was changed on the page (``PageReadForm``)."""
+
+    form = StaffUserChangeForm
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        return [*fieldsets, (None, {"fields": ["page_read"]})] if obj is not None else fieldsets
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        changed = [name for name in form.changed_on_the_page() if name not in form.MANY]
+        if changed:
+            obj.save(update_fields=changed)
+        obj.refresh_from_db()
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        if change:
+            changed = form.changed_on_the_page()
+            for name in form.MANY:
+                if name not in changed:
+                    form.cleaned_data.pop(name, None)  # as it is now, not as the page read it
+        super().save_related(request, form, formsets, change)
+
+
+admin.site.unregister(get_user_model())
+admin.site.register(get_user_model(), StaffUserAdmin)

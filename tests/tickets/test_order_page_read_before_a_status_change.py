@@ -29,7 +29,12 @@ def _admin(name: str) -> Client:
 
 def _page_as_shown(client: Client, order: Order) -> dict:
     """What the order's page posts on Save, as it was shown: the form and its order lines."""
-    page = client.get(reverse("admin:tickets_order_change", args=[order.pk]))
+    return _page_as_shown_at(client, reverse("admin:tickets_order_change", args=[order.pk]))
+
+
+def _page_as_shown_at(client: Client, url: str) -> dict:
+    """What an admin change page posts on Save, as it was shown: the form and its inlines."""
+    page = client.get(url)
     assert page.status_code == 200
     data = {}
     forms = [page.context["adminform"].form]
