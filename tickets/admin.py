@@ -9,12 +9,12 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
+from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.admin.widgets import AutocompleteSelect
 from django.contrib.auth import get_user_model
-from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.forms import UserChangeForm
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, Group
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
@@ -533,44 +533,36 @@ class HelpArticleAdmin(IdsChecked):
     exclude = ["search_vector"]
 
 
-class StaffUserChangeForm(PageReadForm, UserChangeForm):
-    """A person's page: access a colleague took away (deactivated, out of the "Support staff" group)
-    is never given back by a page read before it."""
+class PageReadManyForm(PageReadForm):
+    """``PageReadForm`` with many-to-many fields (``many``) among the ``editable``: read as their ids."""
 
-    editable = (
-        "username", "first_name", "last_name", "email", "is_active", "is_staff", "is_superuser", "groups",
-        "user_permissions",
-    )  # fmt: skip
-    MANY = ("groups", "user_permissions")
-
-    class Meta(UserChangeForm.Meta):
-        pass
+    many: tuple[str, ...] = ()
 
     @classmethod
     def values_of(cls, obj: Model) -> dict[str, Any]:
-        plain = {name: _plain(getattr(obj, name)) for name in cls.editable if name not in cls.MANY}
-        return {**plain, **{name: sorted(getattr(obj, name).values_list("pk", flat=True)) for name in cls.MANY}}
+        plain = {name: _plain(getattr(obj, name)) for name in cls.editable if name not in cls.many}
+        return {**plain, **{name: sorted(getattr(obj, name).values_list("pk", flat=True)) for name in cls.many}}
 
     def posted(self, name: str) -> Any:
-        if name in self.MANY:
+        if name in self.many:
             return sorted(item.pk for item in self.cleaned_data[name])
         return super().posted(name)
 
 
-class StaffUserAdmin(UserAdmin):
-    """Django's user admin, writing only what was changed on the page (``PageReadForm``)."""
-
-    form = StaffUserChangeForm
+class WritesWhatThePageChanged(admin.ModelAdmin):
+    """A change page (its form a ``PageReadManyForm``) that writes only what was changed on it."""
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
-        return [*fieldsets, (None, {"fields": ["page_read"]})] if obj is not None else fieldsets
+        if obj is None or "page_read" in flatten_fieldsets(fieldsets):
+            return fieldsets
+        return [*fieldsets, (None, {"fields": ["page_read"]})]
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if not change:
             super().save_model(request, obj, form, change)
             return
-        changed = [name for name in form.changed_on_the_page() if name not in form.MANY]
+        changed = [name for name in form.changed_on_the_page() if name not in form.many]
         if changed:
             obj.save(update_fields=changed)
         obj.refresh_from_db()
@@ -578,11 +570,50 @@ class StaffUserAdmin(UserAdmin):
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         if change:
             changed = form.changed_on_the_page()
-            for name in form.MANY:
+            for name in form.many:
                 if name not in changed:
                     form.cleaned_data.pop(name, None)  # as it is now, not as the page read it
         super().save_related(request, form, formsets, change)
 
 
+class StaffUserChangeForm(PageReadManyForm, UserChangeForm):
+    """A person's page: access a colleague took away (deactivated, out of the "Support staff" group)
+    is never given back by a page read before it."""
+
+    editable = (
+        "username", "first_name", "last_name", "email", "is_active", "is_staff", "is_superuser", "groups",
+        "user_permissions",
+    )  # fmt: skip
+    many = ("groups", "user_permissions")
+
+    class Meta(UserChangeForm.Meta):
+        pass
+
+
+class StaffUserAdmin(WritesWhatThePageChanged, UserAdmin):
+    """Django's user admin, writing only what was changed on the page."""
+
+    form = StaffUserChangeForm
+
+
+class GroupPageForm(PageReadManyForm):
+    """A group's page: a permission a colleague took from the group is never given back by a page read before."""
+
+    editable = ("name", "permissions")
+    many = ("permissions",)
+
+    class Meta:
+        model = Group
+        fields = ("name", "permissions")
+
+
+class GroupPageAdmin(WritesWhatThePageChanged, GroupAdmin):
+    """Django's group admin, writing only what was changed on the page."""
+
+    form = GroupPageForm
+
+
 admin.site.unregister(get_user_model())
 admin.site.register(get_user_model(), StaffUserAdmin)
+admin.site.unregister(Group)
+admin.site.register(Group, GroupPageAdmin)

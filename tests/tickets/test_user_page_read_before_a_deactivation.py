@@ -1,4 +1,4 @@
-"""A staff member's admin page read before a colleague deactivated them, or took them out of the
+"""A staff member's (or a group's) admin page read before a colleague deactivated them, or took them out of the
 "Support staff" group, does not give them their access back on Save.
 
 Django compares what a change page posts with the row as it is at the save, so a page read before
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.urls import reverse
 
 from tests.staff.conftest import STAFF_PASSWORD, make_support_staff
@@ -67,3 +67,19 @@ def test_a_user_page_saved_with_a_change_still_saves_it():
     maria = get_user_model().objects.get(pk=maria.pk)
     assert (maria.last_name, list(maria.groups.all())) == ("Lopez", [])
     assert maria.check_password(STAFF_PASSWORD), "the page's Save changed her password"
+
+
+def test_a_stale_group_page_does_not_give_back_a_permission_a_colleague_took_from_the_group():
+    reviewers = Group.objects.create(name="Refund reviewers")
+    decide = Permission.objects.get(content_type__app_label="approvals", codename="decide_approval")
+    reviewers.permissions.add(decide)
+    first = _admin("first-admin")
+    change = reverse("admin:auth_group_change", args=[reviewers.pk])
+    stale = _page_as_shown_at(first, change)  # the group may decide approvals
+    reviewers.permissions.remove(decide)  # a colleague takes that from the group
+
+    stale["name"] = "Refund helpers"  # the first admin only renames it
+    assert first.post(change, stale).status_code == 302
+    reviewers = Group.objects.get(pk=reviewers.pk)
+    assert reviewers.name == "Refund helpers"
+    assert not reviewers.permissions.filter(pk=decide.pk).exists(), "a page read before gave the permission back"
