@@ -211,6 +211,8 @@ def calls_close_waiting(*, lease: Lease, run_id: int, reason: str) -> list[ToolC
             call.result = {"status": "not_run", "note": f"The run ended before this call: {reason}"[:500]}
             call.save(update_fields=["status", "result", "error", "finished_at"])
             _call_finished_event(call, status, call.error)
+            if not asked_the_customer:
+                tell_approved_not_done(call)
             if asked_the_customer and call.confirmation_decision in _UNTOLD and _shown_to_the_customer(call):
                 # The question in the chat loses its buttons now, live and on a page loaded later (and a
                 # Confirm that was never acted on is said to have done nothing).
@@ -219,6 +221,20 @@ def calls_close_waiting(*, lease: Lease, run_id: int, reason: str) -> list[ToolC
                     actor_ref=f"run:{call.run_id}", payload={"call_id": call.pk}, is_public=True,
                 )  # fmt: skip
     return closing
+
+
+def tell_approved_not_done(call: ToolCall) -> None:
+    """A call staff approved ends unrun: the customer read "Our team approved your request; finishing it
+    now" (``approval_decided``), and the chat now says, under it, that nothing was done. Caller: the
+    transaction that ends the call unrun."""
+    if call.approval_decision != ApprovalDecision.APPROVED:
+        return
+    if TicketEvent.objects.filter(ticket_id=call.ticket_id, kind="approved_call_withdrawn", payload__call_id=call.pk):
+        return  # said once
+    ticket_services.event_append(
+        ticket=call.ticket_id, kind="approved_call_withdrawn", actor_kind=ActorKind.AGENT,
+        actor_ref=f"run:{call.run_id}", payload={"call_id": call.pk}, is_public=True,
+    )  # fmt: skip
 
 
 def _shown_to_the_customer(call: ToolCall) -> bool:

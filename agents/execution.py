@@ -352,6 +352,9 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
 def _leave_to_the_person(lease: Lease, call: ToolCall, status: str, error: str) -> NoReturn:
     """A person has the ticket: the call ends unrun (or, after an attempt, uncertain) and the run hands
     the ticket to them, saying nothing to the customer (the person answers)."""
-    calls.call_finish(lease=lease, call=call, status=status, result=None, error=error)
+    with lease.guard():
+        call = calls.call_finish(lease=lease, call=call, status=status, result=None, error=error)
+        if status == CallStatus.FAILED:
+            calls.tell_approved_not_done(call)  # unrun: a refund staff approved is said stopped
     agent_services.run_end_for_person(lease=lease, run=AgentRun.objects.get(pk=call.run_id))
     raise Stop()

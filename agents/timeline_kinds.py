@@ -44,6 +44,11 @@ def _withdrawn(event: object, payload: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "notice", "tone": "info", "text": text, "answers": payload.get("call_id")}
 
 
+def _approved_withdrawn(event: object, payload: dict[str, Any]) -> dict[str, Any]:
+    text = "The approved request was stopped before it was carried out, so nothing was done."
+    return {"kind": "notice", "tone": "info", "text": text}
+
+
 def register_kinds() -> None:
     def add(name: str, description: str, present: timeline.Presenter | None = None) -> None:
         timeline.register(name, app=APP, description=description, present=present)
@@ -71,6 +76,11 @@ def register_kinds() -> None:
     add("confirmation_decided", "The customer confirmed or cancelled.", _answer)
     add("confirmation_expired", "The customer did not answer in time; nothing was done.", _expired)
     add("confirmation_withdrawn", "The run ended before the customer answered; nothing was done.", _withdrawn)
+    add(
+        "approved_call_withdrawn",
+        "A call staff approved ended unrun (a person took the ticket, or its run ended first); nothing was done.",
+        _approved_withdrawn,
+    )
     add("refund_succeeded", "The payment provider refunded.", notice("ok", "Your refund was issued."))
     add("refund_pending", "The provider accepted a refund and has not settled it yet.")
     add("refund_failed", "The provider refused or failed a refund.")
