@@ -211,9 +211,11 @@ def calls_close_waiting(*, lease: Lease, run_id: int, reason: str) -> list[ToolC
             call.result = {"status": "not_run", "note": f"The run ended before this call: {reason}"[:500]}
             call.save(update_fields=["status", "result", "error", "finished_at"])
             _call_finished_event(call, status, call.error)
-            if not asked_the_customer:
+            asked_in_the_chat = asked_the_customer and _shown_to_the_customer(call)
+            if not asked_in_the_chat:
+                # Staff's approval is the last the customer read of it (no question shown after it).
                 tell_approved_not_done(call)
-            if asked_the_customer and call.confirmation_decision in _UNTOLD and _shown_to_the_customer(call):
+            if asked_in_the_chat and call.confirmation_decision in _UNTOLD:
                 # The question in the chat loses its buttons now, live and on a page loaded later (and a
                 # Confirm that was never acted on is said to have done nothing).
                 ticket_services.event_append(

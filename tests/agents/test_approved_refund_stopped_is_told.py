@@ -79,3 +79,36 @@ def test_an_approved_refund_a_person_stops_before_it_is_paid_is_said_stopped(
 
     advance(ticket.pk, model=Refunds(("G-9101", 64900)))  # another doorbell says nothing more
     assert TicketEvent.objects.filter(ticket=ticket, kind="approved_call_withdrawn").count() == 1
+
+
+@pytest.mark.customer_confirms
+def test_an_approved_refund_whose_question_a_take_over_kept_from_the_customer_is_said_stopped(
+    sandbox, approver, person, monkeypatch
+):  # noqa: ANN001
+    """Staff approved; the worker applying it asks the customer to confirm, as a person takes the ticket
+    over: the question is never shown (nobody would act on it), so the approval is the last the customer
+    read about this refund. The run's end says it was stopped."""
+    from agents import approval as approval_module
+
+    customer = make_customer()
+    order = order_for(customer, "G-9102", 64900, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund G-9102")
+    advance(ticket.pk, model=Refunds(("G-9102", 64900)))
+    approval = ApprovalRequest.objects.get(ticket=ticket)
+    approval_services.approval_decide(approval_id=approval.pk, user=approver, approve=True)
+
+    asking = approval_module.pause_for_confirmation
+
+    def taken_over_as_asked(**kwargs):  # noqa: ANN003, ANN202
+        ticket_services.ticket_take_over(ticket=ticket.pk, user=person)  # lands with the question
+        return asking(**kwargs)
+
+    monkeypatch.setattr(approval_module, "pause_for_confirmation", taken_over_as_asked)
+    advance(ticket.pk, model=Refunds(("G-9102", 64900)))  # applies the approval: the question, unshown
+    monkeypatch.undo()
+    assert not TicketEvent.objects.filter(ticket=ticket, kind="confirmation_requested", is_public=True).exists()
+    advance(ticket.pk, model=Refunds(("G-9102", 64900)))  # the take-over's doorbell: the run ends
+
+    assert paid(sandbox, order) == []
+    assert ToolCall.objects.get(ticket=ticket, name="issue_refund").status == CallStatus.CANCELLED
+    assert STOPPED in _chat(ticket), "the customer still reads that the approved refund is being finished"
