@@ -211,30 +211,24 @@ def calls_close_waiting(*, lease: Lease, run_id: int, reason: str) -> list[ToolC
             call.result = {"status": "not_run", "note": f"The run ended before this call: {reason}"[:500]}
             call.save(update_fields=["status", "result", "error", "finished_at"])
             _call_finished_event(call, status, call.error)
-            asked_in_the_chat = asked_the_customer and _shown_to_the_customer(call)
-            if not asked_in_the_chat:
-                # Staff's approval is the last the customer read of it (no question shown after it).
-                tell_approved_not_done(call)
-            if asked_in_the_chat and call.confirmation_decision in _UNTOLD:
-                # The question in the chat loses its buttons now, live and on a page loaded later (and a
-                # Confirm that was never acted on is said to have done nothing).
-                ticket_services.event_append(
-                    ticket=call.ticket_id, kind="confirmation_withdrawn", actor_kind=ActorKind.AGENT,
-                    actor_ref=f"run:{call.run_id}", payload={"call_id": call.pk}, is_public=True,
-                )  # fmt: skip
+            tell_not_done(call)
     return closing
 
 
-def tell_approved_not_done(call: ToolCall) -> None:
-    """A call staff approved ends unrun: the customer read "Our team approved your request; finishing it
-    now" (``approval_decided``), and the chat now says, under it, that nothing was done. Caller: the
-    transaction that ends the call unrun."""
-    if call.approval_decision != ApprovalDecision.APPROVED:
-        return
-    if TicketEvent.objects.filter(ticket_id=call.ticket_id, kind="approved_call_withdrawn", payload__call_id=call.pk):
-        return  # said once
+def tell_not_done(call: ToolCall) -> None:
+    """A call ends unrun after the customer read that it goes ahead: the chat says nothing was done,
+    once. A question they were shown loses its buttons (and a Confirm that was never acted on is said
+    to have done nothing: ``confirmation_withdrawn``); else, when staff approved it, the customer read
+    "Our team approved your request; finishing it now" (``approval_decided``), and the chat says,
+    under it, that it was stopped. Caller: the transaction that ends the call unrun."""
+    if call.confirmation_required and _shown_to_the_customer(call):
+        kind = "confirmation_withdrawn" if call.confirmation_decision in _UNTOLD else None
+    else:
+        kind = "approved_call_withdrawn" if call.approval_decision == ApprovalDecision.APPROVED else None
+    if kind is None or TicketEvent.objects.filter(ticket_id=call.ticket_id, kind=kind, payload__call_id=call.pk):
+        return  # nothing the customer read said it goes ahead, or they were told already
     ticket_services.event_append(
-        ticket=call.ticket_id, kind="approved_call_withdrawn", actor_kind=ActorKind.AGENT,
+        ticket=call.ticket_id, kind=kind, actor_kind=ActorKind.AGENT,
         actor_ref=f"run:{call.run_id}", payload={"call_id": call.pk}, is_public=True,
     )  # fmt: skip
 

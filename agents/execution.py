@@ -355,6 +355,6 @@ def _leave_to_the_person(lease: Lease, call: ToolCall, status: str, error: str) 
     with lease.guard():
         call = calls.call_finish(lease=lease, call=call, status=status, result=None, error=error)
         if status == CallStatus.FAILED:
-            calls.tell_approved_not_done(call)  # unrun: a refund staff approved is said stopped
+            calls.tell_not_done(call)  # unrun: a refund the customer confirmed or staff approved is said stopped
     agent_services.run_end_for_person(lease=lease, run=AgentRun.objects.get(pk=call.run_id))
     raise Stop()

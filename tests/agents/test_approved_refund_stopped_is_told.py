@@ -17,7 +17,7 @@ from agents.runner import advance
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest
 from tests.agents.conftest import while_tool_runs
-from tests.agents.test_money_gates import Refunds
+from tests.agents.test_money_gates import Refunds, confirm
 from tests.agents.test_money_path import order_for, paid
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer
@@ -112,3 +112,30 @@ def test_an_approved_refund_whose_question_a_take_over_kept_from_the_customer_is
     assert paid(sandbox, order) == []
     assert ToolCall.objects.get(ticket=ticket, name="issue_refund").status == CallStatus.CANCELLED
     assert STOPPED in _chat(ticket), "the customer still reads that the approved refund is being finished"
+
+
+@pytest.mark.customer_confirms
+def test_a_refund_the_customer_confirmed_that_a_take_over_stops_next_to_the_payment_is_said_stopped(
+    sandbox, person, monkeypatch
+):  # noqa: ANN001
+    """The customer pressed Confirm ("You confirmed."); a person takes the ticket over as the worker is
+    about to send the refund. Nothing is paid, and the chat says so under the question, as it does for
+    a Confirm the run's end closed before a worker acted on it."""
+    customer = make_customer()
+    order = order_for(customer, "W-9201", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $50.00 on order W-9201"
+    )
+    advance(ticket.pk)  # the offline model asks the customer to confirm
+    (call,) = ToolCall.objects.filter(ticket=ticket, name="issue_refund")
+    assert confirm(ticket, call) == 200
+    taking = lambda: ticket_services.ticket_take_over(ticket=ticket.pk, user=person)  # noqa: E731
+    while_tool_runs(monkeypatch, "issue_refund", taking)
+    advance(ticket.pk)  # applies the Confirm; the refund meets the take-over next to the payment
+
+    assert paid(sandbox, order) == []
+    call.refresh_from_db()
+    assert call.status == CallStatus.FAILED, call.error
+    withdrawn = TicketEvent.objects.filter(ticket=ticket, kind="confirmation_withdrawn", is_public=True)
+    assert [e.payload["call_id"] for e in withdrawn] == [call.pk], "the customer still reads only 'You confirmed.'"
+    assert "This question was withdrawn, so nothing was done." in _chat(ticket)
