@@ -8,6 +8,7 @@ import asyncio
 import time
 
 import pytest
+import redis
 from channels.layers import channel_layers, get_channel_layer
 from django.test import override_settings
 
@@ -141,3 +142,24 @@ def test_a_web_process_keeps_listening_after_its_last_socket_leaves():
 
     kept = asyncio.run(join_and_leave())
     assert len(kept) == 1 and "listening." in kept[0], kept
+
+
+@pytest.mark.parametrize(
+    "commands",
+    [
+        [("PUBLISH", "asgi__group__ticket-1", b"\x81\xa4type\xactoken")],
+        [("SET", "k\u00e9y", "v\u2603", "PX", 3600000), ("EVALSHA", "abc", 2, "a", "b", 1.5, b"")],
+    ],
+    ids=["publish", "several-with-numbers-and-unicode"],
+)
+def test_live_updates_are_packed_as_redis_py_packs_them(commands):
+    from redis.connection import Connection
+
+    assert realtime.packed(commands) == b"".join(Connection().pack_commands(commands))
+
+
+def test_packing_refuses_what_redis_py_refuses():
+    with pytest.raises(redis.DataError):
+        realtime.packed([("SET", "k", True)])
+    with pytest.raises(redis.DataError):
+        realtime.packed([("SET", "k", None)])
