@@ -179,12 +179,11 @@ def test_a_flushed_broker_delays_work_but_does_not_lose_it(cluster):
     ticket = open_ticket("What is your refund policy?")
     purge_broker()  # the doorbell for this message is gone
 
+    # No beat: the sweep a worker asks for when it starts finds the ticket's work in the ledger.
     cluster.worker()
-    time.sleep(3)
-    assert not at_rest(ticket)  # nothing rang
-    cluster.beat()
-
-    wait_until(lambda: at_rest(ticket), timeout=30, what="the sweeper to re-ring the ticket", cluster=cluster)
+    wait_until(
+        lambda: at_rest(ticket), timeout=30, what="the worker's first sweep to re-ring the ticket", cluster=cluster
+    )
     assert len(replies(ticket)) == 1
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.utils import timezone
 
 from agents import refunds as refund_module
-from agents.models import Refund, RefundStatus
+from agents.models import Refund, RefundStatus, TicketLease
 from agents.runner import advance
 from tests.agents.test_money_path import order_for, paid
 from tests.agents.test_refunds import ScriptedRefund
@@ -27,6 +28,12 @@ pytestmark = [
     pytest.mark.timeout(180),
     pytest.mark.usefixtures("quick_provider_retries"),
 ]
+
+
+def its_lease_expired_long_ago() -> None:
+    """A worker that stopped long ago (``WorkerStopped``: the process going down) left its lease owned,
+    as a killed worker does; by now it has expired."""
+    TicketLease.objects.update(expires_at=timezone.now().replace(year=2000))
 
 
 class WorkerStopped(BaseException):
@@ -51,6 +58,7 @@ def refund_submitted_long_ago_never_sent(sandbox, monkeypatch, number: str):  # 
     with pytest.raises(WorkerStopped):
         advance(ticket.pk, model=model)
     monkeypatch.setattr(provider, "create_refund", create)
+    its_lease_expired_long_ago()
     Refund.objects.update(updated_at=Refund.objects.get().created_at.replace(year=2000))
     refund = Refund.objects.select_related("order").get()  # the reconciler's read
     assert refund.status == RefundStatus.SUBMITTED

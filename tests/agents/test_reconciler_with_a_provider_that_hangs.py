@@ -23,7 +23,7 @@ from agents.models import Refund, RefundStatus
 from agents.runner import advance
 from payments.provider import PaymentProvider
 from tests.agents.test_money_path import order_for
-from tests.agents.test_reconciler_races_worker import WorkerStopped
+from tests.agents.test_reconciler_races_worker import WorkerStopped, its_lease_expired_long_ago
 from tests.agents.test_refunds import ScriptedRefund
 from tests.conftest import make_customer, silent_server
 from tickets import services as ticket_services
@@ -56,6 +56,7 @@ def refunds_left_submitted_long_ago(sandbox, monkeypatch, count: int) -> list[Ti
             advance(ticket.pk, model=ScriptedRefund(json.dumps({"order_number": number, "amount_cents": 4000})))
         tickets.append(ticket)
     monkeypatch.setattr(provider, "create_refund", create)
+    its_lease_expired_long_ago()
     Refund.objects.update(updated_at=Refund.objects.earliest("created_at").created_at.replace(year=2000))
     assert Refund.objects.filter(status=RefundStatus.SUBMITTED).count() == count
     return tickets
