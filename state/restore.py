@@ -4,9 +4,10 @@ Preconditions checked before anything is written: every byte of the bundle match
 digests, the format is one this release reads, this database has applied every migration
 the bundle was written at (and none is pending), and no bundled row is already here under
 its primary key or a unique key (unless ``on_conflict="skip"`` says to leave a ticket that
-is already here as it is). Then, in one transaction: users matched by username or created
-without a password, every row inserted with its primary key and idempotency keys, and the
-sequences moved past the restored ids.
+is already here as it is). Then, in one transaction: users matched by username (a customer's
+login only to the login of that customer here) or created without a password, every row
+inserted with its primary key and idempotency keys, and the sequences moved past the
+restored ids.
 
 Restore writes rows of every app directly, as ``loaddata`` does, rather than through each
 app's services: it puts back rows those services wrote, and replays none of their effects
@@ -41,6 +42,7 @@ from state.rows import (
 )
 from state.verify import bundle_row_problems, ledger_checks, references
 from support.rows import forget_key_blocks
+from tickets.models import Customer
 
 ON_CONFLICT = ("fail", "skip")
 
@@ -94,8 +96,31 @@ def _groups_here(names: list[str]) -> set[str]:
     return set(Group.objects.filter(name__in=names).values_list("name", flat=True))
 
 
-def _ensure_users(users: list[Row], report: RestoreReport) -> dict[str, int]:
-    """Each bundled user's id here: the account of the same username, or a new one without a password."""
+def _another_login(row: Row, user: Any, customers: list[Row]) -> str | None:
+    """Why the login ``user`` here, not staff, is not the bundle's login ``row`` (not staff either):
+    None when it is. A customer's login is the same only as the login of the same customer here (its
+    row under the bundle's id, which the plan then requires to be the bundle's row: the same name,
+    email, made at that moment); the name alone proves nothing."""
+    bundled = sorted(c["id"] for c in customers if c.get("user") == row["username"])
+    here = Customer.objects.filter(user=user).values_list("pk", flat=True).first()
+    if bundled and here not in bundled:
+        whose = "no customer's login" if here is None else f"the login of customer #{here}"
+        return (
+            f"the user {row['username']!r} is the login of customer #{bundled[0]} in the bundle and not the login "
+            f"of that customer here (it is {whose}): another person of the same name, who would read and write "
+            "the moved tickets; rename one of the two logins first"
+        )
+    if not bundled and here is not None:
+        return (
+            f"the user {row['username']!r} is no customer's login in the bundle and the login of customer #{here} "
+            "in this database: another person of the same name; rename one of the two logins first"
+        )
+    return None
+
+
+def _ensure_users(users: list[Row], customers: list[Row], report: RestoreReport) -> dict[str, int]:
+    """Each bundled user's id here: the account of the same username, when it is the same person, or a
+    new one without a password."""
     model = get_user_model()
     ids: dict[str, int] = {}
     strangers = []
@@ -110,6 +135,8 @@ def _ensure_users(users: list[Row], report: RestoreReport) -> dict[str, int]:
                 f"the user {row['username']!r} is {'staff' if bundled_staff else 'a customer'} in the bundle "
                 f"and {'staff' if _staff_here(user) else 'not staff'} in this database"
             )
+        elif user is not None and not bundled_staff and (why := _another_login(row, user, customers)):
+            strangers.append(why)
         elif user is not None:
             report.users_matched.append(row["username"])
         elif lacking := sorted(set(row["groups"]) - _groups_here(row["groups"])):
@@ -353,7 +380,7 @@ def _write(
     rows: dict[str, Any], users: list[Row], report: RestoreReport, on_conflict: str, active: dict[str, Any] | None
 ) -> None:
     with transaction.atomic():
-        user_ids = _ensure_users(users, report)
+        user_ids = _ensure_users(users, rows.get("tickets.Customer", []), report)
         plan = _plan(rows, user_ids, report, on_conflict)
         if plan.conflicts:
             raise RestoreRefused(plan.conflicts)
