@@ -27,7 +27,10 @@ from typing import Any
 from state.rows import Row
 
 FORMAT = "support-state-bundle"
-FORMAT_VERSION = 1
+# The version export writes. 2: a user row carries the superuser flag and the user's own permissions
+# (``app_label.codename``); 1 carried neither, and is still read (its users restored as before).
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 MANIFEST_DIGEST = "manifest.sha256"
 
@@ -226,13 +229,10 @@ def read(path: Path) -> Bundle:
         raise BundleError([*problems, f"{MANIFEST} is not JSON"]) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError([*problems, f"{MANIFEST} is not the manifest of a {FORMAT}"])
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise BundleError(
-            [
-                *problems,
-                f"format version {manifest.get('format_version')!r}; this release reads version {FORMAT_VERSION}",
-            ]
-        )
+    version = manifest.get("format_version")
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
+        readable = " and ".join(map(str, READABLE_VERSIONS))
+        raise BundleError([*problems, f"format version {version!r}; this release reads versions {readable}"])
     parts = manifest.get("parts", [])
     if not isinstance(parts, list):
         raise BundleError([*problems, f"{MANIFEST}: its parts are not a list"])

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.core.management.color import no_style
 from django.db import DataError, IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
@@ -96,6 +96,13 @@ def _groups_here(names: list[str]) -> set[str]:
     return set(Group.objects.filter(name__in=names).values_list("name", flat=True))
 
 
+def _permissions_here(names: list[str]) -> dict[str, Permission]:
+    """This database's permissions of those ``app_label.codename`` names, by name."""
+    codenames = {name.split(".")[1] for name in names}
+    found = Permission.objects.filter(codename__in=codenames).select_related("content_type")
+    return {name: p for p in found if (name := f"{p.content_type.app_label}.{p.codename}") in names}
+
+
 def _another_login(row: Row, user: Any, customers: list[Row]) -> str | None:
     """Why the login ``user`` here, not staff, is not the bundle's login ``row`` (not staff either):
     None when it is. A customer's login is the same only as the login of the same customer here (its
@@ -126,7 +133,9 @@ def _ensure_users(users: list[Row], customers: list[Row], report: RestoreReport)
     strangers = []
     for row in users:
         user = model.objects.filter(**{model.USERNAME_FIELD: row["username"]}).first()
-        bundled_staff = bool(row["is_staff"] or row["groups"])
+        # A bundle of format 1 carried neither (its users are restored as that release restored them).
+        permissions, superuser = row.get("permissions", []), row.get("is_superuser", False)
+        bundled_staff = bool(row["is_staff"] or row["groups"] or permissions or superuser)
         if user is not None and _staff_here(user) != bundled_staff:
             # A customer's login in the bundle is a member of staff here (or the reverse): the same
             # name, not the same person. Linking them would hand one the other's tickets (a support
@@ -146,13 +155,24 @@ def _ensure_users(users: list[Row], customers: list[Row], report: RestoreReport)
                 "database does not have; create them with their permissions first"
             )
             continue
+        elif lacking := sorted(set(permissions) - set(granted := _permissions_here(permissions))):
+            # Created without it, their right (to decide approvals, say) would be gone, unsaid.
+            strangers.append(
+                f"the user {row['username']!r} has the permission(s) {', '.join(map(repr, lacking))} of their own, "
+                "which this database does not have; migrate the app that defines them, or create them, first"
+            )
+            continue
         else:
             user = model(
-                **{model.USERNAME_FIELD: row["username"]}, is_staff=row["is_staff"], is_active=row["is_active"]
+                **{model.USERNAME_FIELD: row["username"]},
+                is_staff=row["is_staff"],
+                is_superuser=superuser,
+                is_active=row["is_active"],
             )
             user.set_unusable_password()
             user.save()
             user.groups.set(Group.objects.filter(name__in=row["groups"]))
+            user.user_permissions.set(granted.values())
             report.users_created.append(row["username"])
         if user is not None:
             ids[row["username"]] = user.pk

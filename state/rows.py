@@ -87,38 +87,62 @@ def unknown_keys(model: type[Model], row: Row) -> set[str]:
     return set(row) - {key_of(f) for f in columns(model)}
 
 
+# The keys of a user row, by the bundle's format version: 2 added the rights a user holds of their own.
+USER_KEYS = {
+    1: ("username", "is_staff", "is_active", "groups"),
+    2: ("username", "is_staff", "is_active", "groups", "is_superuser", "permissions"),
+}
+
+
 def user_rows(usernames: set[str]) -> list[Row]:
-    """What restore needs of each user: the name, whether staff and active, the groups by name."""
-    users = get_user_model().objects.filter(username__in=usernames).prefetch_related("groups").order_by("username")
+    """What restore needs of each user: the name, whether staff, superuser and active, the groups by
+    name and their own permissions as ``app_label.codename``."""
+    users = (
+        get_user_model()
+        .objects.filter(username__in=usernames)
+        .prefetch_related("groups", "user_permissions__content_type")
+        .order_by("username")
+    )
     return [
         {
             "username": user.username,
             "is_staff": user.is_staff,
+            "is_superuser": user.is_superuser,
             "is_active": user.is_active,
             "groups": sorted(g.name for g in user.groups.all()),
+            "permissions": sorted(f"{p.content_type.app_label}.{p.codename}" for p in user.user_permissions.all()),
         }
         for user in users
     ]
 
 
-def user_row_problems(row: Any) -> list[str]:
-    """Why ``row`` cannot be a user row of a bundle (``user_rows``): empty when it can."""
+def is_permission_name(value: Any) -> bool:
+    """``app_label.codename``, as a user row names a permission."""
+    return isinstance(value, str) and value.count(".") == 1 and all(value.split(".")) and "\x00" not in value
+
+
+def user_row_problems(row: Any, *, format_version: int) -> list[str]:
+    """Why ``row`` cannot be a user row of a bundle of that format (``user_rows``): empty when it can."""
     if not isinstance(row, dict):
         return [f"auth.User: a row that is not an object ({type(row).__name__})"]
     where = f"auth.User {row.get('username')!r}"
     field = get_user_model()._meta.get_field(get_user_model().USERNAME_FIELD)
     username = row.get("username")
     problems = []
-    if set(row) != {"username", "is_staff", "is_active", "groups"}:
-        problems.append(f"{where}: its keys are {sorted(map(str, row))}, not username, is_staff, is_active, groups")
+    keys = USER_KEYS[format_version]
+    if set(row) != set(keys):
+        problems.append(f"{where}: its keys are {sorted(map(str, row))}, not {', '.join(keys)}")
     if not isinstance(username, str) or not username or len(username) > field.max_length or "\x00" in username:
         problems.append(f"{where}: the username is not a name of at most {field.max_length} characters")
-    for flag in ("is_staff", "is_active"):
+    for flag in ("is_staff", "is_active", "is_superuser"):
         if flag in row and not isinstance(row[flag], bool):
             problems.append(f"{where}: {flag} is {row[flag]!r}, not true or false")
     groups = row.get("groups")
     if "groups" in row and not (isinstance(groups, list) and all(isinstance(g, str) for g in groups)):
         problems.append(f"{where}: groups is not a list of group names")
+    permissions = row.get("permissions")
+    if "permissions" in row and not (isinstance(permissions, list) and all(map(is_permission_name, permissions))):
+        problems.append(f"{where}: permissions is not a list of permissions named app_label.codename")
     return problems
 
 

@@ -95,7 +95,8 @@ def verify(path: Path, *, database: bool) -> Report:
     )
     report.checks.append(
         Check(
-            "checksums and format", detail=f"{len(b.files)} files match their SHA-256; format {bundle.FORMAT_VERSION}"
+            "checksums and format",
+            detail=f"{len(b.files)} files match their SHA-256; format {manifest['format_version']}",
         )
     )
     shapes = Check("every row is a row of its table", violations=bundle_row_problems(b, bundled))
@@ -180,7 +181,7 @@ def bundle_row_problems(b: bundle.Bundle, rows: dict[str, list[Any]]) -> list[st
                 break
             malformed += row_problems(part.model, row, required=required[part.label])
     for user in rows.get(USERS_LABEL, []):
-        malformed += user_row_problems(user)
+        malformed += user_row_problems(user, format_version=b.manifest["format_version"])
     more = [f"and {len(malformed) - 20} more such problems"] if len(malformed) > 20 else []
     return problems + malformed[:20] + more
 

@@ -232,11 +232,11 @@ def test_restore_and_verify_refuse_a_format_they_do_not_read(tmp_path):
     ticket, _ = paused_ticket()
     path = export(tmp_path, ticket)
     manifest = json.loads((path / "manifest.json").read_text())
-    manifest["format_version"] = 2
+    manifest["format_version"] = 3
     write_manifest(path, manifest)
 
-    assert "this release reads version 1" in verify(path)[1]
-    with pytest.raises(CommandError, match="format version 2"):
+    assert "this release reads versions 1 and 2" in verify(path)[1]
+    with pytest.raises(CommandError, match="format version 3"):
         restore(path)
 
 
