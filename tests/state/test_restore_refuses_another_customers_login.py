@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management.base import CommandError
 from django.test import Client
 
+from approvals import services as approval_services
+from approvals.models import ApprovalRequest
 from tests.state.conftest import export, paused_ticket
 from tests.state.test_bundle import empty_the_ledger, ledger_counts, restore
 from tickets.models import Customer, Ticket
@@ -79,3 +82,27 @@ def test_restore_matches_the_login_of_the_same_customer_already_here(tmp_path):
 
     assert "matched by username (bob)" in out, out
     assert Customer.objects.get(pk=ticket.customer_id).user_id == bob.pk
+
+
+def test_restore_refuses_a_login_that_is_no_customers_in_the_bundle_and_a_customers_here(tmp_path):
+    """A former member of staff (no rights left) who decided the approval is not the customer of the
+    same name here: matched, the customer would read as the one who decided it."""
+    ticket, _ = paused_ticket()
+    former = get_user_model().objects.create_user(username="bob", password="staff-pass-123")
+    former.user_permissions.add(Permission.objects.get(codename="decide_approval"))
+    former = get_user_model().objects.get(pk=former.pk)
+    approval = ApprovalRequest.objects.get(ticket=ticket)
+    approval_services.approval_decide(approval_id=approval.pk, user=former, approve=False, note="Not this one")
+    former.user_permissions.clear()  # left the team since
+    path = export(tmp_path, ticket, include_personal_data=True)
+    empty_the_ledger()
+    stranger = get_user_model().objects.create_user(username="bob", password="stranger-pass-123")
+    Customer.objects.create(pk=ticket.customer_id + 50, user=stranger, name="Robert Other", email="rob@other.test")
+    counts = ledger_counts()
+
+    with pytest.raises(CommandError) as refused:
+        restore(path)
+
+    message = str(refused.value)
+    assert "Nothing was restored" in message and "'bob' is no customer's login in the bundle" in message, message
+    assert ledger_counts() == counts
