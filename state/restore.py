@@ -103,11 +103,13 @@ def _permissions_here(names: list[str]) -> dict[str, Permission]:
     return {name: p for p in found if (name := f"{p.content_type.app_label}.{p.codename}") in names}
 
 
-def _another_login(row: Row, user: Any, customers: list[Row]) -> str | None:
-    """Why the login ``user`` here, not staff, is not the bundle's login ``row`` (not staff either):
-    None when it is. A customer's login is the same only as the login of the same customer here (its
-    row under the bundle's id, which the plan then requires to be the bundle's row: the same name,
-    email, made at that moment); the name alone proves nothing."""
+def _another_login(row: Row, user: Any, customers: list[Row], *, staff: bool) -> str | None:
+    """Why the login ``user`` here is not the bundle's login ``row`` (both staff or both not): None when
+    it is. A customer's login is the same only as the login of the same customer here (its row under
+    the bundle's id, which the plan then requires to be the bundle's row: the same name, email, made at
+    that moment), staff or not; the name alone proves nothing. A member of staff may be a customer here
+    that the bundle does not carry (it carries only its tickets' customers); a login with no rights,
+    not a customer in the bundle, is no customer's here either."""
     bundled = sorted(c["id"] for c in customers if c.get("user") == row["username"])
     here = Customer.objects.filter(user=user).values_list("pk", flat=True).first()
     if bundled and here not in bundled:
@@ -117,7 +119,7 @@ def _another_login(row: Row, user: Any, customers: list[Row]) -> str | None:
             f"of that customer here (it is {whose}): another person of the same name, who would read and write "
             "the moved tickets; rename one of the two logins first"
         )
-    if not bundled and here is not None:
+    if not bundled and here is not None and not staff:
         return (
             f"the user {row['username']!r} is no customer's login in the bundle and the login of customer #{here} "
             "in this database: another person of the same name; rename one of the two logins first"
@@ -144,7 +146,7 @@ def _ensure_users(users: list[Row], customers: list[Row], report: RestoreReport)
                 f"the user {row['username']!r} is {'staff' if bundled_staff else 'a customer'} in the bundle "
                 f"and {'staff' if _staff_here(user) else 'not staff'} in this database"
             )
-        elif user is not None and not bundled_staff and (why := _another_login(row, user, customers)):
+        elif user is not None and (why := _another_login(row, user, customers, staff=bundled_staff)):
             strangers.append(why)
         elif user is not None:
             report.users_matched.append(row["username"])

@@ -106,3 +106,18 @@ def test_restore_refuses_a_login_that_is_no_customers_in_the_bundle_and_a_custom
     message = str(refused.value)
     assert "Nothing was restored" in message and "'bob' is no customer's login in the bundle" in message, message
     assert ledger_counts() == counts
+
+
+def test_restore_refuses_a_customer_login_that_is_staff_on_both_sides_but_no_customers_here(tmp_path):
+    """A member of staff who is also a customer (a colleague who ordered from the shop) is staff in the
+    bundle: a member of staff of the same name here, with no customer, is not shown to be them, and
+    linked, they would read and write the moved tickets as their customer."""
+    ticket, _ = paused_ticket("bob")
+    get_user_model().objects.filter(username="bob").update(is_staff=True)
+    path = export(tmp_path, ticket, include_personal_data=True)
+    empty_the_ledger()
+    stranger = get_user_model().objects.create_user(username="bob", password="stranger-pass-123", is_staff=True)
+
+    message = _refused_and_nothing_written(path, stranger)
+
+    assert "not the login of that customer here" in message, message
