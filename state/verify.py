@@ -470,9 +470,21 @@ def _identity(rows: dict[str, list[Row]], manifest: dict) -> list[str]:
         *([f"carried for the refunds on the same orders: {', '.join(f'#{pk}' for pk in carried)}"] if carried else []),
         f"tickets: {len(tickets)}: " + ", ".join(f"#{t['id']} {t['status']}" for t in tickets),
         f"customers: {len(customers)}: " + ", ".join(f"{c['id']} <{c['email']}> login {c['user']}" for c in customers),
-        f"users carried by name: {len(rows[USERS_LABEL])}: " + ", ".join(u["username"] for u in rows[USERS_LABEL]),
+        f"users carried by name: {len(rows[USERS_LABEL])}: " + ", ".join(map(_user_with_rights, rows[USERS_LABEL])),
         f"agent profile versions: {profile_versions(rows)}",
     ]
+
+
+def _user_with_rights(user: Row) -> str:
+    """A carried user and the rights restore gives the login it creates: what a forged bundle would grant
+    is read before it is restored."""
+    rights = [
+        *(["superuser"] if user.get("is_superuser") else []),
+        *(["staff status"] if user["is_staff"] else []),
+        *(f"group {name}" for name in user["groups"]),
+        *user.get("permissions", []),
+    ]
+    return f"{user['username']} ({', '.join(rights)})" if rights else user["username"]
 
 
 def _knowledge(rows: dict[str, list[Row]]) -> list[str]:

@@ -57,6 +57,17 @@ def test_a_staff_member_with_a_permission_of_their_own_keeps_it(tmp_path):
     assert not sam.is_superuser
 
 
+def test_verify_shows_the_rights_each_carried_user_would_be_given(tmp_path):
+    ticket, _ = paused_ticket("carla")
+    _decided_by(ticket, "sam")
+    path = export(tmp_path, ticket, include_personal_data=True)
+
+    status, out = verify(path)
+
+    assert status == 0, out
+    assert "carla, sam (approvals.decide_approval)" in out, out
+
+
 def test_a_superuser_stays_a_superuser(tmp_path):
     ticket, _ = paused_ticket()
     _decided_by(ticket, "root", superuser=True)
