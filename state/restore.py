@@ -133,6 +133,7 @@ def _ensure_users(users: list[Row], customers: list[Row], report: RestoreReport)
     model = get_user_model()
     ids: dict[str, int] = {}
     strangers = []
+    customer_logins = {c.get("user") for c in customers}
     for row in users:
         user = model.objects.filter(**{model.USERNAME_FIELD: row["username"]}).first()
         # A bundle of format 1 carried neither (its users are restored as that release restored them).
@@ -176,6 +177,14 @@ def _ensure_users(users: list[Row], customers: list[Row], report: RestoreReport)
             user.groups.set(Group.objects.filter(name__in=row["groups"]))
             user.user_permissions.set(granted.values())
             report.users_created.append(row["username"])
+            if "permissions" not in row and not bundled_staff and row["username"] not in customer_logins:
+                # Format 1 did not say: a member of staff through permissions of their own, or a superuser,
+                # where the bundle was written is a plain login here until someone gives them back.
+                report.warnings.append(
+                    f"the user {row['username']!r}, no customer's login, was created without any rights: this "
+                    "bundle's format (1) did not carry a user's own permissions or superuser flag; give them "
+                    "their rights if they had some"
+                )
         if user is not None:
             ids[row["username"]] = user.pk
     if strangers:

@@ -130,10 +130,13 @@ def test_a_bundle_of_the_format_before_is_still_restored(tmp_path):
     empty_the_ledger()
 
     assert verify(path)[0] == 0, verify(path)[1]
-    restore(path)
+    out = restore(path)
 
     assert Ticket.objects.filter(pk=ticket.pk).exists()
     assert get_user_model().objects.filter(username="sam").exists()
+    # It cannot know sam's rights, and says so rather than leave him a plain login unsaid.
+    assert "Note: the user 'sam', no customer's login, was created without any rights" in out, out
+    assert f"'{ticket.customer.user.username}', no customer's login" not in out, out
 
 
 @pytest.mark.parametrize(
