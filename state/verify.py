@@ -204,9 +204,10 @@ def ledger_checks(rows: dict[str, list[Row]]) -> list[Check]:
 def _one_row_per_key(rows: dict[str, list[Row]]) -> Check:
     check = Check("no row twice")
     for label, found in rows.items():
-        if label == USERS_LABEL or not found:
+        if not found:
             continue
-        pk = part_named(label).model._meta.pk.attname
+        # A user is carried by username: two rows of one name (with other rights) are two readings of one login.
+        pk = "username" if label == USERS_LABEL else part_named(label).model._meta.pk.attname
         for key, count in Counter(r.get(pk) for r in found if isinstance(r, dict)).items():
             if count > 1:
                 check.violations.append(f"{label} {key} is in the bundle {count} times")

@@ -139,6 +139,28 @@ def test_a_bundle_of_the_format_before_is_still_restored(tmp_path):
     assert f"'{ticket.customer.user.username}', no customer's login" not in out, out
 
 
+def test_verify_and_restore_refuse_a_user_carried_twice(tmp_path):
+    """Two rows of one login (one of them a superuser): which is sam? Restore created him from the first
+    and matched the second to him; verify listed both."""
+    ticket, _ = paused_ticket()
+    _decided_by(ticket, "sam")
+    path = export(tmp_path, ticket, include_personal_data=True)
+    rewrite_part(
+        path,
+        "auth.User",
+        lambda rows: [*rows, *({**r, "is_superuser": True, "is_staff": True} for r in rows if r["username"] == "sam")],
+    )
+    empty_the_ledger()
+    counts = ledger_counts()
+
+    status, out = verify(path)
+    assert status == 1 and "auth.User sam is in the bundle 2 times" in out, out
+    with pytest.raises(CommandError, match="auth.User sam is in the bundle 2 times"):
+        restore(path)
+    assert ledger_counts() == counts
+    assert not get_user_model().objects.filter(username="sam").exists()
+
+
 @pytest.mark.parametrize(
     "forged",
     [
