@@ -417,6 +417,13 @@ class TicketAdmin(IdsChecked):
         # Tickets are opened by customers (tickets.services.ticket_open), never typed in here.
         return False
 
+    def has_delete_permission(self, request: HttpRequest, obj: Ticket | None = None) -> bool:
+        # The ledger: a ticket is resolved or closed, never deleted (with it would go the customer's
+        # messages, the timeline, the runs and the approvals), by anyone, a superuser too. Without
+        # this the page offered Delete and the list "Delete selected", held back only because each
+        # related ledger admin happens to refuse deletion.
+        return False
+
     def save_model(self, request: HttpRequest, obj: Ticket, form: Any, change: bool) -> None:
         """Through the service: only what the form changed is written, on the row as it is now, with
         the events that say who changed what."""
