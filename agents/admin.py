@@ -32,7 +32,7 @@ from agents.tasks import ring
 from agents.tools import REGISTRY
 from tickets import pages
 from tickets import services as ticket_services
-from tickets.admin import IdsChecked, OrderAdmin, ReadOnlyInline, TicketAdmin
+from tickets.admin import IdsChecked, OrderAdmin, ReadOnlyInline, StaffUserAdmin, TicketAdmin
 from tickets.models import Ticket
 from tickets.money import format_money
 
@@ -69,6 +69,11 @@ class RefundTicketInline(ReadOnlyInline):
 
 
 TicketAdmin.inlines = [*TicketAdmin.inlines, AgentRunInline, ToolCallTicketInline, RefundTicketInline]
+
+
+# A profile version names who saved it: that person is not deleted from the admin either.
+if (AgentProfile, "created_by") not in StaffUserAdmin.named_on_the_ledger:
+    StaffUserAdmin.named_on_the_ledger.append((AgentProfile, "created_by"))
 
 
 # The order's admin keeps what it was paid against once money was asked for on it.

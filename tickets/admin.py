@@ -598,9 +598,27 @@ class StaffUserChangeForm(PageReadManyForm, UserChangeForm):
 
 
 class StaffUserAdmin(WritesWhatThePageChanged, UserAdmin):
-    """Django's user admin, writing only what was changed on the page."""
+    """Django's user admin, writing only what was changed on the page, and deleting no one the ledger
+    names (deleted, they would leave the timeline's events and messages saying nobody did them)."""
 
     form = StaffUserChangeForm
+    # Where the ledger names a person (model, field): their foreign keys are SET_NULL, so deleting the
+    # person empties them rather than being refused. Other apps add theirs (agents/admin.py).
+    named_on_the_ledger: list[tuple[type[Model], str]] = [
+        (TicketEvent, "actor_user"), (Message, "author_user"), (Ticket, "assignee"),
+    ]  # fmt: skip
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, Any, set[str], Any]:
+        to_delete, model_count, perms_needed, protected = super().get_deleted_objects(objs, request)
+        pks = [user.pk for user in objs]
+        named = (model._default_manager.filter(**{f"{field}__in": pks}) for model, field in self.named_on_the_ledger)
+        if any(rows.exists() for rows in named):
+            # Django refuses the deletion (403 when posted) and lists this as what may not be deleted.
+            perms_needed.add(
+                "the ticket timeline, messages or assignments that name them (deactivate the person "
+                "instead: untick Active on their page)"
+            )
+        return to_delete, model_count, perms_needed, protected
 
 
 class GroupPageForm(PageReadManyForm):
