@@ -25,6 +25,7 @@ from agents.profiles import (
     profile_diff,
     profile_new_version,
     run_move_to_active,
+    version_changed_words,
 )
 from agents.refunds import refund_reconcile
 from agents.selectors import refund_asked_on
@@ -479,20 +480,33 @@ class AgentProfileAdmin(IdsChecked):
 def move_runs_to_active(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
     if not request.user.has_perm(MOVE_RUN_PERMISSION):
         raise PermissionDenied
+    # The version the list showed as active (its hidden field): the runs go there or nowhere. A
+    # request that sends none (not from the list) moves them to the version active at the move.
+    seen = pages.page_read(request, "active_version")
+    active = active_profile().version
+    if seen is not None and seen != active:
+        messages.error(request, f"{version_changed_words(active, seen)} No run was moved.")
+        return
     moved, refused = 0, []
     for run in queryset:
         try:
-            moved += run_move_to_active(run=run, user=request.user)
+            moved += run_move_to_active(run=run, user=request.user, version_seen=seen if seen is not None else active)
         except MoveRefused as exc:
             refused.append(exc.messages[0])
     skipped = queryset.count() - moved - len(refused)
     messages.success(
         request,
-        f"Moved {moved} run(s) to version {active_profile().version}"
+        f"Moved {moved} run(s) to version {seen if seen is not None else active}"
         + (f"; {skipped} left as they were (not paused, or on it already)." if skipped else "."),
     )
     for reason in refused:
         messages.warning(request, reason)
+
+
+def _run_list(self: admin.ModelAdmin, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+    """The run list, saying which version is active: its move action sends it back (``active_version``)."""
+    shown = {"active_version": active_profile().version}
+    return admin.ModelAdmin.changelist_view(self, request, {**shown, **(extra_context or {})})
 
 
 @admin.display(description="profile", ordering="profile__version")
@@ -504,5 +518,6 @@ AgentRunAdmin.list_display = [*AgentRunAdmin.list_display, profile_version]
 AgentRunAdmin.list_select_related = ["ticket", "profile"]
 AgentRunAdmin.actions = [move_runs_to_active]
 AgentRunAdmin.has_move_permission = lambda self, request: request.user.has_perm(MOVE_RUN_PERMISSION)
+AgentRunAdmin.changelist_view = _run_list  # type: ignore[method-assign]
 AgentRunInline.fields = [*AgentRunInline.fields, "profile"]
 AgentRunInline.readonly_fields = AgentRunInline.fields

@@ -320,15 +320,41 @@ class MoveRefused(ValidationError):
     """The run keeps its version: moving it would change what its waiting calls need."""
 
 
-def run_move_to_active(*, run: AgentRun, user: AbstractBaseUser | None) -> bool:
+def version_changed_words(active: int, seen: int) -> str:
+    return (
+        f"Version {active} was made active since this list was read (it showed version {seen}). "
+        "Reload the list, check the version, and move the runs again."
+    )
+
+
+def _active_locked() -> AgentProfile:
+    """The active version, its row held to the end of the transaction: an activation in flight lands
+    first (and is read) or waits for this transaction."""
+    for _ in range(3):
+        # An activation that committed while this waited for the row it read (then no longer active)
+        # gives nothing: the next statement reads the version it made active.
+        found = AgentProfile.objects.select_for_update().filter(is_active=True).order_by("-version").first()
+        if found is not None:
+            return found
+    return active_profile()
+
+
+def run_move_to_active(*, run: AgentRun, user: AbstractBaseUser | None, version_seen: int | None = None) -> bool:
     """Move a paused run to the active version, on its ticket's timeline. False if the run is
     not paused or is on the active version already. MoveRefused (with the reason) when the two
     versions' approval rules differ and the run has a call with an effect, recorded under its
     version's rules, that waits to run without a staff approval: the rules that decided it had
-    no approval to wait for are the ones it runs under."""
-    target = active_profile()
+    no approval to wait for are the ones it runs under; and (code ``version_changed``) when
+    ``version_seen``, the version the person was shown as active, is no longer the active one.
+    The active version is read under the run's lock."""
     with transaction.atomic():
         locked = AgentRun.objects.select_for_update().get(pk=run.pk)
+        target = _active_locked()
+        if version_seen is not None and target.version != version_seen:
+            raise MoveRefused(
+                version_changed_words(target.version, version_seen) + f" Run {locked.pk} was not moved.",
+                code="version_changed",
+            )
         if locked.status not in PAUSED_RUN_STATUSES or locked.profile_id == target.pk:
             return False
         current = profile_of(locked)
