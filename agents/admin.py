@@ -161,7 +161,7 @@ def _ticket_action(
         if not all(getattr(modeladmin, f"has_{needed}_permission")(request) for needed in permissions):
             raise PermissionDenied  # offered only with these permissions; refused all the same
         done: dict[str, int] = {}
-        refused = []
+        refused, unchanged = [], []
         for ticket in queryset:
             seen = {"seen_seq": pages.seen_on_the_list(request, ticket)} if reads_seen else {}
             try:
@@ -169,10 +169,15 @@ def _ticket_action(
             except ValidationError as exc:
                 refused.append(" ".join(exc.messages))
                 continue
+            if ticket_services.nothing_changed(ticket):
+                unchanged.append(ticket_services.nothing_changed(ticket))
+                continue
             status = ticket.get_status_display().lower()
             done[status] = done.get(status, 0) + 1
         for status, count in sorted(done.items()):
             messages.success(request, f"{count} ticket(s) now {status}.")
+        for words in unchanged:
+            messages.info(request, words)
         for reason in refused:
             messages.error(request, reason)
 

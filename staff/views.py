@@ -210,10 +210,14 @@ def _action(service: Callable[..., Ticket], done: str, *, reads: tuple[str, ...]
     def view(request: HttpRequest, ticket_id: int) -> HttpResponse:
         found = _ticket_or_404(ticket_id)
         try:
-            service(ticket=found, user=request.user, **pages.as_read(request, reads))
+            ticket = service(ticket=found, user=request.user, **pages.as_read(request, reads))
         except ValidationError as exc:
             return _refused(request, ticket_id, exc)
-        messages.success(request, done)
+        unchanged = services.nothing_changed(ticket)
+        if unchanged:
+            messages.info(request, unchanged)
+        else:
+            messages.success(request, done)
         return _back(ticket_id)
 
     view.__name__ = service.__name__

@@ -475,9 +475,12 @@ class TicketAdmin(IdsChecked):
             except ValidationError as exc:
                 self.message_user(request, " ".join(exc.messages), messages.ERROR)
             else:
-                self.message_user(
-                    request, f"{button.label}: ticket #{ticket.pk} is now {ticket.get_status_display().lower()}."
-                )
+                if services.nothing_changed(ticket):
+                    self.message_user(request, services.nothing_changed(ticket), messages.INFO)
+                else:
+                    self.message_user(
+                        request, f"{button.label}: ticket #{ticket.pk} is now {ticket.get_status_display().lower()}."
+                    )
             return HttpResponseRedirect(
                 reverse(
                     f"admin:{self.opts.app_label}_{self.opts.model_name}_change",

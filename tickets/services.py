@@ -791,6 +791,9 @@ def ticket_hand_back(
     with transaction.atomic():
         locked = _locked(ticket)
         if locked.status in {TicketStatus.OPEN, TicketStatus.WAITING_ON_CUSTOMER, TicketStatus.PENDING_APPROVAL}:
+            # Handed back already (someone else, or this same click sent twice): nothing changes, and
+            # the person is told so, not "handed back" as if they had just done it.
+            locked.nothing_changed = _already_handed_back(locked, user)
             return locked
         if spare_colleagues:
             _not_a_colleagues(locked, user)
@@ -817,6 +820,26 @@ def ticket_hand_back(
         ticket_id = locked.pk
         transaction.on_commit(lambda: ticket_needs_agent.send(sender=Ticket, ticket_id=ticket_id))
     return locked
+
+
+def _already_handed_back(ticket: Ticket, user: AbstractBaseUser) -> str:
+    """What a hand-back of a ticket the agent has already says: who handed it back, if someone did."""
+    last = (
+        TicketEvent.objects.filter(ticket=ticket, kind="status_changed", payload__to=TicketStatus.OPEN)
+        .filter(payload__reason="handed back to the agent")
+        .select_related("actor_user")
+        .order_by("-seq")
+        .first()
+    )
+    if last is None:
+        return f"Ticket #{ticket.pk} is with the agent already; nothing was changed."
+    by = "you" if last.actor_user_id == user.pk else (last.actor_user.get_username() if last.actor_user else "someone")
+    return f"Ticket #{ticket.pk} was already handed back to the agent by {by}; nothing was changed."
+
+
+def nothing_changed(ticket: Ticket) -> str:
+    """What a service that changed nothing on ``ticket`` (as it returned it) says about it; empty when it did."""
+    return getattr(ticket, "nothing_changed", "")
 
 
 def ticket_resolve(
