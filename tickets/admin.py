@@ -155,10 +155,32 @@ class PageReadForm(forms.ModelForm):
         return cleaned
 
 
+class OrderLineForm(PageReadForm):
+    """A line of an order's page: carries what it showed, writes only what the person changed on it,
+    and refuses a change to a value someone changed since (a line a colleague corrected after the page
+    was read looked "changed" to Django, and got the page's old quantity and price back)."""
+
+    editable = ("sku", "description", "quantity", "unit_price_cents")
+
+    class Meta:
+        model = OrderLine
+        fields = ("sku", "description", "quantity", "unit_price_cents")
+
+    def save(self, commit: bool = True) -> OrderLine:
+        if not self.instance.pk or self.page_values() is None:
+            return super().save(commit)
+        changed = self.changed_on_the_page()
+        if commit and changed:
+            self.instance.save(update_fields=changed)
+        return self.instance
+
+
 class OrderLineInline(admin.TabularInline):
     model = OrderLine
+    form = OrderLineForm
     extra = 0
-    fields = ["sku", "description", "quantity", "unit_price_cents", "unit_price"]
+    # page_read: what each line showed, sent back with the page (a hidden field).
+    fields = ["sku", "description", "quantity", "unit_price_cents", "unit_price", "page_read"]
     readonly_fields = ["unit_price"]
 
     @admin.display(description="unit price")
@@ -192,9 +214,11 @@ class OrderAdmin(IdsChecked):
     list_select_related = ["customer"]
     search_fields = ["number", "customer__email", "payment_reference"]
     autocomplete_fields = ["customer"]
+    # page_read: what the page showed, sent back with it (a hidden field): without it among the page's
+    # fields no browser sent it, and a page read before a refund put the old status back.
     fields = [
         "number", "customer", "status", "currency", "total_cents", "total_amount", "payment_reference",
-        "placed_at", "shipped_at", "delivered_at",
+        "placed_at", "shipped_at", "delivered_at", "page_read",
     ]  # fmt: skip
     readonly_fields = ["total_amount"]
     inlines = [OrderLineInline]
