@@ -234,6 +234,16 @@ class OrderAdmin(IdsChecked):
             fields += self.PAID_AGAINST
         return fields
 
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, Any, set[str], Any]:
+        """An order money was asked for on is kept (its page and the list's "Delete selected"): the
+        tickets' tool calls and approval requests name it by its number, with no key that protects it
+        until a refund row exists."""
+        to_delete, model_count, perms_needed, protected = super().get_deleted_objects(objs, request)
+        if any(asked(order) for order in objs for asked in self.money_asked_on):
+            # Django refuses the deletion (403 when posted) and lists this as what may not be deleted.
+            perms_needed.add("an order a refund was asked for on (a ticket's tool calls and approvals name it)")
+        return to_delete, model_count, perms_needed, protected
+
     def save_model(self, request: HttpRequest, obj: Order, form: Any, change: bool) -> None:
         """Only what the person changed on the page is written, on the row as it is now."""
         if not change:
