@@ -80,6 +80,11 @@ class ApprovalPolicyAdmin(IdsChecked):
     def has_add_permission(self, request) -> bool:  # noqa: ANN001
         return not ApprovalPolicy.objects.exists()
 
+    def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        # The policy is edited (that makes the next profile version). Deleted, the row came back at the
+        # next read with the model's defaults: the page showed values the active version does not have.
+        return False
+
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001
         changed = _save_what_the_page_changed(obj, form, change)
         # Only what this page changed: the rest stays as the active version has it.
