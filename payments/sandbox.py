@@ -10,7 +10,9 @@ tables and the sandbox's tables are different stores, so "the provider refunded
 but we did not record it" is a real window that tests can hit.
 
 The sandbox is one account: every ``sk_test_...`` key sees the same objects and
-the same idempotency keys. Keys never expire (Stripe prunes them after 24 hours).
+the same idempotency keys. Keys are kept until told otherwise: Stripe prunes them once they are
+24 hours old, and ``POST /_sandbox/idempotency_keys/expire`` does the same here on demand (a request
+sent again under a forgotten key is a new request, and refunds again).
 
 API (``Authorization: Bearer sk_test_...`` required)::
 
@@ -29,6 +31,9 @@ Control (no auth; for tests and ``make run``)::
     POST   /_sandbox/reset                 delete every record and queued fault
     GET    /_sandbox/refunds               every refund, oldest first
     GET    /_sandbox/idempotency_keys      every idempotency record with its state
+    POST   /_sandbox/idempotency_keys/expire  [older_than_seconds=86400]: forget the finished keys first
+                                           used at least that long ago, as Stripe does after 24 hours
+                                           (0: every finished key); the refunds made under them stay
     POST   /_sandbox/faults                mode, [method=POST], [path=/v1/refunds], [count=1]: queue a fault
     GET    /_sandbox/faults                the queue;  DELETE /_sandbox/faults  clears it
 
@@ -579,6 +584,26 @@ def reset(conn: Conn) -> None:
     conn.execute(f"TRUNCATE {SCHEMA}.refunds, {SCHEMA}.idempotency_keys, {SCHEMA}.payment_intents")
 
 
+# How long Stripe keeps an idempotency key: it may prune one once it is 24 hours old.
+STRIPE_KEY_SECONDS = 24 * 60 * 60
+
+
+def expire_keys(conn: Conn, params: dict[str, Any]) -> int:
+    """Forget the finished idempotency keys first used at least ``older_than_seconds`` ago (default:
+    Stripe's 24 hours), as Stripe prunes them: a request sent again under one is new. A key still in
+    flight is kept (its request is being answered). Returns how many were forgotten."""
+    raw = params.get("older_than_seconds") or str(STRIPE_KEY_SECONDS)
+    if not re.fullmatch(r"[0-9]{1,9}", raw):
+        raise ApiError(400, "older_than_seconds must be a whole number of seconds.", param="older_than_seconds")
+    older_than = int(raw)
+    gone = conn.execute(
+        f"""DELETE FROM {SCHEMA}.idempotency_keys
+            WHERE state = 'done' AND created <= now() - make_interval(secs => %s) RETURNING key""",
+        [older_than],
+    ).fetchall()
+    return len(gone)
+
+
 Handler = Callable[[Conn, dict[str, Any], re.Match[str]], Response]
 
 API_ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
@@ -1045,6 +1070,8 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
             if (method, path) == ("GET", "/_sandbox/refunds"):
                 rows = conn.execute(f"SELECT * FROM {SCHEMA}.refunds ORDER BY seq").fetchall()
                 return Response.json(200, {"data": [refund_json(r) for r in rows]})
+            if (method, path) == ("POST", "/_sandbox/idempotency_keys/expire"):
+                return Response.json(200, {"expired": expire_keys(conn, params)})
             if (method, path) == ("GET", "/_sandbox/idempotency_keys"):
                 rows = conn.execute(
                     f"""SELECT key, state, method, path, request_id, response_status, created, finished

@@ -82,6 +82,11 @@ class SandboxControl:
     def idempotency_keys(self) -> list[dict[str, Any]]:
         return self._call("GET", "/_sandbox/idempotency_keys")["data"]
 
+    def expire_idempotency_keys(self, *, older_than_seconds: int = 24 * 60 * 60) -> int:
+        """Forget the finished idempotency keys at least this old, as Stripe does after 24 hours."""
+        payload = {"older_than_seconds": older_than_seconds}
+        return int(self._call("POST", "/_sandbox/idempotency_keys/expire", payload)["expired"])
+
     def fault(self, mode: str, *, method: str = "POST", path: str = "/v1/refunds", count: int = 1) -> None:
         """Queue a fault for the next ``count`` matching requests.
 

@@ -115,6 +115,24 @@ def test_the_same_idempotency_key_twice_gives_one_refund_with_the_same_id(paymen
     assert [r["id"] for r in payment_sandbox.refunds()] == [first.id]
 
 
+def test_a_key_the_sandbox_was_told_to_expire_is_forgotten_as_stripe_forgets_it_after_24_hours(
+    payment_sandbox, provider
+):
+    payment_sandbox.seed_payment(PAYMENT, 2900, "usd")
+    first = refund(provider, "ticket-1/call-3")
+
+    assert payment_sandbox.expire_idempotency_keys() == 0  # a key used a moment ago is kept a day
+    assert refund(provider, "ticket-1/call-3") == first
+    assert payment_sandbox.expire_idempotency_keys(older_than_seconds=0) == 1  # as if a day had passed
+    assert payment_sandbox.idempotency_keys() == []
+    again = refund(provider, "ticket-1/call-3")
+
+    # Stripe no longer knows the key: the same request is a new one, and refunds a second time.
+    assert again.id != first.id
+    assert [r["id"] for r in payment_sandbox.refunds()] == [first.id, again.id]
+    assert [r["state"] for r in payment_sandbox.idempotency_keys()] == ["done"]
+
+
 def test_a_replayed_response_is_the_original_marked_idempotent_replayed(payment_sandbox):
     payment_sandbox.seed_payment(PAYMENT, 2900, "usd")
     form = {"payment_intent": PAYMENT, "amount": "500", "metadata[idempotency_key]": "raw-1"}
