@@ -23,9 +23,11 @@ Whether a refund needs a staff approval is decided with its intent
 - a refund that takes the customer's refunds in the policy's rolling window
   above the per-customer limit.
 
-The provider call carries the tool call's idempotency key. Retries under that
-key back off (exponential, with jitter, bounded) and ask the provider what
-happened under the key before each new try. Only a refund the provider calls
+The provider call carries the tool call's idempotency key. The provider is asked
+what happened under the key before every try, the first included (Stripe forgets
+a key after 24 hours, and a key may have been used before: by the deployment a
+state bundle came from, or long ago); a refund it finds is recorded, not sent
+again. Retries under that key back off (exponential, with jitter, bounded). Only a refund the provider calls
 ``succeeded`` is a success; ``pending`` and ``requires_action`` stay open and
 the reconciler settles them; ``failed``, ``canceled``, a refusal, or an answer
 that never comes send the ticket to a person, and the customer is told in
@@ -461,11 +463,13 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     try:
         for attempt in _retrying():
             with attempt:
-                found = None
-                if attempt.retry_state.attempt_number > 1:
-                    found = _lookup(key, order.payment_reference)  # what happened under the key?
-                    if found is None:
-                        _go_on_or_stop(ctx, refund)  # a backoff is long enough for a take-over
+                # What happened under the key? Asked before the first try too: the key may have been
+                # used before (a bundle written before the deployment it came from paid it, a try long
+                # ago), and the provider forgets a key after 24 hours (Stripe): sent again, a forgotten
+                # key pays a second time. The refund found is recorded, not sent again.
+                found = _lookup(key, order.payment_reference)
+                if found is None and attempt.retry_state.attempt_number > 1:
+                    _go_on_or_stop(ctx, refund)  # a backoff is long enough for a take-over
                 if found is None:
                     found = provider().create_refund(
                         payment_reference=order.payment_reference,

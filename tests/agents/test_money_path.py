@@ -441,7 +441,9 @@ def test_provider_retries_back_off_with_jitter_and_ask_the_provider_before_each(
         assert floor <= wait <= floor + 0.2, waits  # exponential, with up to one first-wait of jitter
     assert len(set(waits)) == 3
     refund = Refund.objects.get(order=order)
-    assert lookups == [refund.idempotency_key] * 3  # reconciled by key before each retry
+    # Reconciled by key before each try, the first included (a key the provider forgot after 24 hours
+    # would pay again), then before each of the 3 retries.
+    assert lookups == [refund.idempotency_key] * 4
     assert_money_invariants(sandbox)
 
 

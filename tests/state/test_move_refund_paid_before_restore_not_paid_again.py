@@ -1,0 +1,65 @@
+"""A refund approved but not yet sent when the bundle was written, that the old deployment then paid,
+is not paid a second time where the bundle is restored a day later.
+
+README, "Refunds: the rules" and "Moving a deployment": idempotency keys are kept, so a refund run
+again by the new deployment is deduplicated by the payment provider. Stripe forgets a key once it is
+24 hours old: the restored worker's first try under the key is then a new refund. It asks the
+provider what happened under the key before that first try, and records the refund it finds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.models import Refund, RefundStatus, RunStatus, ToolCall
+from agents.runner import advance
+from approvals import services as approval_services
+from approvals.models import ApprovalRequest
+from tests.agents.test_money_path import order_for, paid
+from tests.approvals.conftest import make_staff
+from tests.conftest import make_customer
+from tests.state.conftest import export
+from tests.state.test_bundle import empty_the_ledger, restore
+from tickets import services as ticket_services
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+
+
+@pytest.fixture(autouse=True)
+def _quick_retries(settings):  # noqa: ANN001, ANN202
+    settings.REFUND_RETRY_FIRST_WAIT_MS = 5
+    settings.REFUND_RETRY_MAX_WAIT_MS = 20
+
+
+def test_a_refund_the_old_deployment_paid_after_the_export_is_not_paid_again_a_day_later(sandbox, tmp_path):
+    customer = make_customer(flagged=True)  # every refund of theirs is reviewed
+    order = order_for(customer, "M-2401", 10000, sandbox)
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $30.00 on order M-2401"
+    )
+    assert advance(ticket.pk).state == RunStatus.WAITING_APPROVAL
+    approval = ApprovalRequest.objects.get(ticket=ticket)
+    approval_services.approval_decide(
+        approval_id=approval.pk, user=make_staff("approves", can_decide=True), approve=True
+    )
+    assert not Refund.objects.exists()  # approved, not sent yet
+
+    path = export(tmp_path, ticket, name="moving.tar", include_personal_data=True)
+    key = ToolCall.objects.get(ticket=ticket, name="issue_refund").idempotency_key
+
+    advance(ticket.pk)  # the old deployment, still running, pays it under the call's key
+    [first] = paid(sandbox, order)
+    assert (first["amount"], first["metadata"]["idempotency_key"]) == (3000, key)
+
+    # The new deployment, restored from the bundle more than a day later: Stripe has forgotten the key.
+    empty_the_ledger()
+    sandbox.expire_idempotency_keys(older_than_seconds=0)
+    restore(path)
+    advance(ticket.pk)
+
+    assert [r["id"] for r in paid(sandbox, order)] == [first["id"]], (
+        "the restored worker sent the refund again under a key the provider had forgotten, and the "
+        "customer was refunded twice: its first try did not ask the provider what happened under the key"
+    )
+    refund = Refund.objects.get(idempotency_key=key)
+    assert (refund.status, refund.provider_refund_id) == (RefundStatus.SUCCEEDED, first["id"])
