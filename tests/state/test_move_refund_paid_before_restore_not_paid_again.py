@@ -10,11 +10,13 @@ provider what happened under the key before that first try, and records the refu
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 from agents.models import Refund, RefundStatus, RunStatus, ToolCall
 from agents.runner import advance
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest
+from payments.provider import PaymentProvider
 from tests.agents.test_money_path import order_for, paid
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer
@@ -60,6 +62,57 @@ def test_a_refund_the_old_deployment_paid_after_the_export_is_not_paid_again_a_d
     assert [r["id"] for r in paid(sandbox, order)] == [first["id"]], (
         "the restored worker sent the refund again under a key the provider had forgotten, and the "
         "customer was refunded twice: its first try did not ask the provider what happened under the key"
+    )
+    refund = Refund.objects.get(idempotency_key=key)
+    assert (refund.status, refund.provider_refund_id) == (RefundStatus.SUCCEEDED, first["id"])
+
+
+class WorkerDied(BaseException):
+    """The worker stops dead (no handler of ours catches it)."""
+
+
+def test_a_refund_recorded_but_not_sent_when_exported_and_paid_by_the_old_deployment_is_not_paid_again(
+    sandbox, tmp_path, monkeypatch
+):
+    """The bundle holds the refund's row (submitted: its request was about to go) and the old
+    deployment's next worker sent it. Restored a day later, the recovery's look-up gets no answer, so
+    the handler runs again under the call's key: its try asks the provider first, and finds it paid."""
+    customer = make_customer()
+    order = order_for(customer, "M-2402", 10000, sandbox)
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $30.00 on order M-2402"
+    )
+
+    def dies_before_sending(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise WorkerDied()
+
+    with monkeypatch.context() as patched:
+        patched.setattr(PaymentProvider, "create_refund", dies_before_sending)
+        with pytest.raises(WorkerDied):
+            advance(ticket.pk)
+    assert Refund.objects.get(ticket=ticket).status == RefundStatus.SUBMITTED and paid(sandbox, order) == []
+    with connection.cursor() as cursor:  # as a killed worker leaves it: held by nobody alive, expired
+        cursor.execute(
+            "UPDATE agents_ticketlease SET owner = 'dead-worker', expires_at = now() - interval '1 second' "
+            "WHERE ticket_id = %s",
+            [ticket.pk],
+        )
+    path = export(tmp_path, ticket, name="moving.tar", include_personal_data=True)
+    key = Refund.objects.get(ticket=ticket).idempotency_key
+
+    advance(ticket.pk)  # the old deployment's next worker recovers the call and sends it
+    [first] = paid(sandbox, order)
+    assert first["metadata"]["idempotency_key"] == key
+
+    empty_the_ledger()
+    sandbox.expire_idempotency_keys(older_than_seconds=0)  # a day later
+    restore(path)
+    sandbox.fault("error_before_commit", method="GET", path="/v1/refunds*", count=1)  # recovery's look-up
+    advance(ticket.pk)
+
+    assert [r["id"] for r in paid(sandbox, order)] == [first["id"]], (
+        "the restored worker sent the refund again under a key the provider had forgotten: its try did "
+        "not ask the provider what happened under the key"
     )
     refund = Refund.objects.get(idempotency_key=key)
     assert (refund.status, refund.provider_refund_id) == (RefundStatus.SUCCEEDED, first["id"])
