@@ -504,7 +504,98 @@ def check_invariants(ticket_ids: list[int], provider_refunds: list[dict[str, Any
                 answered.violations.append(f"ticket {ticket.pk}: the message {body!r} was stored {count} times")
     checks += [answered, stuck, gapless]
     checks.append(_check_refunds_given_up(ticket_ids))
+    checks += _check_money_and_words(ticket_ids, drill_refunds, ledger)
     return checks
+
+
+def _check_money_and_words(
+    ticket_ids: list[int], drill_refunds: list[dict[str, Any]], ledger: dict[str, Any]
+) -> list[Check]:
+    """What the checks above leave open: no order refunded beyond its amount, an approval decided by a
+    member of staff before the money moved, the customer's Confirm on the exact arguments, one reply per
+    turn, and no customer told a refund was made that was not."""
+    import re
+
+    from agents.calls import arguments_digest
+    from agents.models import RefundStatus
+    from approvals.models import ApprovalRequest, ApprovalStatus
+    from tickets.models import AuthorKind, Message, Order
+    from tickets.money import format_money
+
+    moved = [r for r in drill_refunds if r["status"] in {"succeeded", "pending", "requires_action"}]
+    beyond = Check("no order refunded beyond its amount", checked=len(moved))
+    per_payment: dict[str, int] = defaultdict(int)
+    for refund in moved:
+        per_payment[refund["payment_intent"]] += refund["amount"]
+    totals = dict(
+        Order.objects.filter(payment_reference__in=list(per_payment)).values_list("payment_reference", "total_cents")
+    )
+    for payment, cents in per_payment.items():
+        if cents > totals.get(payment, 0):
+            beyond.violations.append(f"{payment}: {cents} cents refunded, the order is {totals.get(payment)}")
+
+    staff = Check("every approved refund approved by staff before it was paid", checked=0)
+    confirmed = Check("every confirmed refund confirmed on its arguments", checked=0)
+    for refund in drill_refunds:
+        ours = ledger.get(refund["id"])
+        call = ours.tool_call if ours else None
+        if call is None:
+            continue
+        if call.approval_required:
+            staff.checked += 1
+            approvals = ApprovalRequest.objects.filter(
+                tool_call=call, status=ApprovalStatus.APPROVED, arguments_digest=arguments_digest(call.arguments)
+            ).select_related("decided_by")
+            good = [
+                a for a in approvals
+                if a.decided_by is not None and a.decided_by.is_staff and a.decided_by.is_active
+                and a.decided_at is not None and a.decided_at.timestamp() <= refund["created"] + 1
+            ]  # fmt: skip
+            if not good:
+                staff.violations.append(f"{refund['id']} (call {call.pk}): no staff approval before the payment")
+        if call.confirmation_required:
+            confirmed.checked += 1
+            if call.confirmation_decision != "confirmed" or call.confirmation_digest != arguments_digest(
+                call.arguments
+            ):
+                confirmed.violations.append(
+                    f"{refund['id']} (call {call.pk}): confirmation {call.confirmation_decision!r} on other arguments"
+                    if call.confirmation_decision == "confirmed"
+                    else f"{refund['id']} (call {call.pk}): paid with confirmation {call.confirmation_decision!r}"
+                )
+
+    replies = Check("one reply per agent turn, none repeated", checked=0)
+    truthful = Check("no customer told of a refund that was not made", checked=0)
+    made = {
+        (r.ticket_id, r.order.number, format_money(r.amount_cents, r.currency))
+        for r in ledger.values()
+        if r.status in {RefundStatus.SUCCEEDED, RefundStatus.PENDING}
+    }
+    said = re.compile(r"I've refunded (\S+) on order (\S+?)\. ")
+    steps_per_run: dict[str, set[str]] = defaultdict(set)
+    previous: dict[int, str] = {}
+    for message in Message.objects.filter(ticket_id__in=ticket_ids, is_public=True).order_by(
+        "ticket", "created_at", "id"
+    ):
+        if message.author_kind != AuthorKind.AGENT:
+            if message.author_kind == AuthorKind.CUSTOMER:
+                previous.pop(message.ticket_id, None)
+            continue
+        replies.checked += 1
+        parts = (message.client_msg_id or "").split(":")
+        if parts[0] == "reply" and len(parts) == 3:
+            steps_per_run[parts[1]].add(parts[2])
+        if previous.get(message.ticket_id) == message.body:
+            replies.violations.append(f"ticket {message.ticket_id}: message {message.pk} repeats the reply before it")
+        previous[message.ticket_id] = message.body
+        for amount, number in said.findall(message.body + " "):
+            truthful.checked += 1
+            if (message.ticket_id, number, amount) not in made:
+                truthful.violations.append(f"ticket {message.ticket_id}: told {amount} refunded on {number}, not so")
+    for run, steps in steps_per_run.items():
+        if len(steps) > 1:
+            replies.violations.append(f"run {run} replied at {len(steps)} steps ({', '.join(sorted(steps))})")
+    return [beyond, staff, confirmed, replies, truthful]
 
 
 def _check_refunds_given_up(ticket_ids: list[int]) -> Check:
@@ -631,7 +722,8 @@ def main(argv: list[str] | None = None) -> int:
         connection.close()
         checks = check_invariants(ticket_ids, stack.sandbox.refunds())
         if not rested:
-            checks[-2].violations.append(f"the tickets did not come to rest within {args.timeout:g} s")
+            stuck = next(c for c in checks if c.name == "no ticket stuck")
+            stuck.violations.append(f"the tickets did not come to rest within {args.timeout:g} s")
     except DrillError as exc:
         print(f"The drill could not run: {exc}", file=sys.stderr)
         return 2
