@@ -183,10 +183,25 @@ def _drop_database_connections() -> int:
 
 
 def _flush_broker() -> int:
-    from bench.common import redis_purge_queue
+    """Drop every doorbell of the drill's queue: those waiting and those a worker took and has not
+    acknowledged (kombu's ``unacked``), as a broker that lost its data would."""
+    import json
+
+    from bench.common import _redis, redis_purge_queue
     from drill.settings import DRILL_NAME
 
-    return redis_purge_queue(DRILL_NAME)
+    dropped = redis_purge_queue(DRILL_NAME)
+    client = _redis()
+    for key, value in client.hscan_iter("unacked"):
+        try:
+            routing_key = json.loads(value)[2]
+        except (ValueError, IndexError, TypeError):
+            continue
+        if routing_key == DRILL_NAME:
+            client.hdel("unacked", key)
+            client.zrem("unacked_index", key)
+            dropped += 1
+    return dropped
 
 
 # --- the customers --------------------------------------------------------------------------
@@ -373,7 +388,8 @@ def _chaos(
     from django.db import close_old_connections
 
     kills_left = args.kills
-    flushed = dropped = False
+    flushes_left = args.flushes
+    dropped = False
     provider_faults = args.provider_faults
     started = time.monotonic()
     next_kill = started + random.uniform(0.5, 2)
@@ -393,9 +409,9 @@ def _chaos(
                 stack.sandbox.fault(mode)
                 stack.events.append(f"the provider will fail the next refund request: {mode}")
                 provider_faults -= 1
-            if not flushed and now - started > 2:
+            if flushes_left and now - started > 2 and random.random() < 0.2:
                 stack.events.append(f"flushed the broker ({_flush_broker()} doorbells dropped)")
-                flushed = True
+                flushes_left -= 1
             if not dropped and traffic_done.is_set() and now - started > 3:
                 stack.events.append(f"dropped every database connection ({_drop_database_connections()} sessions)")
                 dropped = True
@@ -405,7 +421,7 @@ def _chaos(
             confirmed = _confirm_waiting()
             if confirmed:
                 stack.events.append(f"customers confirmed {confirmed} refund(s)")
-            if not kills_left and flushed and dropped:
+            if not kills_left and not flushes_left and dropped:
                 chaos_done.set()
         except Exception as exc:  # noqa: BLE001 - the chaos goes on; a dropped connection hits us too
             stack.events.append(f"chaos step failed: {type(exc).__name__}: {str(exc)[:120]}")
@@ -649,6 +665,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the scratch database afterwards")
     parser.add_argument(
         "--provider-faults", type=int, default=0, help="refund requests the payment provider fails (default 0)"
+    )
+    parser.add_argument(
+        "--flushes", type=int, default=1, help="times the broker loses every doorbell, taken or not (default 1)"
     )
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1_000_000)
