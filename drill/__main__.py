@@ -500,7 +500,14 @@ def check_invariants(ticket_ids: list[int], provider_refunds: list[dict[str, Any
             if message.author_kind != AuthorKind.CUSTOMER:
                 continue
             answered.checked += 1
-            later = [m for m in messages[n + 1 :] if m.is_public and m.author_kind != AuthorKind.CUSTOMER]
+            # "We got your message, it waits for the decision" is not an answer to it.
+            later = [
+                m
+                for m in messages[n + 1 :]
+                if m.is_public
+                and m.author_kind != AuthorKind.CUSTOMER
+                and not (m.client_msg_id or "").startswith("waiting:")
+            ]
             if not later and ticket.status not in {TicketStatus.WITH_HUMAN, TicketStatus.CLOSED}:
                 answered.violations.append(f"ticket {ticket.pk}: message {message.pk} has no answer")
         if AgentRun.objects.filter(ticket=ticket, status=RunStatus.RUNNING).exists():
