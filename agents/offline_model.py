@@ -686,6 +686,7 @@ class OfflineDeterministicModel:
                     f"Your refund of {amount} on order {previous.result.get('order_number')} is already on its way; "
                     "it should reach your original payment method in 5 to 10 business days."
                 )
+        uncertain_email = False
         for item in done:
             result = item.result
             error = result.get("error")
@@ -742,7 +743,11 @@ class OfflineDeterministicModel:
             elif item.name == "hand_off_to_human":
                 parts.append("I've passed your ticket to a member of our team; they will reply here shortly.")
             elif item.name == "notify_customer_by_email":
-                parts.append("I've emailed you a summary." if not error else f"I couldn't send the email: {error}")
+                if result.get("status") == "uncertain":
+                    # It may have gone out: said below in words for the customer, not in the model's note.
+                    uncertain_email = True
+                else:
+                    parts.append("I've emailed you a summary." if not error else f"I couldn't send the email: {error}")
         lookup = next((d.result for d in done if d.name == "lookup_order" and "error" not in d.result), None)
         if refund is not None and refund.order_number and lookup and "issue_refund" not in {d.name for d in done}:
             if not refund.how_much and not refund.plain(lookup):
@@ -753,7 +758,7 @@ class OfflineDeterministicModel:
                     f"How much of order {refund.order_number} would you like refunded? Tell me the amount in "
                     f'{str(lookup.get("currency")).upper()}, for example "refund {example} on {refund.order_number}".'
                 )
-        if "notify_customer_by_email" in notes and "email" in request.lower():
+        if uncertain_email or ("notify_customer_by_email" in notes and "email" in request.lower()):
             parts.append(
                 "An email to you may already have gone out before a restart on our side; "
                 "please check your inbox before asking me to send another."

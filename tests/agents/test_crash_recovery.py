@@ -136,6 +136,9 @@ def test_crash_after_a_never_effect_marks_it_uncertain_and_tells_the_model(clust
     assert any("RECOVERY NOTE" in (m.get("content") or "") for m in last_request)
     assert ticket.events.filter(kind="tool_call_uncertain").count() == 1
     assert len(replies(ticket)) == 1 and "check your inbox" in replies(ticket)[0]
+    # The customer reads words written for them: neither the model's note on the uncertain call, nor
+    # "could not send" beside "may already have gone out".
+    assert "may or may not" not in replies(ticket)[0] and "couldn't send" not in replies(ticket)[0]
 
 
 def test_crash_in_the_middle_of_streaming_generates_only_that_step_again(cluster):
