@@ -9,8 +9,9 @@ traffic on loopback only:
 1. migrates and seeds the scratch database, adds drill customers with orders, and
    starts the payment sandbox (its own process, on that database), the web server
    (daphne), three worker processes and beat;
-2. every customer signs in over HTTP and opens three tickets (a small refund, a
-   refund above the approval threshold, an order question), each POST sent twice,
+2. every customer signs in over HTTP and opens four tickets (a small refund, a
+   refund above the approval threshold, an order question, an email asked for),
+   each POST sent twice,
    then writes a follow-up on the small refund, also sent twice;
 3. meanwhile: the workers are armed with the named fault points (each fires once,
    SIGKILL), random workers are SIGKILLed ``--kills`` times, the broker's queue is
@@ -50,12 +51,15 @@ WORKERS = 3
 WORKER_FAULTS = [
     "after_call_started:3,after_provider_refund,after_refund_given_up",
     "after_step_stored:2,after_keyed_effect,after_provider_refund,after_refund_given_up",
-    "mid_stream:4,before_lease_release:5,after_provider_refund,after_refund_given_up",
+    "mid_stream:4,before_lease_release:5,after_provider_refund,after_refund_given_up,after_never_effect",
 ]
 # Every REFUSED_EVERY-th customer's small order is held by the provider for less than our ledger says:
 # the provider refuses its refund, the worker gives up on it (a fault point), the customer must be told
 # once and the ticket handed to a person.
 REFUSED_EVERY = 4
+# What recovery and tool errors tell the model (agents/conversation.py, agents/recovery.py): a customer
+# reads plain sentences written for customers (DESIGN.md, invariant 13), never these.
+MODEL_WORDS = ("may or may not have taken effect", "check before repeating", "RECOVERY NOTE", "idempotency")
 # A person presses again on the "back in a moment" page (the web's database pool was busy).
 BUSY_RETRIES = 8
 
@@ -113,6 +117,9 @@ class Stack:
                 "LOG_LEVEL": "INFO",
                 "PYTHONUNBUFFERED": "1",
                 "AGENT_FAULT_ONCE_DIR": str(self.fault_dir),
+                # Each email the agent sends is a file here: the drill counts them.
+                "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+                "EMAIL_FILE_PATH": str(self.log_dir / "mail"),
             }
         )
         return env
@@ -266,6 +273,7 @@ async def _customer_traffic(base_url: str, person: dict[str, Any]) -> list[int]:
             f"Please refund order {person['orders']['S']}",
             f"Please refund order {person['orders']['L']}",
             f"Where is my order {person['orders']['Q']}?",
+            "Please email me a copy of this conversation.",
         ]
         for body in asks:
             ref = uuid.uuid4().hex
@@ -433,7 +441,9 @@ def _chaos(
 # --- the checks -----------------------------------------------------------------------------------
 
 
-def check_invariants(ticket_ids: list[int], provider_refunds: list[dict[str, Any]]) -> list[Check]:
+def check_invariants(
+    ticket_ids: list[int], provider_refunds: list[dict[str, Any]], mail_dir: Path | None = None
+) -> list[Check]:
     from agents.approval import arguments_digest
     from agents.models import AgentRun, ApprovalPolicy, Refund, RunStatus, TicketLease
     from approvals.models import ApprovalRequest, ApprovalStatus
@@ -528,7 +538,28 @@ def check_invariants(ticket_ids: list[int], provider_refunds: list[dict[str, Any
     checks += [answered, stuck, gapless]
     checks.append(_check_refunds_given_up(ticket_ids))
     checks += _check_money_and_words(ticket_ids, drill_refunds, ledger)
+    if mail_dir is not None:
+        checks.append(_check_emails(ticket_ids, mail_dir))
     return checks
+
+
+def _check_emails(ticket_ids: list[int], mail_dir: Path) -> Check:
+    """An email cannot be deduplicated (its tool's replay policy is ``never``): each customer asked for
+    one, and none is sent twice, whatever worker died after sending it."""
+    from tickets.models import Ticket
+
+    sent: Counter[str] = Counter()
+    for path in mail_dir.glob("*.log") if mail_dir.is_dir() else []:
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("To: "):
+                sent[line[4:].strip().lower()] += 1
+    asked = Ticket.objects.filter(pk__in=ticket_ids, subject__icontains="email me").select_related("customer")
+    check = Check("no email sent twice", checked=sum(sent.values()))
+    for ticket in asked:
+        count = sent.get(ticket.customer.email.lower(), 0)
+        if count > 1:
+            check.violations.append(f"ticket {ticket.pk}: {count} emails to {ticket.customer.email}")
+    return check
 
 
 def _check_money_and_words(
@@ -587,6 +618,15 @@ def _check_money_and_words(
                     else f"{refund['id']} (call {call.pk}): paid with confirmation {call.confirmation_decision!r}"
                 )
 
+    words = Check("no customer reads words meant for the model", checked=0)
+    for message in Message.objects.filter(ticket_id__in=ticket_ids, is_public=True).exclude(
+        author_kind=AuthorKind.CUSTOMER
+    ):
+        words.checked += 1
+        found = [w for w in MODEL_WORDS if w.lower() in message.body.lower()]
+        if found:
+            words.violations.append(f"ticket {message.ticket_id}: message {message.pk} says {found[0]!r}")
+
     replies = Check("one reply per agent turn, none repeated", checked=0)
     truthful = Check("no customer told of a refund that was not made", checked=0)
     made = {
@@ -618,7 +658,7 @@ def _check_money_and_words(
     for run, steps in steps_per_run.items():
         if len(steps) > 1:
             replies.violations.append(f"run {run} replied at {len(steps)} steps ({', '.join(sorted(steps))})")
-    return [beyond, staff, confirmed, replies, truthful]
+    return [beyond, staff, confirmed, words, replies, truthful]
 
 
 def _check_refunds_given_up(ticket_ids: list[int]) -> Check:
@@ -662,7 +702,7 @@ def _table(checks: list[Check]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m drill", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--customers", type=int, default=6, help="drill customers, 3 tickets each (default 6)")
+    parser.add_argument("--customers", type=int, default=6, help="drill customers, 4 tickets each (default 6)")
     parser.add_argument("--kills", type=int, default=3, help="random worker SIGKILLs (default 3)")
     parser.add_argument("--timeout", type=float, default=200, help="seconds to wait for rest (default 200)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: a new one, printed)")
@@ -746,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
         from django.db import connection
 
         connection.close()
-        checks = check_invariants(ticket_ids, stack.sandbox.refunds())
+        checks = check_invariants(ticket_ids, stack.sandbox.refunds(), log_dir / "mail")
         if not rested:
             stuck = next(c for c in checks if c.name == "no ticket stuck")
             stuck.violations.append(f"the tickets did not come to rest within {args.timeout:g} s")
