@@ -46,6 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 LOG_DIR = ROOT / "drill-results"
 SCRATCH_DB = "drill_run"
+RUNNING_MARK = "support-drill running"  # the application_name of a running drill's admin connection
 WORKERS = 3
 # Each point fires once in the whole drill (a marker file in a shared folder).
 WORKER_FAULTS = [
@@ -764,6 +765,15 @@ def main(argv: list[str] | None = None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     print(f"Drill (seed {seed}) on {server.host or 'a socket'}:{server.port or 5432}, logs in {log_dir}", flush=True)
     began = time.monotonic()
+    # One drill per server at a time: a second one would drop and make again the scratch database
+    # under the first (whose checks would then read the second's tickets) and purge its queue. The
+    # admin connection carries the mark while the drill lives (advisory locks are per database).
+    server.scalar("SELECT set_config('application_name', %s, false)", (RUNNING_MARK,))
+    others = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND pid <> pg_backend_pid()"
+    if server.scalar(others, (RUNNING_MARK,)):
+        print(f"The drill could not run: another drill is running on this server (its database {SCRATCH_DB!r})",
+              file=sys.stderr)  # fmt: skip
+        return 2
     server.recreate(SCRATCH_DB)
     stack = Stack(args, log_dir)
     stop = threading.Event()

@@ -22,6 +22,20 @@ def drill(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=380)
 
 
+def test_a_second_drill_on_the_same_server_refuses_to_run():
+    """Two drills would share the scratch database: the second would drop it under the first."""
+    import psycopg
+
+    from bench.overhead import Server
+    from drill.__main__ import RUNNING_MARK
+
+    server = Server.from_django(settings.DATABASES["default"])  # any database of the server
+    with psycopg.connect(server.conninfo(server.admin_db), autocommit=True, application_name=RUNNING_MARK):
+        second = drill("--seed", "1")
+    assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+    assert "another drill is running on this server" in second.stderr
+
+
 def test_the_drill_passes_on_the_product_and_fails_when_refunds_lose_their_key():
     passed = drill("--seed", "11")
     assert passed.returncode == 0, passed.stdout[-4000:] + passed.stderr[-4000:]
