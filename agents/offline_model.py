@@ -497,6 +497,30 @@ def _words(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+# A tool's error is written for the model (DESIGN: words for the model and words for customers are
+# separate). Those that tell the model what to do, or speak of the machinery, are said to the customer
+# in sentences of their own; one that is a plain sentence about the customer's order is said as it is.
+_ERRORS_IN_CUSTOMER_WORDS = (
+    (
+        re.compile(r"^Not sent again: this refund failed earlier"),
+        "A member of our team is checking that refund with the payment provider; you don't need to ask for it again.",
+    ),
+    (re.compile(r"needs a staff approval"), "That refund needs a review by a member of our team first."),
+    (re.compile(r"is not enabled for this agent"), "I'm not able to do that here; a member of our team can help."),
+    (re.compile(r"^not (posted|sent): a person answered"), ""),
+    (re.compile(r"^(Unknown tool|Arguments for|Invalid arguments for)"), "something went wrong on my side."),
+    (re.compile(r"\b(Tell the customer|do not ask|the model)\b", re.IGNORECASE), "something went wrong on my side."),
+)
+
+
+def _said_to_the_customer(error: str) -> str | None:
+    """The error in words for the customer; None: nothing to say of it (a person has answered)."""
+    for pattern, words in _ERRORS_IN_CUSTOMER_WORDS:
+        if pattern.search(error):
+            return words or None
+    return error
+
+
 def _amount(result: dict[str, Any]) -> str:
     return format_money(int(result.get("amount_cents", 0)), str(result.get("currency", "usd")))
 
@@ -692,7 +716,8 @@ class OfflineDeterministicModel:
             error = result.get("error")
             if item.name == "lookup_order":
                 if error:
-                    parts.append(f"I could not find that order: {error}")
+                    if (said := _said_to_the_customer(str(error))) is not None:
+                        parts.append(f"I could not find that order: {said}")
                     continue
                 line = f"Your order {result['order_number']} is {result['status']}"
                 if result.get("delivered_at"):
@@ -725,7 +750,11 @@ class OfflineDeterministicModel:
                     note = result.get("note") or "no reason given"
                     parts.append(f"A member of our team reviewed the refund and could not approve it ({note}).")
                 elif error:
-                    parts.append(f"I couldn't issue that refund: {error}")
+                    said = _said_to_the_customer(str(error))
+                    if said is not None and said != str(error) and said[0].isupper():
+                        parts.append(said)
+                    elif said is not None:
+                        parts.append(f"I couldn't issue that refund: {said}")
                 elif result.get("status") == "awaiting_approval":
                     parts.append("Your refund request is waiting for a member of our team to review it.")
                 elif result.get("status") == "pending":
@@ -747,7 +776,11 @@ class OfflineDeterministicModel:
                     # It may have gone out: said below in words for the customer, not in the model's note.
                     uncertain_email = True
                 else:
-                    parts.append("I've emailed you a summary." if not error else f"I couldn't send the email: {error}")
+                    said = _said_to_the_customer(str(error)) if error else None
+                    if not error:
+                        parts.append("I've emailed you a summary.")
+                    elif said is not None:
+                        parts.append(f"I couldn't send the email: {said}")
         lookup = next((d.result for d in done if d.name == "lookup_order" and "error" not in d.result), None)
         if refund is not None and refund.order_number and lookup and "issue_refund" not in {d.name for d in done}:
             if not refund.how_much and not refund.plain(lookup):
