@@ -11,14 +11,13 @@ endpoint, the offline deterministic model and a user's own class all fit.
 from __future__ import annotations
 
 import time
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from django.conf import settings
 
-from support.storable import clean_text
+from support.storable import clean_text, shows_something
 
 Message = dict[str, Any]
 ToolSpec = dict[str, Any]
@@ -120,16 +119,6 @@ def _printable_name(value: object, what: str, limit: int) -> str:
     return value
 
 
-# Letters and symbols that show as blank space (Braille blank, the Hangul fillers).
-_BLANK_LOOKING = frozenset("\u2800\u3164\u115f\u1160\uffa0")
-
-
-def has_visible_text(text: str) -> bool:
-    """Does ``text`` show anything to a reader? Blanks, zero-width and other format or control
-    characters, and letters drawn as blank space, show nothing."""
-    return any(not ch.isspace() and ch not in _BLANK_LOOKING and unicodedata.category(ch)[0] not in "CZ" for ch in text)
-
-
 # Finish reasons that say the endpoint stopped the answer before the model finished it.
 CUT_OFF = frozenset({"length", "content_filter"})
 
@@ -186,7 +175,7 @@ def validate_response(response: ModelResponse) -> ModelResponse:
         if clean_text(arguments) != arguments:
             raise ModelOutputInvalid(f"tool call {n}'s arguments contain NUL or invalid Unicode", usage=usage)
         clean.append(ToolCallRequest(id=call_id, name=name, arguments=arguments))
-    if not clean and not has_visible_text(text):
+    if not clean and not shows_something(text):
         # Nothing to post and nothing to run: stored as an answer it would end the run with the
         # customer unanswered (an answer of zero-width characters is an empty bubble in the chat).
         # Another generation may well say something.

@@ -9,6 +9,7 @@ a NUL loses nothing a reader could see, and refusing it would fail the step that
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any
 
 
@@ -39,3 +40,16 @@ def _clean(value: Any) -> Any:
     if isinstance(value, list):
         return [_clean(item) for item in value]
     return value
+
+
+# Letters and symbols drawn as blank space (Braille blank, the Hangul fillers).
+_BLANK_LOOKING = frozenset("\u2800\u3164\u115f\u1160\uffa0")
+# Control, format (zero-width, byte-order mark) and separator characters show nothing either.
+_UNSEEN = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
+def shows_something(text: str) -> bool:
+    """Does ``text`` show anything to a reader? An empty bubble is what blanks, zero-width and other
+    format or control characters, and letters drawn as blank space, make alone (a customer's message
+    of them is refused as empty; a model's answer of them is no answer)."""
+    return any(not ch.isspace() and ch not in _BLANK_LOOKING and unicodedata.category(ch) not in _UNSEEN for ch in text)

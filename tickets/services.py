@@ -6,7 +6,6 @@ import contextlib
 import functools
 import hashlib
 import threading
-import unicodedata
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from django.db.models.functions import Least
 from django.utils import timezone
 
 from support import rows
+from support.storable import shows_something
 from tickets import realtime
 from tickets.attachments import CheckedFile, IncomingFile, inspect_all
 from tickets.models import (
@@ -311,15 +311,9 @@ def one_line_break(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _shows_something(text: str) -> bool:
-    """Has the text a character a reader sees? Control and zero-width (format) characters alone
-    show an empty bubble."""
-    return any(not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf") for ch in text)
-
-
 def _clean_body(body: str) -> str:
     text = one_line_break(body or "").strip()
-    if not _shows_something(text):
+    if not shows_something(text):
         raise ValidationError("A message cannot be empty.", code="empty")
     _storable_or_refuse(text, "The message")
     if len(text) > MESSAGE_MAX_CHARS:
@@ -365,7 +359,7 @@ def message_post(
     still caught by the unique constraint, and its message returned.
     """
     checked = inspect_all(files or [])
-    if checked and not _shows_something(body or ""):
+    if checked and not shows_something(body or ""):
         body = ", ".join(f.name for f in checked)[:MESSAGE_MAX_CHARS]
     text = _clean_body(body)
     ticket_id = _ticket_id(ticket)
