@@ -116,10 +116,22 @@ _TABLES_SQL = (
 )
 
 
-def _tables_now() -> tuple[dict[str, Any] | None, dict[str, bool] | None]:
-    """The approval policy row and each tool's rule, as they are now (``_TABLES_SQL``)."""
-    policy, rules = reads.fetch(_TABLES_SQL, [])[0]
+Tables = tuple[dict[str, Any] | None, dict[str, bool] | None]
+
+
+def policy_tables_sql() -> tuple[str, list[Any]]:
+    """The query of ``_tables_now``, to send along with others (its rows: ``policy_tables_from``)."""
+    return _TABLES_SQL, []
+
+
+def policy_tables_from(found: list[tuple[Any, ...]]) -> Tables:
+    policy, rules = found[0]
     return policy, rules
+
+
+def _tables_now() -> Tables:
+    """The approval policy row and each tool's rule, as they are now (``_TABLES_SQL``)."""
+    return policy_tables_from(reads.fetch(*policy_tables_sql()))
 
 
 def _tables_stricter(
@@ -147,14 +159,15 @@ def _tables_stricter(
     return fields, tools
 
 
-def profile_for_new_run(active: AgentProfile | None = None) -> AgentProfile:
+def profile_for_new_run(active: AgentProfile | None = None, tables: Tables | None = None) -> AgentProfile:
     """The version a new run keeps: the active one; or, when the approval policy tables are stricter
     than it, the next version with their stricter values (the rest as the active version has it). The
     admin's pages make a version as they save; a rule tightened anywhere else (a shell, SQL, a data
     migration) made none, and new runs went on paying refunds the tables said staff must review.
-    ``active``: the active version, when just read. One statement when the tables are not stricter."""
+    ``active``, ``tables``: the active version and the tables, when just read (in this pass, with the
+    lease). One statement when the tables are not stricter, none when they were read."""
     profile = active or active_profile()
-    if not any(_tables_stricter(profile, *_tables_now())):
+    if not any(_tables_stricter(profile, *(tables if tables is not None and active is not None else _tables_now()))):
         return profile
     with transaction.atomic():
         # Decided again under the lock a new version takes: two workers make one version, not two.

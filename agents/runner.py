@@ -31,7 +31,7 @@ from agents.llm import ChatModel, ModelError, StreamMeter, validate_response, wa
 from agents.model_factory import get_model
 from agents.models import PAUSED_RUN_STATUSES, AgentProfile, AgentRun, RunStatus, StepStatus
 from agents.pass_state import Pass, stream_id
-from agents.profiles import profile_for_new_run, profile_of
+from agents.profiles import policy_tables_from, policy_tables_sql, profile_for_new_run, profile_of
 from agents.recovery import owner_stopped, recover
 from agents.selectors import (
     active_run_and_profile,
@@ -93,10 +93,10 @@ class RetryLater(Exception):
 
 def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
     # The lease, then (in the same round trip) the ticket, its active run and the active profile.
-    lease, (found, *run_and_profile) = lease_acquire_and_read(
+    lease, (found, *run_and_profile, tables) = lease_acquire_and_read(
         ticket_id=ticket_id,
         owner=worker_identity(),
-        then=[ticket_with_customer_sql(ticket_id), *active_run_and_profile_sql(ticket_id)],
+        then=[ticket_with_customer_sql(ticket_id), *active_run_and_profile_sql(ticket_id), policy_tables_sql()],
     )
     ticket = ticket_with_customer_from(found)
     if lease is None:
@@ -104,7 +104,7 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
     if ticket is None:  # deleted meanwhile
         lease.release()
         return Outcome("missing")
-    first_read: tuple[Any, ...] | None = active_run_and_profile_from(*run_and_profile)
+    first_read: tuple[Any, ...] | None = (*active_run_and_profile_from(*run_and_profile), policy_tables_from(tables))
     lease.start_heartbeat()
     outcome = Outcome("idle")
     unanswered = None
@@ -228,9 +228,9 @@ _models: dict[str, ChatModel] = {}
 def _current_run(
     lease: Lease, ticket: Ticket, chosen: ChatModel | None, read: tuple[Any, ...] | None = None
 ) -> tuple[AgentRun | None, bool]:
-    """The run to carry on, or a new one; ``read``: the active run and profile, when just read. And
-    whether a person has had the ticket since the run started: such a run only ends."""
-    run, profile = read or active_run_and_profile(ticket_id=lease.ticket_id)
+    """The run to carry on, or a new one; ``read``: the active run and profile and the policy tables,
+    when just read. And whether a person has had the ticket since the run started: such a run only ends."""
+    run, profile, tables = read or (*active_run_and_profile(ticket_id=lease.ticket_id), None)
     if run is not None:
         person = ticket.status in AGENT_STAYS_OUT or person_took_the_ticket_since(run)
         if not person and run.status == RunStatus.RUNNING and in_backoff(run):
@@ -253,7 +253,7 @@ def _current_run(
         return run, person
     if ticket.status in AGENT_STAYS_OUT:
         return None, False
-    profile = profile_for_new_run(profile)  # the version this run keeps to its end
+    profile = profile_for_new_run(profile, tables)  # the version this run keeps to its end
     try:
         model_name = (chosen or model_of(profile)).name
     except Exception:  # noqa: BLE001 - counted where the run builds it again, in the pass's own try
