@@ -92,7 +92,8 @@ class RetryLater(Exception):
 
 
 def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
-    # The lease, then (in the same round trip) the ticket, its active run and the active profile.
+    # The lease, then (in the same round trip) the ticket, its active run, the active profile and the
+    # approval policy tables (a new run checks that they were not made stricter outside the admin).
     lease, (found, *run_and_profile, tables) = lease_acquire_and_read(
         ticket_id=ticket_id,
         owner=worker_identity(),
