@@ -168,7 +168,8 @@ def new(model: type[Model], **values: Any) -> Model:
     state = obj.__dict__
     state.update(constant)
     for attname, default in called:
-        state[attname] = default()
+        if attname not in values:  # (a default given a value is not made: a clock read, a new dict)
+            state[attname] = default()
     for name, value in values.items():
         attname = related.get(name)
         if attname is not None:
