@@ -155,6 +155,9 @@ class ApprovalCard:
     confirmation_text: str = ""
     # The files the customer sent on the ticket (a photo of the damage, a receipt).
     attachments: list[dict[str, Any]] = field(default_factory=list)
+    # The ticket's timeline number when the card was read (before its conversation): the Approve form
+    # sends it back, and an approval is refused if the customer wrote after it (a message staff never saw).
+    seen_seq: int = 0
 
 
 def approval_attachments(*, tickets: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
@@ -293,6 +296,7 @@ def approval_cards(approvals: Iterable[ApprovalRequest]) -> list[ApprovalCard]:
             needs_confirmation=approval_needs_confirmation(approval),
             confirmation_text=approval_confirmation_text(approval),
             attachments=files.get(approval.ticket_id, []),
+            seen_seq=approval.ticket.last_event_seq,
         )
         order = orders.get(_order_number(approval))
         if order is not None:

@@ -23,7 +23,7 @@ from support import rounds
 from support.clock import database_now
 from tickets import realtime, timeline
 from tickets import services as ticket_services
-from tickets.models import ActorKind, AuthorKind, Message, Ticket
+from tickets.models import ActorKind, AuthorKind, Message, Ticket, TicketEvent
 
 STAFF_GROUP = "approvals.staff"
 DECIDE_PERMISSION = "approvals.decide_approval"
@@ -170,10 +170,25 @@ def can_decide(user: AbstractBaseUser) -> bool:
     return bool(user.is_authenticated and user.is_active and user.has_perm(DECIDE_PERMISSION))
 
 
+def customer_wrote_after(*, ticket_id: int, seq: int) -> bool:
+    """Has the customer written on this ticket after its timeline's number ``seq``?"""
+    return TicketEvent.objects.filter(
+        ticket_id=ticket_id, seq__gt=seq, kind="message", actor_kind=ActorKind.CUSTOMER, is_public=True
+    ).exists()
+
+
 def approval_decide(
-    *, approval_id: int, user: AbstractBaseUser, approve: bool, note: str = "", now: datetime | None = None
+    *,
+    approval_id: int,
+    user: AbstractBaseUser,
+    approve: bool,
+    note: str = "",
+    now: datetime | None = None,
+    seen_seq: int | None = None,
 ) -> ApprovalRequest:
-    """Record a staff decision and ring the ticket. The first decision wins; later ones change nothing."""
+    """Record a staff decision and ring the ticket. The first decision wins; later ones change nothing.
+    ``seen_seq``: the ticket's timeline number the deciding page was read at; an approval is refused
+    when the customer wrote after it (the approved call runs on resume before the agent reads it)."""
     if not can_decide(user):
         raise PermissionDenied("You do not have permission to decide approvals.")
     note = (note or "").strip()
@@ -239,6 +254,12 @@ def approval_decide(
                 f"A person has had ticket #{approval.ticket_id} since the agent asked (taken over, resolved or "
                 "closed): the agent will not act on this request; nothing was changed.",
                 code="person_has_ticket",
+            )
+        if approve and seen_seq is not None and customer_wrote_after(ticket_id=approval.ticket_id, seq=seen_seq):
+            raise ApprovalClosed(
+                f"The customer wrote on ticket #{approval.ticket_id} since this page was read: read their "
+                "message on the card and decide again; nothing was changed.",
+                code="customer_wrote",
             )
         label = (
             "Our team approved your request; finishing it now."

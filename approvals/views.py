@@ -114,8 +114,13 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
         )
         return render(request, "approvals/dashboard.html", _pending_context(), status=400)
     try:
+        seen = request.POST.get("seen_seq", "")
         services.approval_decide(
-            approval_id=approval.pk, user=request.user, approve=approve, note=request.POST.get("note", "")
+            approval_id=approval.pk,
+            user=request.user,
+            approve=approve,
+            note=request.POST.get("note", ""),
+            seen_seq=int(seen) if seen.isascii() and seen.isdigit() and len(seen) < 19 else None,
         )
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
