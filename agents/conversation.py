@@ -85,9 +85,18 @@ def build_conversation(
     posted_by_tools = {f"tool:{c.idempotency_key}" for c in calls} | {c.idempotency_key for c in calls}
     placed: list[tuple[tuple[int, ...], list[dict[str, Any]]]] = []
     messages, files = _conversation_messages(ticket.pk, message_rows)
+    # "We got your message, it waits for the decision" (waiting:<message>) comes in with its message:
+    # a customer message no turn has taken in yet is not read, and nor is the note that answers it.
+    taken_in = {f"waiting:{m.pk}" for m, _ in messages if m.author_kind == AuthorKind.CUSTOMER}
     for message, seq in messages:
         if message.author_kind == AuthorKind.AGENT and message.client_msg_id in posted_by_tools:
             continue  # posted by a tool call: the call and its result already say so (never a person's)
+        if (
+            message.author_kind == AuthorKind.SYSTEM
+            and (message.client_msg_id or "").startswith("waiting:")
+            and message.client_msg_id not in taken_in
+        ):
+            continue
         if message.author_kind == AuthorKind.CUSTOMER:
             entry = {"role": "user", "content": customer_text(message, files.get(message.pk, []))}
         else:
