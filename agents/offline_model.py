@@ -535,6 +535,21 @@ def _refunded_before(calls: list[Done], order_number: str) -> Done | None:
     return None
 
 
+CALL_OFF = re.compile(r"\b(?:cancel|stop|withdraw|undo|reverse|call\s+off)\w*", re.IGNORECASE)
+
+
+def _cancelled_after_paid(request: str, earlier: list[Done]) -> Done | None:
+    """ "Please cancel the refund" written after it was paid (the customer wrote while it was carried
+    out): the refund it takes back, the one of the order named, or else the last one."""
+    if not REFUND_WORD.search(request) or not NOT_ASKED.search(request) or not CALL_OFF.search(request):
+        return None
+    named = ORDER_NUMBER.search(request)
+    if named:
+        return _refunded_before(earlier, named.group(1).upper())
+    paid = [c for c in earlier if c.name == "issue_refund" and c.result.get("status") in {"succeeded", "pending"}]
+    return paid[-1] if paid else None
+
+
 _TO_BE_SURE = (
     "Just to be sure before I refund anything: would you like me to refund order {number} now, and how much? "
     'Please tell me in one message, for example "please refund order {number}".'
@@ -646,6 +661,9 @@ class OfflineDeterministicModel:
         if THANKS.match(text) and not order_number:
             return None
 
+        if refund is None and _cancelled_after_paid(request, earlier or []) is not None:
+            return None  # nothing to look up: it was paid already, and is said so
+
         if (
             refund is None
             and REFUND_WORD.search(text)
@@ -691,6 +709,13 @@ class OfflineDeterministicModel:
         if not done and THANKS.match(request.lower()) and not order_match:
             return "You're welcome! Is there anything else I can help you with?"
         refund = refund_asked(request)
+        late = _cancelled_after_paid(request, earlier or []) if refund is None and not done else None
+        if late is not None:
+            return (
+                f"Your refund of {_amount(late.result)} on order {late.result.get('order_number')} had already "
+                "been issued when your message reached me, so it can no longer be cancelled; it should reach "
+                "your original payment method in 5 to 10 business days."
+            )
         if refund is not None and refund.unsure and len(refund.orders) > 1:
             return f"Which order would you like me to refund: {' or '.join(refund.orders)}?"
         if refund is not None and refund.unsure:
