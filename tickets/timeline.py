@@ -65,5 +65,13 @@ def notice(tone: str, fallback: str = "") -> Presenter:
 
 
 def typing(on: bool) -> Presenter:
-    """No line: the assistant's typing indicator goes on or off."""
-    return lambda event, payload: {"kind": "state", "typing": on}
+    """No line: the assistant's typing indicator goes on or off; ``run``, the run it is about (a
+    later run's answer may be streaming already when an earlier one's end arrives)."""
+
+    def present(event: TicketEvent, payload: dict[str, Any]) -> dict[str, Any]:
+        item: dict[str, Any] = {"kind": "state", "typing": on}
+        if isinstance(payload.get("run_id"), int):
+            item["run"] = payload["run_id"]
+        return item
+
+    return present

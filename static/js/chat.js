@@ -223,8 +223,22 @@
 
   // --- timeline events ------------------------------------------------------------------
 
+  // The run a stream id belongs to (stream ids are run << 20 | index << 10 | attempt).
+  function runOf(step) {
+    return Math.floor(step / 1048576);
+  }
+
+  // Tokens go out before the events a doorbell reads: the next run's answer can already be
+  // streaming when the last answer's message (or its run's end) arrives. That one is not dropped.
+  function streamNewerThan(item) {
+    if (!state.stream) return false;
+    if (typeof item.stream === "number") return state.stream.step > item.stream;
+    if (typeof item.run === "number") return runOf(state.stream.step) > item.run;
+    return false;
+  }
+
   function onMessage(item) {
-    if (item.author === "agent") dropStream();
+    if (item.author === "agent" && !streamNewerThan(item)) dropStream();
     // The streamed text this message replaces: tokens of that stream that arrive later are old news.
     if (typeof item.stream === "number") state.doneStep = Math.max(state.doneStep, item.stream);
     var el = null;
@@ -368,7 +382,7 @@
     if (typeof item.typing === "boolean") {
       state.typing = item.typing;
       // A run that ended or paused without posting it leaves no answer to show.
-      if (!item.typing) dropStream();
+      if (!item.typing && !streamNewerThan(item)) dropStream();
     }
     renderStatus();
     afterEvent(item);
