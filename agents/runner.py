@@ -390,7 +390,7 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
             )
         p.step_stored(step)
         if streamed:
-            realtime.stream_finished(run.ticket_id, stream)
+            realtime.stream_dropped(run.ticket_id, stream)  # never posted: its words leave the page now
         raise  # counted by _failed
     state = None
     with lease.guard():

@@ -8,6 +8,8 @@ Frames sent to the browser (JSON):
 - ``{"type": "token", "step", "offset", "text"}``: a piece of the answer being
   streamed; ``offset`` is where ``text`` starts in that step's answer, so the
   browser appends only what it does not have yet;
+  with ``"dropped": true`` (and no text), that step failed and its answer will not be posted:
+  the browser takes its words off the page;
 - ``{"type": "ready", "seq"}``: the replay is done; live frames follow.
 
 The socket closes (4403) when the sign-in it was opened with ends: signed out, the password
@@ -142,9 +144,10 @@ class TicketConsumer(SignedInConsumer):
             self.reading = asyncio.create_task(self._answer_doorbells())
 
     async def ticket_token(self, message: dict[str, Any]) -> None:
-        await self.send_json(
-            {"type": "token", "step": message["step"], "offset": message["offset"], "text": message["text"]}
-        )
+        frame = {"type": "token", "step": message["step"], "offset": message["offset"], "text": message["text"]}
+        if message.get("dropped"):
+            frame["dropped"] = True  # the step failed: its answer will not be posted
+        await self.send_json(frame)
 
     # --- helpers -------------------------------------------------------------------------
 

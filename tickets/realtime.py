@@ -349,3 +349,14 @@ def stream_finished(ticket_id: int, step_id: int) -> None:
         _write([("EVAL", _FINISH, 2, key, f"{key}:{step_id}", str(step_id))])
     except Exception:  # noqa: BLE001 - the buffer expires anyway
         logger.warning("could not clear the streamed text of ticket %s", ticket_id, exc_info=True)
+
+
+def stream_dropped(ticket_id: int, step_id: int) -> None:
+    """The answer streamed under ``step_id`` will not be posted (its step failed): its text goes
+    from the buffer, and the watchers are told to take its words off the page (a ``ticket.token``
+    with ``dropped``, which pages that do not stream ignore). Best effort: a page that misses it
+    keeps the words until the next attempt's replace them or the run's end drops them."""
+    key = _stream_key(ticket_id)
+    message = {"type": "ticket.token", "step": step_id, "offset": 0, "text": "", "dropped": True}
+    finish: Command = ("EVAL", _FINISH, 2, key, f"{key}:{step_id}", str(step_id))
+    _send([finish], group_name(ticket_id), message, f"the end of a dropped answer of ticket {ticket_id}")

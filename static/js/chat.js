@@ -5,6 +5,7 @@
  * Frames from the server (see tickets/consumers.py):
  *   {type: "event", seq, kind, ...}       a public timeline event, in seq order
  *   {type: "token", step, offset, text}   a piece of the answer being streamed
+ *   {type: "token", step, dropped: true}  that step failed: its words leave the page
  *   {type: "ready", seq}                  the replay is done; live from here
  * Frame to the server:
  *   {type: "resync"}                      "I missed part of a stream; send it again"
@@ -188,6 +189,13 @@
   var PERSON_HAS_IT = { with_human: true, resolved: true, closed: true };
 
   function onToken(frame) {
+    if (frame.dropped) {
+      // That step failed: its answer will not be posted, and the next attempt starts afresh.
+      if (state.stream && state.stream.step <= frame.step) dropStream();
+      state.doneStep = Math.max(state.doneStep, frame.step);
+      renderStatus();
+      return;
+    }
     if (frame.step <= state.doneStep || PERSON_HAS_IT[state.status]) return;
     var stream = state.stream;
     if (stream && frame.step < stream.step) return;
