@@ -69,6 +69,7 @@
     reconnects: 0,
     holdUntil: 0,
     resyncAsked: false,
+    streamedSinceConnect: false, // a token came on this connection (its catch-up's, or live)
     pending: {}, // client_msg_id -> element, until its event arrives
     unsent: {}, // client_msg_id -> text, until the server has it
   };
@@ -185,6 +186,13 @@
     state.stream = null;
   }
 
+  // Off the page, without ruling out its later pieces (they bring its text back, through a resync).
+  function clearStream() {
+    if (!state.stream) return;
+    state.stream.el.remove();
+    state.stream = null;
+  }
+
   // While a person has the ticket, the agent's answer in flight is not posted: none of it is shown.
   var PERSON_HAS_IT = { with_human: true, resolved: true, closed: true };
 
@@ -196,6 +204,7 @@
       renderStatus();
       return;
     }
+    state.streamedSinceConnect = true;
     if (frame.step <= state.doneStep || PERSON_HAS_IT[state.status]) return;
     var stream = state.stream;
     if (stream && frame.step < stream.step) return;
@@ -485,6 +494,10 @@
     if (frame.type === "event") onEvent(frame);
     else if (frame.type === "token") onToken(frame);
     else if (frame.type === "ready") {
+      // The catch-up sends the answer being streamed, if any: none came, so the one shown is not
+      // (its step failed while the socket was away); a page reloaded now would not show it either.
+      if (!state.streamedSinceConnect) clearStream();
+      renderStatus();
       state.attempts = 0;
       setConnected(true);
       markSeen(); // what came while the socket was away and the page is showing now
@@ -499,6 +512,7 @@
     var socket = new WebSocket(url);
     state.socket = socket;
     state.resyncAsked = false;
+    state.streamedSinceConnect = false;
     socket.onmessage = function (message) {
       if (state.socket !== socket) return;
       onFrame(JSON.parse(message.data));

@@ -9,9 +9,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from agents.models import ModelStep, StepStatus
 from tests.browser.conftest import Stack, running_stack, sign_in
 from tests.browser.test_customer_chat import LONG_POLICY, wait_for_agent_messages
 from tests.conftest import make_customer
+from tests.workers import wait_until
 from tickets import services as ticket_services
 from tickets.models import HelpArticle
 
@@ -61,4 +63,30 @@ def test_the_words_of_an_answer_cut_off_leave_the_page_when_its_step_fails(live:
     assert second > first
     # The cut-off words went before the next attempt began: for the backoff, the page showed none.
     assert any(s["bubbles"] == 0 for s in between), between[-3:]
+    page.context.close()
+
+
+def test_a_page_that_reconnects_after_an_answer_was_cut_off_shows_none_of_it(live: Stack, browser):  # noqa: ANN001
+    HelpArticle.objects.create(slug="refund-policy", title="Refund policy", body=LONG_POLICY)
+    customer = make_customer()
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refunds", body="Hello there")
+    page = sign_in(browser, live, customer)
+    page.goto(live.url(f"/tickets/{ticket.pk}/"))
+    wait_for_agent_messages(page, 1)
+
+    page.fill("#chat-input", "What is your refund policy?")
+    page.press("#chat-input", "Enter")
+    page.wait_for_function("() => (window.__chat.state().streamText || '').length > 20")
+    shown = page.evaluate("() => window.__chat.state().streamStep")
+    page.evaluate("() => window.__chat.dropSocket(60000)")  # away while the step fails: its drop is missed
+    wait_until(
+        lambda: ModelStep.objects.filter(run__ticket=ticket, status=StepStatus.FAILED).exists(),
+        timeout=30, what="the cut-off step to fail", interval=0.02,
+    )  # fmt: skip
+    page.evaluate("() => window.dispatchEvent(new Event('online'))")  # back now, in the backoff
+    page.wait_for_function("() => window.__chat.state().connected")
+
+    after = page.evaluate("() => window.__chat.state()")
+    # A page reloaded now shows none of the cut-off answer; the reconnected one shows the same.
+    assert after["streamStep"] != shown, after
     page.context.close()
