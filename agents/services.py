@@ -118,7 +118,7 @@ def run_transition(
             actor_kind=ActorKind.AGENT,
             actor_ref=_actor(run),
             payload={"run_id": run.pk, "outcome": outcome},
-            is_public=to_status != RunStatus.RUNNING,
+            is_public=True,  # a run going on again (a decision, a Confirm): the chat says it is typing
         )
     for name, value in changes.items():
         setattr(run, name, value)

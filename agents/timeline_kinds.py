@@ -54,7 +54,7 @@ def register_kinds() -> None:
         timeline.register(name, app=APP, description=description, present=present)
 
     add("agent_run_started", "The agent took the customer's messages into a turn.", typing(True))
-    add("agent_run_running", "A paused run goes on after a staff decision.")
+    add("agent_run_running", "A paused run goes on after a staff decision.", typing(True))
     for status, words in [
         ("completed", "replied"),
         ("handed_off", "handed the ticket to a person"),
