@@ -43,6 +43,7 @@
   var STASH_DB = "chat-files";
   var STASH_KEY = "ticket-" + config.ticketId;
   var STASH_MS = 60 * 60 * 1000;
+  var keeping = {}; // client_msg_id -> the write of its copy kept across a reload, while under way
 
   function stashStore(mode, work, key) {
     key = key || STASH_KEY;
@@ -229,12 +230,13 @@
     keepAcrossReload: function (clientMsgId) {
       var files = kept[clientMsgId];
       if (!files) return Promise.resolve(false);
-      return stashStore("readwrite", function (store) {
+      keeping[clientMsgId] = stashStore("readwrite", function (store) {
         store.put({ at: Date.now(), files: files }, "message-" + clientMsgId);
       }, "message-" + clientMsgId).then(
         function () { return true; },
         function () { return false; }
       );
+      return keeping[clientMsgId];
     },
     takeBack: function (clientMsgId) {
       return stashStore("readonly", function () {}, "message-" + clientMsgId).then(
@@ -247,9 +249,14 @@
     },
     forget: function (clientMsgId) {
       if (!kept[clientMsgId]) return;
-      stashStore("readwrite", function (store) {
-        store.delete("message-" + clientMsgId);
-      }, "message-" + clientMsgId).catch(function () {});
+      // After the copy kept for a reload is written, never before: a fast answer must not leave it.
+      var written = keeping[clientMsgId] || Promise.resolve();
+      delete keeping[clientMsgId];
+      written.then(function () {
+        return stashStore("readwrite", function (store) {
+          store.delete("message-" + clientMsgId);
+        }, "message-" + clientMsgId);
+      }).catch(function () {});
     },
     chooseAgain: function (clientMsgId, refusal) {
       var files = kept[clientMsgId] || [];
