@@ -97,6 +97,7 @@ class PageReadForm(forms.ModelForm):
 
     page_read = forms.CharField(widget=forms.HiddenInput, required=False)
     editable: tuple[str, ...] = ()
+    many: tuple[str, ...] = ()  # many-to-many fields among them (``PageReadManyForm``)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -206,8 +207,35 @@ class OrderAdminForm(PageReadForm):
         )  # fmt: skip
 
 
+class WritesWhatThePageChanged(admin.ModelAdmin):
+    """A change page (its form a ``PageReadForm``) that writes only what was changed on it."""
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or "page_read" in flatten_fieldsets(fieldsets):
+            return fieldsets
+        return [*fieldsets, (None, {"fields": ["page_read"]})]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        changed = [name for name in form.changed_on_the_page() if name not in form.many]
+        if changed:
+            obj.save(update_fields=changed)
+        obj.refresh_from_db()
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        if change:
+            changed = form.changed_on_the_page()
+            for name in form.many:
+                if name not in changed:
+                    form.cleaned_data.pop(name, None)  # as it is now, not as the page read it
+        super().save_related(request, form, formsets, change)
+
+
 @admin.register(Order)
-class OrderAdmin(IdsChecked):
+class OrderAdmin(WritesWhatThePageChanged, IdsChecked):
     form = OrderAdminForm
     list_display = ["number", "customer", "status", "total_amount", "payment_reference", "placed_at"]
     list_filter = ["status", "currency"]
@@ -243,16 +271,6 @@ class OrderAdmin(IdsChecked):
             # Django refuses the deletion (403 when posted) and lists this as what may not be deleted.
             perms_needed.add("an order a refund was asked for on (a ticket's tool calls and approvals name it)")
         return to_delete, model_count, perms_needed, protected
-
-    def save_model(self, request: HttpRequest, obj: Order, form: Any, change: bool) -> None:
-        """Only what the person changed on the page is written, on the row as it is now."""
-        if not change:
-            super().save_model(request, obj, form, change)
-            return
-        changed = form.changed_on_the_page()
-        if changed:
-            obj.save(update_fields=changed)
-        obj.refresh_from_db()
 
     @admin.display(description="total", ordering="total_cents")
     def total_amount(self, order: Order) -> str:
@@ -376,7 +394,7 @@ class CustomerAdminForm(PageReadForm):
 
 
 @admin.register(Customer)
-class CustomerAdmin(IdsChecked):
+class CustomerAdmin(WritesWhatThePageChanged, IdsChecked):
     form = CustomerAdminForm
     list_display = ["name", "email", "requires_refund_approval", "created_at"]
     list_filter = ["requires_refund_approval"]
@@ -385,15 +403,6 @@ class CustomerAdmin(IdsChecked):
     # The flag is set on the selected customers by an action, never by saving a whole list: a list
     # read before a colleague flagged someone would write its old value back.
     actions = ["review_every_refund", "stop_reviewing_every_refund"]
-
-    def save_model(self, request: HttpRequest, obj: Customer, form: Any, change: bool) -> None:
-        if not change:
-            super().save_model(request, obj, form, change)
-            return
-        changed = form.changed_on_the_page()
-        if changed:
-            obj.save(update_fields=changed)
-        obj.refresh_from_db()
 
     def _flag(self, request: HttpRequest, queryset: QuerySet[Customer], flagged: bool) -> None:
         changing = list(queryset.exclude(requires_refund_approval=flagged))
@@ -580,8 +589,6 @@ class HelpArticleAdmin(IdsChecked):
 class PageReadManyForm(PageReadForm):
     """``PageReadForm`` with many-to-many fields (``many``) among the ``editable``: read as their ids."""
 
-    many: tuple[str, ...] = ()
-
     @classmethod
     def values_of(cls, obj: Model) -> dict[str, Any]:
         plain = {name: _plain(getattr(obj, name)) for name in cls.editable if name not in cls.many}
@@ -591,33 +598,6 @@ class PageReadManyForm(PageReadForm):
         if name in self.many:
             return sorted(item.pk for item in self.cleaned_data[name])
         return super().posted(name)
-
-
-class WritesWhatThePageChanged(admin.ModelAdmin):
-    """A change page (its form a ``PageReadManyForm``) that writes only what was changed on it."""
-
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
-        fieldsets = super().get_fieldsets(request, obj)
-        if obj is None or "page_read" in flatten_fieldsets(fieldsets):
-            return fieldsets
-        return [*fieldsets, (None, {"fields": ["page_read"]})]
-
-    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        if not change:
-            super().save_model(request, obj, form, change)
-            return
-        changed = [name for name in form.changed_on_the_page() if name not in form.many]
-        if changed:
-            obj.save(update_fields=changed)
-        obj.refresh_from_db()
-
-    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
-        if change:
-            changed = form.changed_on_the_page()
-            for name in form.many:
-                if name not in changed:
-                    form.cleaned_data.pop(name, None)  # as it is now, not as the page read it
-        super().save_related(request, form, formsets, change)
 
 
 class StaffUserChangeForm(PageReadManyForm, UserChangeForm):
