@@ -26,7 +26,7 @@ from agents.lease import Lease
 from agents.models import AgentRun, ModelStep, StepStatus, ToolCall
 from agents.profiles import PolicyValues, enabled_tools, policy_values, profile_of, tools_always_approved
 from support import reads
-from tickets.models import Ticket
+from tickets.models import Ticket, TicketStatus
 
 # A step's answer streams under an id made of where the step sits, known before the step is
 # stored: run, index and attempt. Ids grow with each, so a browser knows a newer stream.
@@ -43,6 +43,17 @@ def stream_position(stream: int) -> tuple[int, int, int]:
     return stream >> (_INDEX_BITS + _ATTEMPT_BITS), (stream >> _ATTEMPT_BITS) & mask, stream & mask
 
 
+def _last_hand_back_sql(ticket_id: int) -> tuple[str, list[Any]]:
+    """The timeline number of the last time a person handed the ticket back to the agent (NULL if
+    never): the steps stored before it spent the budget of an earlier stretch, which a person
+    ended by taking the ticket and chose to give the agent again."""
+    return (
+        "SELECT max(seq) FROM tickets_ticketevent WHERE ticket_id = %s AND kind = 'status_changed' "
+        "AND payload->>'from' = %s AND payload->>'to' = %s",
+        [ticket_id, TicketStatus.WITH_HUMAN.value, TicketStatus.OPEN.value],
+    )
+
+
 @dataclass
 class Pass:
     lease: Lease
@@ -56,7 +67,8 @@ class Pass:
     # What the run's pinned profile version allows: the tools, and the approval policy's values.
     enabled_tools: frozenset[str] = frozenset()
     policy: PolicyValues | None = None
-    # Tokens of the ticket's other runs (this run's are summed from its steps).
+    # Tokens of the ticket's other runs since a person last handed it back to the agent (this run's
+    # are summed from its steps): the budget is the agent's for each stretch it has the ticket.
     other_runs_tokens: int = 0
     conversation: list[dict[str, Any]] = field(default_factory=list)
     # The last step of this pass whose request is a prefix of the conversation, and that request's length.
@@ -86,9 +98,10 @@ class Pass:
         """Read the run's ledger again and rebuild the conversation from it."""
         ticket_id = self.ticket.pk
         self.read_at = timezone.now()
-        seq, steps, calls, messages = reads.fetch_together(
+        seq, handed_back, steps, calls, messages = reads.fetch_together(
             [
                 ("SELECT last_event_seq FROM tickets_ticket WHERE id = %s", [ticket_id]),
+                _last_hand_back_sql(ticket_id),
                 reads.select_sql(ModelStep, "ticket_id = %s", [ticket_id], tail='ORDER BY run_id, "index", attempt'),
                 reads.select_sql(ToolCall, "ticket_id = %s", [ticket_id]),
                 conversation_messages_query(ticket_id),
@@ -101,8 +114,11 @@ class Pass:
         self.approval_rules = tools_always_approved(profile)
         self.enabled_tools = enabled_tools(profile)
         self.policy = policy_values(profile)
+        since = handed_back[0][0] or 0
         self.other_runs_tokens = sum(
-            s.prompt_tokens + s.completion_tokens + s.wasted_tokens for s in self.steps if s.run_id != self.run.pk
+            s.prompt_tokens + s.completion_tokens + s.wasted_tokens
+            for s in self.steps
+            if s.run_id != self.run.pk and (s.ticket_seq or 0) >= since
         )
         self.unsaved_outcomes = []
         self.rebuild_conversation(messages=messages)

@@ -223,3 +223,50 @@ def test_an_interim_reply_written_before_a_persons_reply_is_not_posted_after_the
     words = public_words(ticket)
     assert words[0] == "It arrives tomorrow."
     assert STALE not in words, words  # written before the person's reply, posted after it
+
+
+class Spends:
+    """Asks for a help search (``searches`` times per run), then answers; every step reports
+    ``tokens`` prompt tokens."""
+
+    name = "spends"
+
+    def __init__(self, tokens: int, searches: int) -> None:
+        self.tokens, self.searches = tokens, searches
+
+    def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+        from agents.llm import Usage
+
+        since_user = 0
+        for message in reversed(messages):
+            if message["role"] == "user":
+                break
+            since_user += message["role"] == "tool"
+        if since_user < self.searches:
+            call = ToolCallRequest(id=f"s{since_user}", name="search_help", arguments='{"query": "shipping"}')
+            return ModelResponse(text="", tool_calls=[call], usage=Usage(self.tokens, 0))
+        return ModelResponse(text=FRESH, usage=Usage(self.tokens, 0))
+
+
+def test_a_ticket_handed_back_after_its_token_budget_gets_a_new_budget(person, settings):  # noqa: ANN001
+    """The budget is the agent's for each stretch it has the ticket: a person who takes a ticket
+    handed off at its budget and gives it back gets the agent's answer, not a hand-off at once (the
+    tokens spent before were already judged by that person). The new stretch has its own limit."""
+    settings.AGENT_TOKEN_BUDGET = 250
+    ticket = open_ticket()
+
+    outcome = advance(ticket.pk, model=Spends(100, searches=5))
+    assert outcome.state == RunStatus.HANDED_OFF
+    assert "token budget" in Message.objects.get(ticket=ticket, is_public=False).body
+
+    ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
+    ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)
+    outcome = advance(ticket.pk, model=Spends(100, searches=1))  # one step of 100: inside a fresh budget
+
+    assert outcome.state == RunStatus.COMPLETED
+    assert public_words(ticket)[-1] == FRESH
+
+    ticket_services.message_post(ticket=ticket, author_kind=AuthorKind.CUSTOMER, body="And the other one?")
+    outcome = advance(ticket.pk, model=Spends(100, searches=2))  # the third step would pass 250 since the hand-back
+    assert outcome.state == RunStatus.HANDED_OFF
+    assert Ticket.objects.get(pk=ticket.pk).status == TicketStatus.WITH_HUMAN
