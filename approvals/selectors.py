@@ -14,7 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Now
 
-from agents.models import CallStatus, Refund, ToolCall
+from agents.models import NOT_RUN, CallStatus, Refund, ToolCall
 from agents.selectors import (
     failed_unseen,
     orders_with_refunded_total,
@@ -454,6 +454,15 @@ def approval_deciders() -> QuerySet[AbstractBaseUser]:
     return get_user_model().objects.filter(pk__in=decided).order_by("username")
 
 
+def stopped_before_it_ran(approval: ApprovalRequest) -> str:
+    """Why an approved request's call ended without running ('' if it ran, or was not approved):
+    from ``approvals_decided``'s annotation."""
+    unrun = getattr(approval, "unrun", None)
+    if approval.status != ApprovalStatus.APPROVED or not unrun or getattr(approval, "asked_again_as", None):
+        return ""
+    return unrun.removeprefix(NOT_RUN).lstrip(": ").strip() or "its run ended"
+
+
 def approvals_decided(
     *, decision: str = "", decider: str = "", ticket_id: int | None = None
 ) -> QuerySet[ApprovalRequest]:
@@ -469,8 +478,11 @@ def approvals_decided(
     # A decision left behind by a newer request of the same call (its arguments changed after it,
     # so the agent asked again): the history names the request that replaced it.
     newer = ApprovalRequest.objects.filter(tool_call_id=OuterRef("tool_call_id"), pk__gt=OuterRef("pk"))
+    # An approved call that never ran (a person took the ticket, the customer cancelled, the run
+    # ended): the history says so beside "Approved", with why, so nobody reads it as done.
+    unrun = ToolCall.objects.filter(pk=OuterRef("tool_call_id"), error__startswith=NOT_RUN).values("error")[:1]
     return (
-        approvals.annotate(asked_again_as=Subquery(newer.order_by("pk").values("pk")[:1]))
+        approvals.annotate(asked_again_as=Subquery(newer.order_by("pk").values("pk")[:1]), unrun=Subquery(unrun))
         .select_related("ticket", "ticket__customer", "decided_by")
         .order_by("-decided_at", "-id")
     )

@@ -74,7 +74,12 @@ def history(request: HttpRequest) -> HttpResponse:
     kept = {k: v for k, v in (("decision", decision), ("decider", decider), ("ticket", ticket_id)) if v}
     context = {
         "rows": [
-            {"approval": a, "label": selectors.tool_label(a.tool_name), "sentence": _sentence(a)}
+            {
+                "approval": a,
+                "label": selectors.tool_label(a.tool_name),
+                "sentence": _sentence(a),
+                "stopped": selectors.stopped_before_it_ran(a),
+            }
             for a in page.object_list
         ],
         "page": page,

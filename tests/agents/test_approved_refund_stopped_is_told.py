@@ -80,6 +80,13 @@ def test_an_approved_refund_a_person_stops_before_it_is_paid_is_said_stopped(
     advance(ticket.pk, model=Refunds(("G-9101", 64900)))  # another doorbell says nothing more
     assert TicketEvent.objects.filter(ticket=ticket, kind="approved_call_withdrawn").count() == 1
 
+    # Staff's decision history says it too, beside "Approved", with why: not a refund made.
+    staff = Client()
+    staff.force_login(approver)
+    history = staff.get(f"/staff/approvals/history/?ticket={ticket.pk}").content.decode()
+    assert "Approved" in history
+    assert "then stopped before it ran (a person took the ticket over): nothing was done" in history
+
 
 @pytest.mark.customer_confirms
 def test_an_approved_refund_whose_question_a_take_over_kept_from_the_customer_is_said_stopped(
