@@ -98,10 +98,13 @@ class Pass:
         """Read the run's ledger again and rebuild the conversation from it."""
         ticket_id = self.ticket.pk
         self.read_at = timezone.now()
-        seq, handed_back, steps, calls, messages = reads.fetch_together(
+        hand_back, hand_back_params = _last_hand_back_sql(ticket_id)
+        seq, steps, calls, messages = reads.fetch_together(
             [
-                ("SELECT last_event_seq FROM tickets_ticket WHERE id = %s", [ticket_id]),
-                _last_hand_back_sql(ticket_id),
+                (
+                    f"SELECT last_event_seq, ({hand_back}) FROM tickets_ticket WHERE id = %s",
+                    [*hand_back_params, ticket_id],
+                ),
                 reads.select_sql(ModelStep, "ticket_id = %s", [ticket_id], tail='ORDER BY run_id, "index", attempt'),
                 reads.select_sql(ToolCall, "ticket_id = %s", [ticket_id]),
                 conversation_messages_query(ticket_id),
@@ -114,7 +117,7 @@ class Pass:
         self.approval_rules = tools_always_approved(profile)
         self.enabled_tools = enabled_tools(profile)
         self.policy = policy_values(profile)
-        since = handed_back[0][0] or 0
+        since = (seq[0][1] if seq else None) or 0
         self.other_runs_tokens = sum(
             s.prompt_tokens + s.completion_tokens + s.wasted_tokens
             for s in self.steps
