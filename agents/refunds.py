@@ -259,6 +259,12 @@ def refund_approval_reason(ctx: ToolContext, args: dict[str, Any]) -> str | None
             f"already has {format_money(on_order, order.currency)} refunded or pending, "
             f"{format_money(amount, order.currency)} more"
         )
+    if order.currency != settings.APPROVAL_POLICY_CURRENCY:
+        # The policy's amounts are in one currency: a refund in another is reviewed, never compared.
+        return (
+            f"refunds in {order.currency.upper()} are reviewed by staff (the approval policy's amounts are in "
+            f"{settings.APPROVAL_POLICY_CURRENCY.upper()})"
+        )
     if on_order + amount > policy.refund_threshold_cents:
         threshold = format_money(policy.refund_threshold_cents, order.currency)
         if not on_order:

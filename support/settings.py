@@ -510,6 +510,15 @@ AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 3, minimum=1)
 # Before a refund is paid (after any staff approval) the customer confirms the amount with a
 # button in the chat (agents.confirmation). The admin's approval policy can turn it off too.
 REFUND_CUSTOMER_CONFIRMATION = env_bool("REFUND_CUSTOMER_CONFIRMATION", True)
+# The currency of the approval policy's amounts (its threshold and customer limit, in that
+# currency's minor unit). A refund on an order in any other currency is reviewed by staff: amounts
+# in two currencies are never compared.
+APPROVAL_POLICY_CURRENCY = env_str("APPROVAL_POLICY_CURRENCY", "usd").lower()
+if not re.fullmatch(r"[a-z]{3}", APPROVAL_POLICY_CURRENCY):
+    raise ImproperlyConfigured(
+        f"APPROVAL_POLICY_CURRENCY must be a three-letter ISO currency code such as usd or eur; "
+        f"got {APPROVAL_POLICY_CURRENCY!r}"
+    )
 
 # --- Staff pages -------------------------------------------------------------------------
 # Approving more than this (in the currency's minor unit) asks the approver to confirm the

@@ -42,6 +42,7 @@ def manage_check(**env: str) -> subprocess.CompletedProcess[str]:
         ("AGENT_MODEL_STEP_SECONDS", "0"),
         ("EMAIL_TIMEOUT", "0"),
         ("AGENT_MODEL", "agents.llm_openai.OpenAIChatModel"),
+        ("APPROVAL_POLICY_CURRENCY", "dollars"),
     ],
 )
 def test_a_value_out_of_range_stops_the_process_at_start_naming_the_variable(name: str, value: str) -> None:
