@@ -3,6 +3,7 @@
 ```
 manifest.json        format, app version, migrations, created at, selection, parts with rows and SHA-256
 manifest.sha256      the SHA-256 of manifest.json: no byte of the bundle is unchecked
+manifest.hmac        the HMAC-SHA256 of manifest.json under STATE_BUNDLE_KEY (state.signature): who wrote it
 parts/<label>.jsonl  one row per line, keys sorted, rows in primary-key order
 ```
 
@@ -24,15 +25,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from state import signature
 from state.rows import Row
 
 FORMAT = "support-state-bundle"
-# The version export writes. 2: a user row carries the superuser flag and the user's own permissions
-# (``app_label.codename``); 1 carried neither, and is still read (its users restored as before).
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
-MANIFEST = "manifest.json"
+# The version export writes. 3: the bundle may carry manifest.hmac, its signature (a release that reads
+# 1 and 2 refuses it for its version, rather than as a file the manifest does not list). 2: a user row
+# carries the superuser flag and the user's own permissions (``app_label.codename``); 1 carried neither.
+# 1 and 2 were never signed: they are read only when the operator accepts an unsigned bundle.
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+MANIFEST = signature.SIGNED_FILE
 MANIFEST_DIGEST = "manifest.sha256"
+SIGNATURE = signature.SIGNATURE
 
 
 class BundleError(Exception):
@@ -41,6 +46,11 @@ class BundleError(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
         self.problems = problems
+
+
+class SignatureError(BundleError):
+    """Nothing proves the bundle was written by a deployment holding the key: its signature does not
+    hold, or it has none (or none that can be checked here) and the operator did not accept that."""
 
 
 def sha256(data: bytes) -> str:
@@ -70,6 +80,7 @@ def decode_rows(data: bytes, *, name: str = "a part") -> list[Row]:
 @dataclass
 class Bundle:
     manifest: dict[str, Any]
+    authenticity: signature.Authenticity
     files: dict[str, bytes] = field(default_factory=dict)
 
     def rows(self, label: str) -> list[Row]:
@@ -88,14 +99,22 @@ def manifest_bytes(manifest: dict[str, Any]) -> bytes:
     return (json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
 
 
-def write(path: Path, manifest: dict[str, Any], parts: dict[str, bytes]) -> None:
-    """Write the bundle at ``path``: a .tar file if the name ends in .tar, else a new directory.
+def manifest_digest_bytes(body: bytes) -> bytes:
+    """``manifest.sha256`` for the manifest's bytes, as ``sha256sum`` writes it."""
+    return f"{sha256(body)}  {MANIFEST}\n".encode()
+
+
+def write(path: Path, manifest: dict[str, Any], parts: dict[str, bytes], *, key: bytes | None) -> None:
+    """Write the bundle at ``path``: a .tar file if the name ends in .tar, else a new directory;
+    signed with ``key`` (unsigned when None).
 
     ``manifest["parts"]`` must already list every part with its digest. Nothing is left at
     ``path`` if writing fails; an existing file or a non-empty directory is not overwritten.
     """
     body = manifest_bytes(manifest)
-    files = {MANIFEST: body, MANIFEST_DIGEST: f"{sha256(body)}  {MANIFEST}\n".encode(), **parts}
+    files = {MANIFEST: body, MANIFEST_DIGEST: manifest_digest_bytes(body), **parts}
+    if key is not None:
+        files[SIGNATURE] = signature.sign(body, key)
     if path.exists() and (path.is_file() or any(path.iterdir())):
         raise BundleError([f"{path} already exists; choose a new path"])
     parent = path.parent
@@ -212,17 +231,25 @@ def _manifest_problems(manifest: dict[str, Any]) -> list[str]:
     return absent + wrong
 
 
-def read(path: Path) -> Bundle:
-    """Read a bundle and check every byte of it: the manifest's digest, the format, every part's
-    digest and row count, no file missing and none unaccounted for. Raises ``BundleError``."""
+def read(path: Path, *, allow_unsigned: bool = False) -> Bundle:
+    """Read a bundle and check every byte of it: the manifest's digest, its signature under this
+    deployment's ``STATE_BUNDLE_KEY``, the format, every part's digest and row count, no file missing
+    and none unaccounted for. Raises ``BundleError``; ``SignatureError`` when the signature does not
+    hold, or when there is none (or no key here to check it) unless ``allow_unsigned``."""
     files = _read_files(path)
     problems: list[str] = []
     body, recorded = files.get(MANIFEST), files.get(MANIFEST_DIGEST)
     if body is None or recorded is None:
         raise BundleError([f"{path} has no {MANIFEST} and {MANIFEST_DIGEST}: not a state bundle"])
-    if recorded.decode(errors="replace").split(" ")[0].strip() != sha256(body):
+    if recorded != manifest_digest_bytes(body):
         # Nothing it says can be trusted, not even the shape of what it lists: refused here.
         raise BundleError([f"{MANIFEST} does not match its SHA-256 in {MANIFEST_DIGEST}: the manifest was changed"])
+    # Who wrote it, before anything it says is read: the manifest holds every part's digest.
+    authenticity = signature.check(body, files.get(SIGNATURE), signature.configured_key())
+    if authenticity.trust == signature.Trust.FORGED:
+        raise SignatureError([authenticity.detail])
+    if not authenticity.proven and not allow_unsigned:
+        raise SignatureError([signature.refusal(authenticity)])
     try:
         manifest = json.loads(body)
     except ValueError:
@@ -231,13 +258,13 @@ def read(path: Path) -> Bundle:
         raise BundleError([*problems, f"{MANIFEST} is not the manifest of a {FORMAT}"])
     version = manifest.get("format_version")
     if isinstance(version, bool) or version not in READABLE_VERSIONS:
-        readable = " and ".join(map(str, READABLE_VERSIONS))
+        readable = ", ".join(map(str, READABLE_VERSIONS[:-1])) + f" and {READABLE_VERSIONS[-1]}"
         raise BundleError([*problems, f"format version {version!r}; this release reads versions {readable}"])
     parts = manifest.get("parts", [])
     if not isinstance(parts, list):
         raise BundleError([*problems, f"{MANIFEST}: its parts are not a list"])
     problems += _manifest_problems(manifest)
-    listed = {MANIFEST, MANIFEST_DIGEST}
+    listed = {MANIFEST, MANIFEST_DIGEST, SIGNATURE}
     for entry in parts:
         shape = _part_entry_problem(entry)
         if shape:
@@ -265,4 +292,4 @@ def read(path: Path) -> Bundle:
                 problems.append(f"{MANIFEST}: {what} {value} is listed {count} times")
     if problems:
         raise BundleError(problems)
-    return Bundle(manifest=manifest, files=files)
+    return Bundle(manifest=manifest, authenticity=authenticity, files=files)

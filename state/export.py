@@ -19,7 +19,7 @@ from agents.models import AgentProfile
 from agents.profiles import CONTENT_FIELDS
 from agents.refunds import tickets_with_money_in_flight
 from agents.tools import REGISTRY
-from state import bundle
+from state import bundle, signature
 from state.parts import PARTS, USERS_FILE, USERS_LABEL, Selection
 from state.pseudonyms import SECRET_SETTINGS, bound_digests, pseudonymise, rebind_digests, withhold_secrets
 from state.rows import Row, columns, dump, is_user_column, key_of, user_rows
@@ -135,8 +135,27 @@ def active_profile_content() -> dict[str, Any] | None:
     return {"version": active.version, **{name: getattr(active, name) for name in CONTENT_FIELDS}}
 
 
-def state_export(*, selection: Selection, personal_data: bool, output: Path, every: bool, open_only: bool) -> dict:
-    """Write the bundle of ``selection`` at ``output``; returns its manifest."""
+@dataclass
+class Exported:
+    manifest: dict[str, Any]
+    key_id: str | None  # of the key it was signed with; None: written unsigned
+
+
+def state_export(
+    *, selection: Selection, personal_data: bool, output: Path, every: bool, open_only: bool, allow_unsigned: bool
+) -> Exported:
+    """Write the bundle of ``selection`` at ``output``, signed with this deployment's ``STATE_BUNDLE_KEY``.
+    Without the key, raises ``bundle.SignatureError`` before reading anything, unless ``allow_unsigned``:
+    then the bundle is written unsigned."""
+    key = signature.configured_key()
+    if key is None and not allow_unsigned:
+        raise bundle.SignatureError(
+            [
+                f"{signature.KEY_SETTING} is not set: the bundle cannot be signed, and a deployment restoring it "
+                "could not tell it from a forgery; set the same key here and where it will be restored, or pass "
+                f"{signature.ALLOW_UNSIGNED_FLAG} to write it unsigned"
+            ]
+        )
     collected = collect(selection, personal_data=personal_data)
     files: dict[str, bytes] = {part.file: bundle.encode_rows(collected.rows[part.label]) for part in PARTS}
     files[USERS_FILE] = bundle.encode_rows(collected.users)
@@ -171,5 +190,5 @@ def state_export(*, selection: Selection, personal_data: bool, output: Path, eve
         # The version new runs started with here: made active by a restore into a deployment with none.
         "active_profile": active_profile_content(),
     }
-    bundle.write(output, manifest, files)
-    return manifest
+    bundle.write(output, manifest, files, key=key)
+    return Exported(manifest=manifest, key_id=signature.key_id(key) if key is not None else None)

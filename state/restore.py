@@ -1,7 +1,9 @@
 """Restore: a bundle's rows into this database, whole or not at all.
 
-Preconditions checked before anything is written: every byte of the bundle matches its
-digests, the format is one this release reads, this database has applied every migration
+Preconditions checked before anything is written: the bundle's signature holds under this
+deployment's ``STATE_BUNDLE_KEY`` (or the operator accepts a bundle without one, and is then
+told the rights it gave), every byte of the bundle matches its digests, the format is one this
+release reads, this database has applied every migration
 the bundle was written at (and none is pending), and no bundled row is already here under
 its primary key or a unique key (unless ``on_conflict="skip"`` says to leave a ticket that
 is already here as it is). Then, in one transaction: users matched by username (a customer's
@@ -30,7 +32,7 @@ from django.db.migrations.recorder import MigrationRecorder
 
 from agents.models import AgentProfile
 from agents.profiles import CONTENT_FIELDS, profile_activate
-from state import bundle
+from state import bundle, signature
 from state.parts import PARTS, USERS_LABEL, Part, missing_parts
 from state.rows import (
     Row,
@@ -39,6 +41,7 @@ from state.rows import (
     instance,
     is_user_column,
     key_of,
+    user_rights,
 )
 from state.verify import bundle_row_problems, ledger_checks, references
 from support.rows import forget_key_blocks
@@ -57,12 +60,15 @@ class RestoreRefused(Exception):
 
 @dataclass
 class RestoreReport:
+    authenticity: signature.Authenticity  # who wrote the bundle, as far as its signature says
     inserted: Counter[str] = field(default_factory=Counter)
     already_here: Counter[str] = field(default_factory=Counter)
     kept_here: Counter[str] = field(default_factory=Counter)
     skipped_tickets: list[int] = field(default_factory=list)
     users_created: list[str] = field(default_factory=list)
     users_matched: list[str] = field(default_factory=list)
+    # The rights of each login created with some (superuser, staff status, groups, permissions).
+    rights_given: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -177,6 +183,8 @@ def _ensure_users(users: list[Row], customers: list[Row], report: RestoreReport)
             user.groups.set(Group.objects.filter(name__in=row["groups"]))
             user.user_permissions.set(granted.values())
             report.users_created.append(row["username"])
+            if rights := user_rights(row):
+                report.rights_given[row["username"]] = rights
             if "permissions" not in row and not bundled_staff and row["username"] not in customer_logins:
                 # Format 1 did not say: a member of staff through permissions of their own, or a superuser,
                 # where the bundle was written is a plain login here until someone gives them back.
@@ -358,12 +366,14 @@ def _same_ticket(here: Row | None, bundled: Row) -> bool:
     return here is not None and all(here.get(key) == bundled.get(key) for key in ("customer_id", "created_at"))
 
 
-def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
+def state_restore(*, path: Path, on_conflict: str = "fail", allow_unsigned: bool = False) -> RestoreReport:
     """Restore the bundle at ``path`` into this database. Raises ``bundle.BundleError`` for a bundle
-    that cannot be trusted and ``RestoreRefused`` for one that does not fit; nothing is written then."""
+    that cannot be trusted (``bundle.SignatureError``: its signature does not hold, or it has none
+    this deployment can check and ``allow_unsigned`` is not given) and ``RestoreRefused`` for one that
+    does not fit; nothing is written then."""
     if on_conflict not in ON_CONFLICT:
         raise ValueError(on_conflict)
-    b = bundle.read(path)
+    b = bundle.read(path, allow_unsigned=allow_unsigned)
     problems = _check_release(b)
     missing = missing_parts(b.labels)  # restoring the rest would lose what was cut out silently
     if missing:
@@ -390,7 +400,7 @@ def state_restore(*, path: Path, on_conflict: str = "fail") -> RestoreReport:
                 problems.append(f"{part.label}.{f.name} names users the bundle does not carry: {sorted(strangers)}")
     if problems:
         raise RestoreRefused(problems)
-    report = RestoreReport()
+    report = RestoreReport(authenticity=b.authenticity)
     if not b.manifest.get("personal_data"):
         report.warnings.append(
             "this bundle was written without personal data: customers have pseudonyms and their words are withheld"

@@ -91,6 +91,7 @@ def unknown_keys(model: type[Model], row: Row) -> set[str]:
 USER_KEYS = {
     1: ("username", "is_staff", "is_active", "groups"),
     2: ("username", "is_staff", "is_active", "groups", "is_superuser", "permissions"),
+    3: ("username", "is_staff", "is_active", "groups", "is_superuser", "permissions"),  # 3 added the signature
 }
 
 
@@ -113,6 +114,17 @@ def user_rows(usernames: set[str]) -> list[Row]:
             "permissions": sorted(f"{p.content_type.app_label}.{p.codename}" for p in user.user_permissions.all()),
         }
         for user in users
+    ]
+
+
+def user_rights(row: Row) -> list[str]:
+    """The rights restore gives the login it creates from a user row (checked by ``user_row_problems``):
+    superuser, staff status, its groups, its own permissions."""
+    return [
+        *(["superuser"] if row.get("is_superuser") else []),
+        *(["staff status"] if row["is_staff"] else []),
+        *(f"group {name}" for name in row["groups"]),
+        *row.get("permissions", []),
     ]
 
 

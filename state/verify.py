@@ -18,10 +18,19 @@ from django.db.migrations.loader import MigrationLoader
 
 from agents.calls import arguments_digest
 from agents.models import CallStatus, ConfirmationDecision
-from state import bundle
+from state import bundle, signature
 from state.export import collect
 from state.parts import PARTS, REFUND_TOOL, USERS_LABEL, Selection, is_user_model, missing_parts, part_named
-from state.rows import Row, columns, is_user_column, key_of, row_problems, unknown_keys, user_row_problems
+from state.rows import (
+    Row,
+    columns,
+    is_user_column,
+    key_of,
+    row_problems,
+    unknown_keys,
+    user_rights,
+    user_row_problems,
+)
 from tickets.models import ActorKind
 from tickets.money import format_money
 
@@ -46,6 +55,8 @@ class Report:
     sections: dict[str, list[str]] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # What the operator must read before anything else (an unsigned bundle accepted, and what it grants).
+    alarms: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -53,6 +64,8 @@ class Report:
 
     def render(self) -> str:
         lines = [self.title, ""]
+        if self.alarms:
+            lines += [f"!!! {alarm}" for alarm in self.alarms] + [""]
         for n, (name, body) in enumerate(self.sections.items(), start=1):
             lines.append(f"{n}. {name}")
             lines += [f"   {line}" for line in body] or ["   (nothing)"]
@@ -78,12 +91,19 @@ def _by_pk(label: str, rows: list[Row]) -> dict[Any, Row]:
     return {r[pk]: r for r in rows}
 
 
-def verify(path: Path, *, database: bool) -> Report:
+def verify(path: Path, *, database: bool, allow_unsigned: bool = False) -> Report:
+    """The report on the bundle at ``path`` (or on this database against it, with ``database``). A bundle
+    whose signature does not hold is reported as such and read no further; one with no signature, or
+    none this deployment can check, likewise unless ``allow_unsigned``: then it is read, and the report
+    opens with the rights it would give."""
     where = f"the database {connection.settings_dict['NAME']} against the bundle" if database else "the bundle"
     report = Report(title=f"State bundle {path}: checking {where}")
     try:
-        b = bundle.read(path)
+        b = bundle.read(path, allow_unsigned=allow_unsigned)
         bundled = {label: b.rows(label) for label in b.labels}
+    except bundle.SignatureError as exc:
+        report.checks.append(Check("signature", violations=exc.problems))
+        return report
     except bundle.BundleError as exc:
         report.checks.append(Check("checksums and format", violations=exc.problems))
         return report
@@ -93,6 +113,12 @@ def verify(path: Path, *, database: bool) -> Report:
         f"{manifest['app']['version']} ({manifest['app'].get('revision') or 'revision unknown'}); "
         f"personal data {'included' if manifest['personal_data'] else 'pseudonymised'}"
     )
+    if b.authenticity.proven:
+        report.checks.append(Check("signature", detail=b.authenticity.detail))
+    else:
+        accepted = f"accepted only because {signature.ALLOW_UNSIGNED_FLAG} was given"
+        report.checks.append(Check("signature", detail=f"NOT AUTHENTICATED, {accepted}"))
+        report.alarms.append(f"NOT AUTHENTICATED: {b.authenticity.detail}; {accepted}")
     report.checks.append(
         Check(
             "checksums and format",
@@ -103,6 +129,8 @@ def verify(path: Path, *, database: bool) -> Report:
     report.checks.append(shapes)
     if not shapes.ok:  # what follows reads the rows, which are not what they should be
         return report
+    if not b.authenticity.proven:
+        report.alarms += rights_alarm(bundled.get(USERS_LABEL, []))
     if database:
         rows = _compare_database(bundled, manifest, report)
     else:
@@ -476,15 +504,23 @@ def _identity(rows: dict[str, list[Row]], manifest: dict) -> list[str]:
     ]
 
 
+def rights_alarm(users: list[Row]) -> list[str]:
+    """What an unauthenticated bundle's users would be given: anyone who could hand the operator the
+    file could have written them (a superuser, a member of staff who decides approvals)."""
+    granted = [f"  {user['username']}: {', '.join(rights)}" for user in users if (rights := user_rights(user))]
+    if not granted:
+        return ["Restored, it would give no login any right (staff status, group, permission or superuser)."]
+    return [
+        "Anyone who could hand you this file could have written it. Restored, it would create these logins with "
+        "these rights (a login of the same name already here keeps its own):",
+        *granted,
+    ]
+
+
 def _user_with_rights(user: Row) -> str:
     """A carried user and the rights restore gives the login it creates: what a forged bundle would grant
     is read before it is restored."""
-    rights = [
-        *(["superuser"] if user.get("is_superuser") else []),
-        *(["staff status"] if user["is_staff"] else []),
-        *(f"group {name}" for name in user["groups"]),
-        *user.get("permissions", []),
-    ]
+    rights = user_rights(user)
     return f"{user['username']} ({', '.join(rights)})" if rights else user["username"]
 
 

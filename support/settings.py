@@ -96,6 +96,17 @@ if not SECRET_KEY.strip():  # blank is not set: spaces are no secret
         raise ImproperlyConfigured("SECRET_KEY is not set; it is required when DEBUG is off")
     SECRET_KEY = "dev-only-insecure-secret-key-set-SECRET_KEY-in-production"
 
+# State bundles (state/): export_state signs a bundle with this key, restore_state and verify_state
+# check the signature with it; the same value on both deployments. Not set, they refuse unless told
+# --allow-unsigned. Long enough that a signed bundle in hand cannot be used to guess it.
+STATE_BUNDLE_KEY = env_str("STATE_BUNDLE_KEY", "")
+STATE_BUNDLE_KEY_MIN_CHARS = 32
+if STATE_BUNDLE_KEY and len(STATE_BUNDLE_KEY) < STATE_BUNDLE_KEY_MIN_CHARS:
+    raise ImproperlyConfigured(
+        f"STATE_BUNDLE_KEY is {len(STATE_BUNDLE_KEY)} characters; it must be at least {STATE_BUNDLE_KEY_MIN_CHARS} "
+        "(make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+    )
+
 # Demo customers, orders and the `staff` login (tickets.demo): only in demo mode, never with DEBUG
 # off unless asked for with DEMO_DATA=1.
 DEMO_DATA = env_bool("DEMO_DATA", DEBUG)

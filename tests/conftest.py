@@ -102,6 +102,19 @@ def make_order(
     return order
 
 
+# STATE_BUNDLE_KEY of the deployment a state bundle is exported from and restored into, and of another
+# one (each at least the 32 characters the settings require).
+STATE_BUNDLE_KEY = "key-A-of-the-tests-state-bundles-0123456789"
+OTHER_STATE_BUNDLE_KEY = "key-B-of-another-deployment-9876543210abcdef"
+
+
+@pytest.fixture
+def state_bundle_key(settings) -> str:  # noqa: ANN001
+    """State bundles signed and checked with ``STATE_BUNDLE_KEY`` (tests/state turns it on for every test)."""
+    settings.STATE_BUNDLE_KEY = STATE_BUNDLE_KEY
+    return STATE_BUNDLE_KEY
+
+
 @pytest.fixture
 def customer(db) -> Customer:  # noqa: ANN001
     return make_customer()

@@ -27,6 +27,7 @@ from tickets.models import TicketEvent
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
+@pytest.mark.usefixtures("state_bundle_key")  # its bundle is exported and verified
 def test_a_refund_asked_about_again_keeps_the_first_decision_and_pays_what_the_second_covers(
     sandbox,  # noqa: ANN001
     approver,  # noqa: ANN001

@@ -6,14 +6,21 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 from django.core.management import call_command
 
 from agents.models import RunStatus
 from agents.runner import advance
-from state import bundle
+from state import bundle, signature
 from tests.conftest import make_customer, make_order
 from tickets import services as ticket_services
 from tickets.models import Order, Ticket
+
+
+@pytest.fixture(autouse=True)
+def _bundles_are_signed(state_bundle_key: str) -> None:
+    """Every bundle of these tests is exported and read under the same ``STATE_BUNDLE_KEY``, as between two
+    deployments configured alike (tests/state/test_signed_bundles.py changes or removes it)."""
 
 
 def paused_ticket(name: str = "", number: str = "S-1001", total_cents: int = 4999) -> tuple[Ticket, Order]:
@@ -52,11 +59,11 @@ def export(tmp_path: Path, *tickets: Ticket, name: str = "bundle", **options: ob
     return output
 
 
-def verify(path: Path, *, database: bool = False) -> tuple[int, str]:
+def verify(path: Path, *, database: bool = False, allow_unsigned: bool = False) -> tuple[int, str]:
     """``verify_state``'s exit status and report."""
     out = io.StringIO()
     try:
-        call_command("verify_state", str(path), database=database, stdout=out)
+        call_command("verify_state", str(path), database=database, allow_unsigned=allow_unsigned, stdout=out)
     except SystemExit as exit:
         return int(exit.code), out.getvalue()
     return 0, out.getvalue()
@@ -68,7 +75,9 @@ def bundle_bytes(path: Path) -> bytes:
 
 
 def rewrite_part(path: Path, label: str, change) -> None:  # noqa: ANN001
-    """Change a part's rows and write digests that match: a bundle consistent with itself, but forged."""
+    """Change a part's rows and write digests that match, signed again with this deployment's key: a bundle
+    consistent with itself, but forged by someone who holds the key (or written by a release with a bug).
+    The checks behind the signature are what refuse it."""
     manifest = json.loads((path / bundle.MANIFEST).read_text())
     entry = next(p for p in manifest["parts"] if p["label"] == label)
     rows = bundle.decode_rows((path / entry["file"]).read_bytes())
@@ -79,7 +88,19 @@ def rewrite_part(path: Path, label: str, change) -> None:  # noqa: ANN001
     write_manifest(path, manifest)
 
 
-def write_manifest(path: Path, manifest: dict) -> None:
-    body = bundle.manifest_bytes(manifest)
-    (path / bundle.MANIFEST).write_bytes(body)
-    (path / bundle.MANIFEST_DIGEST).write_text(f"{bundle.sha256(body)}  {bundle.MANIFEST}\n")
+def write_manifest(path: Path, manifest: dict, *, signed: bool = True) -> None:
+    """Write ``manifest`` and its digest; signed with this deployment's key (as if by someone holding it),
+    or with no signature at all (``signed=False``: as anyone can, or as a release before signatures)."""
+    (path / bundle.MANIFEST).write_bytes(bundle.manifest_bytes(manifest))
+    sign(path, key=signature.configured_key() if signed else None)
+
+
+def sign(path: Path, *, key: bytes | None) -> None:
+    """Write the directory bundle's ``manifest.sha256`` and ``manifest.hmac`` again for its manifest as it
+    is: signed with ``key``, or with no signature when None."""
+    body = (path / bundle.MANIFEST).read_bytes()
+    (path / bundle.MANIFEST_DIGEST).write_bytes(bundle.manifest_digest_bytes(body))
+    if key is None:
+        (path / bundle.SIGNATURE).unlink(missing_ok=True)
+    else:
+        (path / bundle.SIGNATURE).write_bytes(signature.sign(body, key))

@@ -205,7 +205,7 @@ def test_restore_with_skip_leaves_a_ticket_already_here_and_restores_the_rest(tm
     assert collect(Selection((gone.pk,)), personal_data=True).rows == gone_rows
 
 
-@pytest.mark.parametrize("where", ["part", "manifest", "digest"])
+@pytest.mark.parametrize("where", ["part", "manifest", "digest", "signature"])
 def test_a_bundle_with_one_byte_changed_is_refused_by_restore_and_verify(tmp_path, where):
     ticket, order = paused_ticket()
     path = export(tmp_path, ticket, include_personal_data=True)
@@ -214,6 +214,7 @@ def test_a_bundle_with_one_byte_changed_is_refused_by_restore_and_verify(tmp_pat
         "part": path / "parts" / "tickets.Order.jsonl",
         "manifest": path / "manifest.json",
         "digest": path / "manifest.sha256",
+        "signature": path / "manifest.hmac",
     }[where]
     data = bytearray(target.read_bytes())
     at = data.find(order.number.encode()) if where == "part" else len(data) // 2
@@ -222,7 +223,8 @@ def test_a_bundle_with_one_byte_changed_is_refused_by_restore_and_verify(tmp_pat
     empty_the_ledger()
 
     status, out = verify(path)
-    assert status == 1 and "FAILED checksums and format" in out
+    failed = "FAILED signature" if where == "signature" else "FAILED checksums and format"
+    assert status == 1 and failed in out, out
     with pytest.raises(CommandError, match="cannot be trusted"):
         restore(path)
     assert Ticket.objects.count() == 0
@@ -232,11 +234,11 @@ def test_restore_and_verify_refuse_a_format_they_do_not_read(tmp_path):
     ticket, _ = paused_ticket()
     path = export(tmp_path, ticket)
     manifest = json.loads((path / "manifest.json").read_text())
-    manifest["format_version"] = 3
+    manifest["format_version"] = 4
     write_manifest(path, manifest)
 
-    assert "this release reads versions 1 and 2" in verify(path)[1]
-    with pytest.raises(CommandError, match="format version 3"):
+    assert "this release reads versions 1, 2 and 3" in verify(path)[1]
+    with pytest.raises(CommandError, match="format version 4"):
         restore(path)
 
 

@@ -2,9 +2,9 @@
 
 README ("Moving a deployment"): the manifest's own digest is checked, so no byte of the bundle goes
 unchecked, and a bundle that cannot be trusted is refused with the reasons. A manifest that does
-not match its digest is refused there and then (nothing it lists is read); one whose digest was
-rewritten to match (a forged bundle) has each part entry's shape checked before it is used: never
-a traceback.
+not match its digest is refused there and then (nothing it lists is read); one whose digest and
+signature were rewritten to match (forged with the key) has each part entry's shape checked before
+it is used: never a traceback.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from state import bundle
-from tests.state.conftest import export, paused_ticket, verify, write_manifest
+from state import bundle, signature
+from tests.state.conftest import export, paused_ticket, sign, verify, write_manifest
 from tests.state.test_bundle import empty_the_ledger, ledger_counts, restore
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
@@ -28,8 +28,8 @@ def _damage_one_byte(path, old: bytes, new: bytes, *, forged: bool = False) -> N
     body = manifest.read_bytes()
     assert len(old) == len(new) and old in body
     manifest.write_bytes(body.replace(old, new, 1))  # damage: the digest file is left as written
-    if forged:  # forgery: the digest rewritten to match
-        (path / bundle.MANIFEST_DIGEST).write_text(f"{bundle.sha256(manifest.read_bytes())}  {bundle.MANIFEST}\n")
+    if forged:  # forgery by someone who holds the key: the digest and the signature rewritten to match
+        sign(path, key=signature.configured_key())
 
 
 @pytest.mark.parametrize("forged", [False, True], ids=["damaged", "forged"])

@@ -22,6 +22,7 @@ from approvals import services as approval_services
 from approvals.models import ApprovalRequest, ApprovalStatus
 from tests import workers
 from tests.approvals.conftest import make_staff
+from tests.conftest import OTHER_STATE_BUNDLE_KEY, STATE_BUNDLE_KEY
 from tests.state.conftest import export, paused_ticket, verify
 from tests.workers import ROOT, Cluster, wait_until
 
@@ -45,12 +46,13 @@ print("approved", approval_decide(approval_id=approval.pk, user=user, approve=Tr
 """
 
 
-def manage(cluster: Cluster, url: str, *args: str) -> subprocess.CompletedProcess:
-    """``manage.py`` in a process of its own, on the database at ``url``."""
+def manage(cluster: Cluster, url: str, *args: str, key: str = STATE_BUNDLE_KEY) -> subprocess.CompletedProcess:
+    """``manage.py`` in a process of its own, on the database at ``url``, whose ``STATE_BUNDLE_KEY`` is
+    ``key`` (by default the one this deployment signs its bundles with)."""
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
-        env=cluster.env(DATABASE_URL=url),
+        env=cluster.env(DATABASE_URL=url, STATE_BUNDLE_KEY=key),
         capture_output=True,
         text=True,
         timeout=240,
@@ -97,6 +99,10 @@ def test_a_paused_refund_moves_to_a_fresh_database_and_is_paid_once_there(sandbo
     refused = manage(cluster, there, "restore_state", str(tampered))
     assert refused.returncode != 0 and "cannot be trusted" in refused.stderr, refused.stderr
     assert manage(cluster, there, "verify_state", str(tampered)).returncode == 1
+    assert query(there, "SELECT count(*) FROM tickets_ticket") == [(0,)]
+    # So is the bundle as it was written, on a deployment whose STATE_BUNDLE_KEY is another one.
+    elsewhere = manage(cluster, there, "restore_state", str(path), "--allow-unsigned", key=OTHER_STATE_BUNDLE_KEY)
+    assert elsewhere.returncode != 0 and "the signature does not hold" in elsewhere.stderr, elsewhere.stderr
     assert query(there, "SELECT count(*) FROM tickets_ticket") == [(0,)]
 
     restored = manage(cluster, there, "restore_state", str(path))

@@ -43,6 +43,7 @@ def manage_check(**env: str) -> subprocess.CompletedProcess[str]:
         ("EMAIL_TIMEOUT", "0"),
         ("AGENT_MODEL", "agents.llm_openai.OpenAIChatModel"),
         ("APPROVAL_POLICY_CURRENCY", "dollars"),
+        ("STATE_BUNDLE_KEY", "short-enough-to-guess"),
     ],
 )
 def test_a_value_out_of_range_stops_the_process_at_start_naming_the_variable(name: str, value: str) -> None:

@@ -6,13 +6,15 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from state.bundle import BundleError
-from state.restore import ON_CONFLICT, RestoreRefused, state_restore
+from state.restore import ON_CONFLICT, RestoreRefused, RestoreReport, state_restore
+from state.signature import ALLOW_UNSIGNED_FLAG, KEY_SETTING
 
 
 class Command(BaseCommand):
     help = (
         "Restore a state bundle into this database, in one transaction, keeping every id and idempotency key. "
-        "Refuses a changed bundle, an unknown format and rows already here (unless --on-conflict=skip)."
+        "Refuses a bundle whose signature (STATE_BUNDLE_KEY) does not hold or is missing (unless --allow-unsigned), "
+        "a changed bundle, an unknown format and rows already here (unless --on-conflict=skip)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -24,10 +26,19 @@ class Command(BaseCommand):
             help="fail (default): restore nothing if a bundled row is already here; skip: leave a ticket that is "
             "already here (and every row of it) as it is, and keep this deployment's policy and help articles",
         )
+        parser.add_argument(
+            ALLOW_UNSIGNED_FLAG,
+            action="store_true",
+            help=f"restore a bundle without a signature, or whose signature cannot be checked here ({KEY_SETTING} "
+            "not set): you accept that anyone who could hand you the file could have written it. The rights it "
+            "gave are printed. A signature that does not hold is refused all the same",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            report = state_restore(path=options["bundle"], on_conflict=options["on_conflict"])
+            report = state_restore(
+                path=options["bundle"], on_conflict=options["on_conflict"], allow_unsigned=options["allow_unsigned"]
+            )
         except BundleError as exc:
             raise CommandError(_lines(f"The bundle {options['bundle']} cannot be trusted:", exc.problems)) from None
         except RestoreRefused as exc:
@@ -47,6 +58,24 @@ class Command(BaseCommand):
             f"Users: {len(report.users_created)} created without a password ({created}), "
             f"{len(report.users_matched)} matched by username ({matched})."
         )
+        if not report.authenticity.proven:
+            self._unauthenticated(report)
+
+    def _unauthenticated(self, report: RestoreReport) -> None:
+        """Loudly, last: what a bundle nothing vouches for was let do."""
+        lines = [
+            f"NOT AUTHENTICATED: {report.authenticity.detail}; restored only because {ALLOW_UNSIGNED_FLAG} was "
+            "given. Anyone who could hand you this file could have written it.",
+        ]
+        if report.rights_given:
+            lines.append(
+                "It created these logins with these rights; check each now and take back any you did not expect:"
+            )
+            lines += [f"  {username}: {', '.join(rights)}" for username, rights in report.rights_given.items()]
+        else:
+            lines.append("It created no login with any right (staff status, group, permission or superuser).")
+        for line in lines:
+            self.stdout.write(self.style.WARNING(f"!!! {line}"))
 
 
 def _lines(head: str, problems: list[str]) -> str:
