@@ -72,7 +72,7 @@ def decode_rows(data: bytes, *, name: str = "a part") -> list[Row]:
             continue
         try:
             rows.append(json.loads(line.decode()))
-        except ValueError:  # UnicodeDecodeError too
+        except (ValueError, RecursionError):  # UnicodeDecodeError too; JSON nested past the parser's depth
             raise BundleError([f"{name}: line {number} is not a JSON row (cut short, or not UTF-8)"]) from None
     return rows
 
@@ -252,7 +252,7 @@ def read(path: Path, *, allow_unsigned: bool = False) -> Bundle:
         raise SignatureError([signature.refusal(authenticity)])
     try:
         manifest = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested past the parser's depth
         raise BundleError([*problems, f"{MANIFEST} is not JSON"]) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError([*problems, f"{MANIFEST} is not the manifest of a {FORMAT}"])

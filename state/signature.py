@@ -31,6 +31,7 @@ KEY_SETTING = "STATE_BUNDLE_KEY"
 ALLOW_UNSIGNED_FLAG = "--allow-unsigned"
 _KEY_ID_TEXT = b"support-state-bundle key id"
 _KEY_ID_CHARS = 16
+_MAX_SIGNATURE_BYTES = 512  # what sign writes is under 200
 _HEX = {"key_id": re.compile(rf"[0-9a-f]{{{_KEY_ID_CHARS}}}"), "hmac": re.compile(r"[0-9a-f]{64}")}
 
 
@@ -77,6 +78,8 @@ def sign(manifest: bytes, key: bytes) -> bytes:
 
 def _parse(signature: bytes) -> tuple[str, str] | None:
     """The key id and HMAC of a signature file exactly as ``sign`` writes it; None for anything else."""
+    if len(signature) > _MAX_SIGNATURE_BYTES:
+        return None  # not parsed at all: JSON nested deep enough stops a parser with a RecursionError
     try:
         body = json.loads(signature)
     except ValueError:  # UnicodeDecodeError too

@@ -24,7 +24,7 @@ from django.core.management.base import CommandError
 
 from state import bundle, signature
 from tests.conftest import OTHER_STATE_BUNDLE_KEY, STATE_BUNDLE_KEY
-from tests.state.conftest import bundle_bytes, export, paused_ticket, rewrite_part, verify, write_manifest
+from tests.state.conftest import bundle_bytes, export, paused_ticket, rewrite_part, sign, verify, write_manifest
 from tests.state.test_bundle import empty_the_ledger, ledger_counts, restore
 from tickets.models import Ticket
 
@@ -149,6 +149,11 @@ SIGNATURES = {
         "the signature was forged",
     ),
     "a file that is not a signature": (lambda path, exported: b"trust me\n", "is not a signature this release writes"),
+    # JSON nested deeper than the parser recurses (a RecursionError, not a ValueError): a traceback before.
+    "a file nested deeper than a parser goes": (
+        lambda path, exported: b"[" * 100_000,
+        "is not a signature this release writes",
+    ),
 }
 
 
@@ -242,3 +247,28 @@ def test_a_bundle_of_format_2_is_read_only_with_the_flag(tmp_path):
     assert verify(path, allow_unsigned=True)[0] == 0
     restore(path, allow_unsigned=True)
     assert Ticket.objects.filter(pk=ticket.pk).exists()
+
+
+NESTED = b"[" * 100_000
+
+
+@pytest.mark.parametrize("where", ["manifest", "part"])
+def test_an_unsigned_bundle_nested_deeper_than_a_parser_goes_is_refused_not_a_traceback(tmp_path, where):
+    """Read with --allow-unsigned, a bundle anyone could have written: a manifest or a part line of JSON
+    nested deep enough stops the parser with a RecursionError, not the ValueError it was read for."""
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket, include_personal_data=True)
+    empty_the_ledger()
+    if where == "manifest":
+        (path / bundle.MANIFEST).write_bytes(NESTED)
+        sign(path, key=None)
+        why = "manifest.json is not JSON"
+    else:
+        manifest = json.loads((path / bundle.MANIFEST).read_text())
+        entry = next(p for p in manifest["parts"] if p["label"] == "tickets.Ticket")
+        (path / entry["file"]).write_bytes(NESTED + b"\n")
+        entry.update(sha256=bundle.sha256(NESTED + b"\n"), rows=1)
+        write_manifest(path, manifest, signed=False)
+        why = "parts/tickets.Ticket.jsonl: line 1 is not a JSON row"
+
+    assert_refused(path, why, allow_unsigned=True)
