@@ -43,7 +43,7 @@ from state.rows import (
     key_of,
     user_rights,
 )
-from state.verify import bundle_row_problems, ledger_checks, references
+from state.verify import active_profile_rules, bundle_row_problems, ledger_checks, references
 from support.rows import forget_key_blocks
 from tickets.models import Customer
 
@@ -69,6 +69,8 @@ class RestoreReport:
     users_matched: list[str] = field(default_factory=list)
     # The rights of each login created with some (superuser, staff status, groups, permissions).
     rights_given: dict[str, list[str]] = field(default_factory=dict)
+    # The bundle's agent profile version made active here (this deployment had none), and its money rules.
+    made_active: str | None = None
     warnings: list[str] = field(default_factory=list)
 
 
@@ -421,6 +423,7 @@ def _write(
     rows: dict[str, Any], users: list[Row], report: RestoreReport, on_conflict: str, active: dict[str, Any] | None
 ) -> None:
     with transaction.atomic():
+        had_an_active_version = AgentProfile.objects.filter(is_active=True).exists()
         user_ids = _ensure_users(users, rows.get("tickets.Customer", []), report)
         plan = _plan(rows, user_ids, report, on_conflict)
         if plan.conflicts:
@@ -436,4 +439,8 @@ def _write(
                 cursor.execute(sql)
         if active is not None:
             _keep_the_active_version(active, report)
+        made_active = None if had_an_active_version else AgentProfile.objects.filter(is_active=True).first()
+        if made_active is not None:  # the bundle's (a restored row, or the manifest's version): its rules rule now
+            fields = ("version", "approval_policy", "tools")
+            report.made_active = active_profile_rules({name: getattr(made_active, name) for name in fields})
         transaction.on_commit(forget_key_blocks)

@@ -130,7 +130,7 @@ def verify(path: Path, *, database: bool, allow_unsigned: bool = False) -> Repor
     if not shapes.ok:  # what follows reads the rows, which are not what they should be
         return report
     if not b.authenticity.proven:
-        report.alarms += rights_alarm(bundled.get(USERS_LABEL, []))
+        report.alarms += rights_alarm(bundled.get(USERS_LABEL, []), bundled.get("agents.AgentProfile", []), manifest)
     if database:
         rows = _compare_database(bundled, manifest, report)
     else:
@@ -504,17 +504,43 @@ def _identity(rows: dict[str, list[Row]], manifest: dict) -> list[str]:
     ]
 
 
-def rights_alarm(users: list[Row]) -> list[str]:
+def active_profile_rules(active: Any) -> str:
+    """The money rules of the manifest's active agent profile version, which a deployment with none
+    makes active when the bundle is restored: its threshold and the tools that always need an approval."""
+    if not isinstance(active, dict):
+        return "none"
+    policy = active.get("approval_policy") if isinstance(active.get("approval_policy"), dict) else {}
+    threshold = policy.get("refund_threshold_cents")
+    tools = active.get("tools") if isinstance(active.get("tools"), list) else []
+    always = sorted(str(t.get("name")) for t in tools if isinstance(t, dict) and t.get("requires_approval"))
+    above = format_money(threshold, "usd") if isinstance(threshold, int) else "the default threshold"
+    return (
+        f"version {active.get('version')!r}: refunds above {above} per order need an approval; tools that always "
+        f"need one: {', '.join(always) or 'none'}"
+    )
+
+
+def rights_alarm(users: list[Row], profiles: list[Row], manifest: dict[str, Any]) -> list[str]:
     """What an unauthenticated bundle's users would be given: anyone who could hand the operator the
     file could have written them (a superuser, a member of staff who decides approvals)."""
     granted = [f"  {user['username']}: {', '.join(rights)}" for user in users if (rights := user_rights(user))]
-    if not granted:
-        return ["Restored, it would give no login any right (staff status, group, permission or superuser)."]
-    return [
-        "Anyone who could hand you this file could have written it. Restored, it would create these logins with "
-        "these rights (a login of the same name already here keeps its own):",
-        *granted,
-    ]
+    lines = (
+        [
+            "Anyone who could hand you this file could have written it. Restored, it would create these logins "
+            "with these rights (a login of the same name already here keeps its own):",
+            *granted,
+        ]
+        if granted
+        else ["Restored, it would give no login any right (staff status, group, permission or superuser)."]
+    )
+    # Restored where none is active, a bundled version that was active stays so; else the manifest's is made so.
+    active = next((p for p in profiles if p.get("is_active")), manifest.get("active_profile"))
+    if active is not None:
+        lines.append(
+            "Restored where no agent profile version is active, it would make its own active, and new runs "
+            f"would follow its prompt, tools and rules: {active_profile_rules(active)}."
+        )
+    return lines
 
 
 def _user_with_rights(user: Row) -> str:

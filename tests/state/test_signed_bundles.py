@@ -272,3 +272,23 @@ def test_an_unsigned_bundle_nested_deeper_than_a_parser_goes_is_refused_not_a_tr
         why = "parts/tickets.Ticket.jsonl: line 1 is not a JSON row"
 
     assert_refused(path, why, allow_unsigned=True)
+
+
+def test_with_the_flag_the_rules_an_unsigned_bundle_puts_in_force_are_printed_too(tmp_path):
+    """A deployment with no active agent profile version makes the bundle's active: a forged one that
+    needs no approval below a million dollars would pay any refund without one, unsaid."""
+    ticket, _ = paused_ticket()
+    path = export(tmp_path, ticket, include_personal_data=True)
+    empty_the_ledger()
+    lax_policy = {"refund_threshold_cents": 100_000_000}
+    rewrite_part(path, "agents.AgentProfile", lambda rows: [{**r, "approval_policy": lax_policy} for r in rows])
+    manifest = json.loads((path / bundle.MANIFEST).read_text())
+    manifest["active_profile"]["approval_policy"] = lax_policy
+    write_manifest(path, manifest, signed=False)
+    lax = "refunds above $1,000,000.00 per order need an approval"
+
+    status, report = verify(path, allow_unsigned=True)
+    assert status == 0 and "!!! Restored where no agent profile version is active" in report and lax in report, report
+    out = restore(path, allow_unsigned=True)
+
+    assert "!!! It made its own agent profile version active" in out and lax in out, out

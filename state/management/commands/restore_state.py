@@ -74,6 +74,11 @@ class Command(BaseCommand):
             lines += [f"  {username}: {', '.join(rights)}" for username, rights in report.rights_given.items()]
         else:
             lines.append("It created no login with any right (staff status, group, permission or superuser).")
+        if report.made_active is not None:
+            lines.append(
+                "It made its own agent profile version active (none was), and new runs follow its prompt, tools "
+                f"and rules: {report.made_active}. Check them in the admin's agent profiles."
+            )
         for line in lines:
             self.stdout.write(self.style.WARNING(f"!!! {line}"))
 
