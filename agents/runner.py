@@ -41,6 +41,8 @@ from agents.selectors import (
     in_backoff,
     messages_not_told_to_wait,
     person_took_the_ticket_since,
+    start_backing_off_from,
+    start_backing_off_sql,
     ticket_has_agent_work,
 )
 from agents.tools import tool_specs
@@ -92,12 +94,18 @@ class RetryLater(Exception):
 
 
 def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
-    # The lease, then (in the same round trip) the ticket, its active run, the active profile and the
-    # approval policy tables (a new run checks that they were not made stricter outside the admin).
-    lease, (found, *run_and_profile, tables) = lease_acquire_and_read(
+    # The lease, then (in the same round trip) the ticket, its active run, the active profile, the
+    # approval policy tables (a new run checks that they were not made stricter outside the admin) and
+    # whether a new run's start waits out the backoff of a failed one.
+    lease, (found, *run_and_profile, tables, start_waits) = lease_acquire_and_read(
         ticket_id=ticket_id,
         owner=worker_identity(),
-        then=[ticket_with_customer_sql(ticket_id), *active_run_and_profile_sql(ticket_id), policy_tables_sql()],
+        then=[
+            ticket_with_customer_sql(ticket_id),
+            *active_run_and_profile_sql(ticket_id),
+            policy_tables_sql(),
+            start_backing_off_sql(ticket_id),
+        ],
     )
     ticket = ticket_with_customer_from(found)
     if lease is None:
@@ -105,7 +113,11 @@ def advance(ticket_id: int, *, model: ChatModel | None = None) -> Outcome:
     if ticket is None:  # deleted meanwhile
         lease.release()
         return Outcome("missing")
-    first_read: tuple[Any, ...] | None = (*active_run_and_profile_from(*run_and_profile), policy_tables_from(tables))
+    first_read: tuple[Any, ...] | None = (
+        *active_run_and_profile_from(*run_and_profile),
+        policy_tables_from(tables),
+        start_backing_off_from(start_waits),
+    )
     lease.start_heartbeat()
     outcome = Outcome("idle")
     unanswered = None
@@ -202,11 +214,13 @@ def _start_failed(lease: Lease, ticket_id: int, exc: Exception) -> str:
     parked with a person at the limit, instead of failing the task on every sweep (invariant 14)."""
     logger.exception("ticket %s: the agent could not start a run", ticket_id)
     error = f"{type(exc).__name__}: {exc}"
-    failures, counted = agent_services.run_start_failed(lease=lease, ticket_id=ticket_id, error=error)
-    if failures >= agent_services.max_failures():
+    failures, counted, delay = agent_services.run_start_failed(
+        lease=lease, ticket_id=ticket_id, error=error, backoff=retry_delay
+    )
+    if delay is None:
         agent_services.park_unstarted(lease=lease, ticket_id=ticket_id, error=error, failures=failures, counted=counted)
         return "parked"
-    raise RetryLater(retry_delay(failures)) from exc
+    raise RetryLater(delay) from exc
 
 
 def has_pending_work(ticket_id: int) -> bool:
@@ -229,9 +243,11 @@ _models: dict[str, ChatModel] = {}
 def _current_run(
     lease: Lease, ticket: Ticket, chosen: ChatModel | None, read: tuple[Any, ...] | None = None
 ) -> tuple[AgentRun | None, bool]:
-    """The run to carry on, or a new one; ``read``: the active run and profile and the policy tables,
-    when just read. And whether a person has had the ticket since the run started: such a run only ends."""
-    run, profile, tables = read or (*active_run_and_profile(ticket_id=lease.ticket_id), None)
+    """The run to carry on, or a new one; ``read``: the active run and profile, the policy tables and
+    whether a new run's start waits out a backoff, when just read. And whether a person has had the
+    ticket since the run started: such a run only ends."""
+    # Not read again after a run of this pass: it started, so no failed start's backoff is in force.
+    run, profile, tables, start_waits = read or (*active_run_and_profile(ticket_id=lease.ticket_id), None, False)
     if run is not None:
         person = ticket.status in AGENT_STAYS_OUT or person_took_the_ticket_since(run)
         if not person and run.status == RunStatus.RUNNING and in_backoff(run):
@@ -253,6 +269,10 @@ def _current_run(
             run.refresh_from_db(fields=["profile"])
         return run, person
     if ticket.status in AGENT_STAYS_OUT:
+        return None, False
+    if start_waits:
+        # Rung during the backoff of a failed start (a customer wrote, a sweep): the scheduled retry,
+        # or the sweeper once the wait is over, tries again; this ring is not another failure.
         return None, False
     profile = profile_for_new_run(profile, tables)  # the version this run keeps to its end
     try:

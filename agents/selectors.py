@@ -7,8 +7,9 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import BooleanField, CharField, Exists, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import BooleanField, CharField, DateTimeField, Exists, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.expressions import RawSQL
+from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Concat, Now
 from django.utils import timezone
 
@@ -19,6 +20,8 @@ from agents.models import (
     PAUSED_CALL_STATUSES,
     PAUSED_RUN_STATUSES,
     RESERVING_REFUND_STATUSES,
+    START_COUNTS_FROM,
+    START_FAILED,
     AgentProfile,
     AgentRun,
     CallStatus,
@@ -143,11 +146,45 @@ def in_backoff(run: AgentRun) -> bool:
     return AgentRun.objects.filter(pk=run.pk, retry_not_before__gt=Now() + BACKOFF_SLACK).exists()
 
 
+def _start_waits(ticket_id: Any, *, slack: timedelta = timedelta(0)) -> QuerySet[TicketEvent]:
+    """The ticket's last failure to start a run, while its backoff is not over (``slack`` before its
+    end counts as over): the last event that counts start failures (``START_COUNTS_FROM``) is that
+    failure, and the end of its wait, on the database's clock (``services.run_start_failed``), is
+    still to come. ``ticket_id``: a value, or an ``OuterRef`` to a ticket."""
+    last = (
+        TicketEvent.objects.filter(ticket_id=OuterRef("ticket_id"), kind__in=START_COUNTS_FROM)
+        .order_by("-seq")
+        .values("seq")[:1]
+    )
+    ends = Cast(KT("payload__retry_not_before"), DateTimeField())  # none on a failure at the limit
+    return (
+        TicketEvent.objects.filter(ticket_id=ticket_id, kind=START_FAILED, seq=Subquery(last))
+        .annotate(retry_ends=ends)
+        .filter(retry_ends__gt=Now() + slack)
+    )
+
+
+# Read with the lease (agents.runner.advance): is a new run's start waiting out its backoff?
+_start_waits_now = reads.Kept(lambda ticket_id: _start_waits(ticket_id, slack=BACKOFF_SLACK).values("pk"))
+
+
+def start_backing_off_sql(ticket_id: int) -> tuple[str, Any]:
+    """Whether starting a run on the ticket waits out the backoff of a failed start (as ``in_backoff``
+    for a run, with its slack), to send along with other reads; its rows: ``start_backing_off_from``."""
+    sql, params = _start_waits_now.sql(ticket_id)
+    return f"SELECT EXISTS ({sql})", params
+
+
+def start_backing_off_from(found: Any) -> bool:
+    return bool(found[0][0])
+
+
 def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
     """The one definition of "work for the agent": unanswered customer messages (unless a run is
-    paused), a run to carry on (once its backoff is over), or a staff decision to apply; none
-    while a person has the ticket or it is closed, except a run to carry on (it ends itself).
-    Backoffs end on the database's clock, as they are written (``services.run_retry_after``)."""
+    paused, or starting one waits out the backoff of a failed start), a run to carry on (once its
+    backoff is over), or a staff decision to apply; none while a person has the ticket or it is
+    closed, except a run to carry on (it ends itself). Backoffs end on the database's clock, as they
+    are written (``services.run_retry_after``, ``services.run_start_failed``)."""
     now = Now()
     unhandled = unanswered_messages().filter(ticket=OuterRef("pk"))
     # A run that failed waits out its backoff (its retry is scheduled); then the sweeper may ring it.
@@ -163,6 +200,8 @@ def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
         ticket_id=OuterRef("ticket_id"), client_msg_id=Concat(Value("waiting:"), Cast(OuterRef("pk"), CharField()))
     )
     untold = unanswered_messages().filter(ticket=OuterRef("pk")).exclude(Exists(told))
+    # A run that could not be started waits out its backoff too (its retry is scheduled).
+    start_waits = _start_waits(OuterRef("pk"))
     return tickets.annotate(
         unhandled=Exists(unhandled),
         running=Exists(running),
@@ -170,6 +209,7 @@ def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
         stopped=Exists(stopped),
         decided=Exists(decided),
         backing_off=Exists(backing_off),
+        start_waits=Exists(start_waits),
         untold=Exists(untold),
     ).filter(  # fmt: skip
         Q(running=True)
@@ -179,9 +219,10 @@ def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
         | (
             # A paused run waits for its decision; messages sent meanwhile wait with it, once their
             # writers are told so. A run waiting out its backoff is carried on by its scheduled retry,
-            # decisions and messages with it.
+            # decisions and messages with it; so is the start of a run that failed to start.
             (Q(decided=True) | Q(unhandled=True, paused=False) | Q(untold=True, paused=True))
             & Q(backing_off=False)
+            & Q(start_waits=False)
             & ~Q(status__in=AGENT_STAYS_OUT)
         )
     )

@@ -6,6 +6,7 @@ cannot write (fencing).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,6 +24,8 @@ from agents.models import (
     PAUSED_RUN_STATUSES,
     PERSON_TOOK_OVER,
     RUN_TRANSITIONS,
+    START_COUNTS_FROM,
+    START_FAILED,
     AgentProfile,
     AgentRun,
     ModelStep,
@@ -504,31 +507,35 @@ def park(*, lease: Lease, run: AgentRun, error: str, failures: int) -> None:
         run_transition(lease=lease, run=run, to_status=RunStatus.FAILED, outcome=f"parked: {error[:500]}")
 
 
-START_FAILED = "agent_run_start_failed"
-
-
-def run_start_failed(*, lease: Lease, ticket_id: int, error: str) -> tuple[int, TicketEvent]:
+def run_start_failed(
+    *, lease: Lease, ticket_id: int, error: str, backoff: Callable[[int], float]
+) -> tuple[int, TicketEvent, float | None]:
     """Starting a run failed, so there is no run to count it on: it is counted on the ticket's
-    timeline, in a row since a run of the ticket last started or it was last parked (a person who
-    hands it back gives the agent a fresh count). Returns the failures in a row and the event."""
+    timeline, in a row since a run of the ticket last started or it was last parked. Below the
+    limit the failure is backed off as a failed step is (``run_retry_after``): the event keeps when
+    the wait ends (``retry_not_before``, on the database's clock, as ``selectors._start_waits`` reads
+    it), and until then neither the sweeper nor a doorbell tries the start again (each such
+    try counted another failure, so a brief outage parked the ticket within a few sweeps).
+    ``backoff``: the wait after so many failures. Returns the failures in a row, the event, and the
+    wait (None at the limit: the caller parks the ticket)."""
     error = clean_text(error)  # an exception's words: a failure is counted whatever they hold
     with lease.guard():
-        counts_from = [START_FAILED, "agent_run_started", "agent_parked"]
         last = (
-            TicketEvent.objects.filter(ticket_id=ticket_id, kind__in=counts_from)
+            TicketEvent.objects.filter(ticket_id=ticket_id, kind__in=START_COUNTS_FROM)
             .order_by("-seq")
             .values_list("kind", "payload")
             .first()
         )
         failures = 1 + (int(last[1].get("failures", 0)) if last is not None and last[0] == START_FAILED else 0)
+        payload: dict[str, Any] = {"failures": failures, "error": error[:500]}
+        seconds = backoff(failures) if failures < max_failures() else None
+        if seconds is not None:
+            ends = reads.fetch("SELECT now() + make_interval(secs => %s)", [seconds])[0][0]
+            payload.update(retry_in=seconds, retry_not_before=ends.isoformat())
         event = ticket_services.event_append(
-            ticket=ticket_id,
-            kind=START_FAILED,
-            actor_kind=ActorKind.SYSTEM,
-            actor_ref="agent",
-            payload={"failures": failures, "error": error[:500]},
+            ticket=ticket_id, kind=START_FAILED, actor_kind=ActorKind.SYSTEM, actor_ref="agent", payload=payload
         )
-    return failures, event
+    return failures, event, seconds
 
 
 def park_unstarted(*, lease: Lease, ticket_id: int, error: str, failures: int, counted: TicketEvent) -> None:

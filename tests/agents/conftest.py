@@ -54,13 +54,20 @@ class CallsThenReplies:
 
 
 def retry_time_comes(ticket_id: int) -> None:
-    """The backoff of the ticket's failed run is over, as when the retry the task scheduled comes
-    (moved to now rather than slept through)."""
+    """The backoff of the ticket's failed run, or of its failed start, is over, as when the retry
+    the task scheduled comes (moved to now rather than slept through)."""
+    from django.db import connection
     from django.db.models.functions import Now
 
     from agents.models import AgentRun, RunStatus
 
     AgentRun.objects.filter(ticket_id=ticket_id, status=RunStatus.RUNNING).update(retry_not_before=Now())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE tickets_ticketevent SET payload = jsonb_set(payload, '{retry_not_before}', to_jsonb(now())) "
+            "WHERE ticket_id = %s AND kind = %s AND payload ? 'retry_not_before'",
+            [ticket_id, "agent_run_start_failed"],
+        )
 
 
 @pytest.fixture

@@ -318,6 +318,7 @@ def test_a_run_that_cannot_be_started_is_counted_on_the_ticket_and_parked(monkey
     outcomes = []
     for _ in range(2):  # the first failures back off, the task retrying later
         outcomes.append(advance(ticket.pk).state)
+        retry_time_comes(ticket.pk)
     errors = swept(ticket.pk, passes=6)
 
     ticket.refresh_from_db()
