@@ -7,7 +7,21 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import BooleanField, CharField, DateTimeField, Exists, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import (
+    BooleanField,
+    CharField,
+    DateTimeField,
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Concat, Now
@@ -257,6 +271,28 @@ def tickets_with_agent_work(*, limit: int = 500) -> list[int]:
         .values_list("pk", flat=True)[:limit]
     )
     return list(candidates)
+
+
+def backoffs_ending(*, limit: int = 500) -> list[tuple[int, float]]:
+    """Tickets waiting out a backoff (a failed step of their run, or a failed start), with the
+    seconds left of the wait, on the database's clock, soonest first: the retry each wait's task
+    scheduled is the only ring when it ends while beat is down (``tasks.ring_when_waits_end``)."""
+    left = ExpressionWrapper(F("ends") - Now(), output_field=DurationField())
+    runs = (
+        AgentRun.objects.filter(status=RunStatus.RUNNING, retry_not_before__gt=Now())
+        .annotate(ends=F("retry_not_before"))
+        .annotate(left=left)
+        .values_list("ticket_id", "left")
+    )
+    starts = (
+        Ticket.objects.filter(pk__in=unanswered_messages().values("ticket_id"))
+        .annotate(ends=Subquery(_start_waits(OuterRef("pk")).values("retry_ends")[:1]))
+        .filter(ends__isnull=False)
+        .annotate(left=left)
+        .values_list("pk", "left")
+    )
+    waits = sorted([*runs.order_by("retry_not_before")[:limit], *starts[:limit]], key=lambda wait: wait[1])
+    return [(ticket_id, max(0.0, wait.total_seconds())) for ticket_id, wait in waits[:limit]]
 
 
 def _tickets_that_may_have_agent_work() -> QuerySet[Any]:

@@ -13,7 +13,7 @@ from django.dispatch import receiver
 from agents.confirmation import confirmations_expire_due
 from agents.refunds import reconcile_open_refunds
 from agents.runner import advance
-from agents.selectors import tickets_with_agent_work
+from agents.selectors import backoffs_ending, tickets_with_agent_work
 from agents.services import runs_note_stopped
 from tickets.signals import ticket_given_back, ticket_needs_agent
 
@@ -91,13 +91,27 @@ def sweep() -> int:
     return len(ticket_ids)
 
 
+@shared_task(name="agents.ring_when_waits_end", base=NoResultTask)
+def ring_when_waits_end() -> int:
+    """Ring each ticket waiting out a backoff when its wait ends. A worker that died after committing
+    a wait and before scheduling its retry (or a retry lost with the broker's messages) leaves the
+    ticket to beat's sweeper alone; asked for at worker start, so that it is carried on while beat
+    is down too. A ring that finds the run already carried on costs nothing."""
+    waits = backoffs_ending()
+    for ticket_id, seconds in waits:
+        advance_ticket.apply_async(args=[ticket_id], countdown=seconds)
+    return len(waits)
+
+
 @worker_ready.connect
 def _sweep_when_a_worker_starts(**kwargs: object) -> None:
     """A worker that comes up asks for one sweep: what a dead worker left (its doorbell unacknowledged,
     given back by the broker only after its visibility timeout) is carried on now, even while beat
-    is down. Beat's sweeps find nothing more to do for it; a sweep that cannot be sent waits for beat."""
+    is down, and what waits out a backoff when its wait ends. Beat's sweeps find nothing more to do
+    for it; a sweep that cannot be sent waits for beat."""
     try:
         sweep.delay()
+        ring_when_waits_end.delay()
     except Exception:  # noqa: BLE001 - kombu's and the transport's errors alike; beat sweeps anyway
         logger.exception("the sweep asked for at worker start could not be sent to the broker")
 

@@ -14,7 +14,7 @@ from agents.llm import ModelError
 from agents.models import AgentRun, RunStatus
 from agents.offline_model import OfflineDeterministicModel
 from agents.runner import advance
-from agents.selectors import tickets_with_agent_work
+from agents.selectors import backoffs_ending, tickets_with_agent_work
 from tests.agents.conftest import retry_time_comes
 from tests.conftest import make_customer
 from tickets import services as ticket_services
@@ -48,6 +48,8 @@ def test_a_customer_writing_during_a_retry_after_wait_does_not_call_the_model_ea
     ticket_services.message_post(ticket=ticket, author_kind=AuthorKind.CUSTOMER, body="Anyone there?")
 
     assert ticket.pk not in tickets_with_agent_work()  # the sweeper leaves it to its wait
+    [(waiting, left)] = backoffs_ending()  # a worker that starts rings it when the wait ends
+    assert waiting == ticket.pk and 25 < left <= 30
     for _ in range(3):  # the customer's doorbell, rung again and again
         advance(ticket.pk, model=model)
     run = AgentRun.objects.get(ticket=ticket)

@@ -16,7 +16,7 @@ import pytest
 
 from agents.models import AgentRun, RunStatus
 from agents.runner import advance
-from agents.selectors import ticket_has_agent_work, tickets_with_agent_work
+from agents.selectors import backoffs_ending, ticket_has_agent_work, tickets_with_agent_work
 from agents.services import PARKED_NOTE
 from tests.agents.conftest import retry_time_comes
 from tests.conftest import make_customer
@@ -84,6 +84,9 @@ def test_rings_during_the_backoff_of_a_failed_start_are_not_counted_and_a_brief_
     assert outage.tries == 1, "a ring during the backoff tried the start again"
     [failure] = counted(ticket.pk)
     assert failure["failures"] == 1 and failure["retry_in"] == 30.0 and failure["retry_not_before"]
+    # A worker that starts while beat is down rings it when the wait ends (agents.ring_when_waits_end).
+    [(waiting, left)] = backoffs_ending()
+    assert waiting == ticket.pk and 25 < left <= 30
     ticket.refresh_from_db()
     assert ticket.status != TicketStatus.WITH_HUMAN
 
