@@ -38,8 +38,9 @@ class TicketLease(models.Model):
 # The outcome of a run that ended because a person took the ticket over, resolved or closed it.
 PERSON_TOOK_OVER = "a person took the ticket over"
 # A failure to start a run (no run to count it on) is counted on the ticket's timeline, in a row
-# since the last of these events: a run of the ticket starting, or the ticket parked (a person who
-# hands it back gives the agent a fresh count). Written by agents.services, read by agents.selectors.
+# since the last of these events, or since a person last had the ticket (as a take-over ends a run
+# and its failures): a run of the ticket starting, or the ticket parked. Written by agents.services,
+# read by agents.selectors (``start_counted_since``).
 START_FAILED = "agent_run_start_failed"
 START_COUNTS_FROM = (START_FAILED, "agent_run_started", "agent_parked")
 # How the error of a call closed without running begins (a retried answer or decision finds it by it).

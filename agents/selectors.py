@@ -160,16 +160,23 @@ def in_backoff(run: AgentRun) -> bool:
     return AgentRun.objects.filter(pk=run.pk, retry_not_before__gt=Now() + BACKOFF_SLACK).exists()
 
 
+def start_counted_since(ticket_id: Any) -> QuerySet[TicketEvent]:
+    """The ticket's events that failed starts are counted from, the failures among them: a run
+    starting, the ticket parked, or a person getting the ticket (taking it over, resolving or closing
+    it): whatever they did, handing it back gives the agent a fresh count, as a take-over ends a
+    run and its failures. The last one says where the count stands. ``ticket_id``: a value, or an
+    ``OuterRef``."""
+    return TicketEvent.objects.filter(ticket_id=ticket_id).filter(
+        Q(kind__in=START_COUNTS_FROM) | Q(kind="status_changed", payload__to__in=sorted(AGENT_STAYS_OUT))
+    )
+
+
 def _start_waits(ticket_id: Any, *, slack: timedelta = timedelta(0)) -> QuerySet[TicketEvent]:
     """The ticket's last failure to start a run, while its backoff is not over (``slack`` before its
-    end counts as over): the last event that counts start failures (``START_COUNTS_FROM``) is that
-    failure, and the end of its wait, on the database's clock (``services.run_start_failed``), is
-    still to come. ``ticket_id``: a value, or an ``OuterRef`` to a ticket."""
-    last = (
-        TicketEvent.objects.filter(ticket_id=OuterRef("ticket_id"), kind__in=START_COUNTS_FROM)
-        .order_by("-seq")
-        .values("seq")[:1]
-    )
+    end counts as over): the last event that failed starts count from (``start_counted_since``) is
+    that failure, and the end of its wait, on the database's clock (``services.run_start_failed``),
+    is still to come. ``ticket_id``: a value, or an ``OuterRef`` to a ticket."""
+    last = start_counted_since(OuterRef("ticket_id")).order_by("-seq").values("seq")[:1]
     ends = Cast(KT("payload__retry_not_before"), DateTimeField())  # none on a failure at the limit
     return (
         TicketEvent.objects.filter(ticket_id=ticket_id, kind=START_FAILED, seq=Subquery(last))

@@ -24,7 +24,6 @@ from agents.models import (
     PAUSED_RUN_STATUSES,
     PERSON_TOOK_OVER,
     RUN_TRANSITIONS,
-    START_COUNTS_FROM,
     START_FAILED,
     AgentProfile,
     AgentRun,
@@ -33,7 +32,7 @@ from agents.models import (
     StepStatus,
     ToolCall,
 )
-from agents.selectors import person_took_the_ticket_since
+from agents.selectors import person_took_the_ticket_since, start_counted_since
 from support import reads, rows
 from support.storable import clean_text
 from tickets import services as ticket_services
@@ -511,7 +510,8 @@ def run_start_failed(
     *, lease: Lease, ticket_id: int, error: str, backoff: Callable[[int], float]
 ) -> tuple[int, TicketEvent, float | None]:
     """Starting a run failed, so there is no run to count it on: it is counted on the ticket's
-    timeline, in a row since a run of the ticket last started or it was last parked. Below the
+    timeline, in a row since a run of the ticket last started or a person last had the ticket
+    (``selectors.start_counted_since``). Below the
     limit the failure is backed off as a failed step is (``run_retry_after``): the event keeps when
     the wait ends (``retry_not_before``, on the database's clock, as ``selectors._start_waits`` reads
     it), and until then neither the sweeper nor a doorbell tries the start again (each such
@@ -520,12 +520,7 @@ def run_start_failed(
     wait (None at the limit: the caller parks the ticket)."""
     error = clean_text(error)  # an exception's words: a failure is counted whatever they hold
     with lease.guard():
-        last = (
-            TicketEvent.objects.filter(ticket_id=ticket_id, kind__in=START_COUNTS_FROM)
-            .order_by("-seq")
-            .values_list("kind", "payload")
-            .first()
-        )
+        last = start_counted_since(ticket_id).order_by("-seq").values_list("kind", "payload").first()
         failures = 1 + (int(last[1].get("failures", 0)) if last is not None and last[0] == START_FAILED else 0)
         payload: dict[str, Any] = {"failures": failures, "error": error[:500]}
         seconds = backoff(failures) if failures < max_failures() else None

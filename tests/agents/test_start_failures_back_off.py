@@ -135,6 +135,30 @@ def test_a_start_that_keeps_failing_is_parked_after_the_same_number_of_backed_of
     assert advance(ticket.pk).state == RunStatus.COMPLETED
 
 
+def test_a_person_who_had_the_ticket_gives_the_agent_a_fresh_count_of_failed_starts(settings, outage):
+    """Two failed starts, then a person takes the ticket over (during the wait) and hands it back: as
+    for a run, whose failures a take-over ends with it, the agent starts afresh. Counted on from
+    before, the next failed start parked the ticket at once and told the customer so, just after
+    the person had given it back; and the wait from before held the start back after the hand-back."""
+    from tests.approvals.conftest import make_staff
+
+    settings.AGENT_MAX_CONSECUTIVE_FAILURES = 3
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Where is my order?")
+    assert advance(ticket.pk).state == "retry"
+    retry_time_comes(ticket.pk)
+    assert advance(ticket.pk).state == "retry"  # its wait is not over when the person takes the ticket
+    person = make_staff("looker", can_decide=True)
+    ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
+    ticket_services.ticket_hand_back(ticket=ticket.pk, user=person)
+
+    assert ticket.pk in tickets_with_agent_work(), "the wait from before the hand-back holds the ticket back"
+    assert advance(ticket.pk).state == "retry"  # the outage goes on: a first failure, not a third
+    assert [c["failures"] for c in counted(ticket.pk)] == [1, 2, 1]
+    ticket.refresh_from_db()
+    assert ticket.status != TicketStatus.WITH_HUMAN
+    assert not Message.objects.filter(ticket=ticket, body=PARKED_NOTE).exists()
+
+
 # --- With a real worker and beat: the sweeper every second, a doorbell during the wait ----------
 
 START_REFUSED = """
