@@ -250,9 +250,10 @@ def _current_run(
     run, profile, tables, start_waits = read or (*active_run_and_profile(ticket_id=lease.ticket_id), None, False)
     if run is not None:
         person = ticket.status in AGENT_STAYS_OUT or person_took_the_ticket_since(run)
-        if not person and run.status == RunStatus.RUNNING and in_backoff(run):
-            # Rung during its wait (a customer wrote): the scheduled retry, or the sweeper once the
-            # wait is over, carries it on; the model is not asked early.
+        if not person and in_backoff(run):
+            # Rung during its wait (a customer wrote, a decision came): the scheduled retry, or the
+            # sweeper once the wait is over, carries it on; the model is not asked early. A paused run
+            # waits too when taking it up failed: each ring during the wait was another failure.
             return None, False
         if run.status in PAUSED_RUN_STATUSES and not person:
             if not decided_calls(run=run).exists():

@@ -153,8 +153,9 @@ BACKOFF_SLACK = timedelta(seconds=1)
 
 
 def in_backoff(run: AgentRun) -> bool:
-    """Is ``run`` waiting out a backoff after a failed step (its retry scheduled)? On the database's
-    clock, as the wait was written (``services.run_retry_after``)."""
+    """Is ``run`` waiting out a backoff after a failed step, or a failure to take it up from its
+    pause (its retry scheduled)? On the database's clock, as the wait was written
+    (``services.run_retry_after``)."""
     if run.retry_not_before is None:
         return False
     return AgentRun.objects.filter(pk=run.pk, retry_not_before__gt=Now() + BACKOFF_SLACK).exists()
@@ -214,8 +215,11 @@ def _with_agent_work(tickets: QuerySet[Ticket]) -> QuerySet[Ticket]:
     paused = AgentRun.objects.filter(ticket=OuterRef("pk"), status__in=PAUSED_RUN_STATUSES)
     # A paused run a person stopped, the ticket given back before a pass ended it (its ring lost).
     stopped = paused.filter(stopped_by_person=True)
-    # Messages sent while a run waits out its backoff are answered by that run when its wait is over.
-    backing_off = AgentRun.objects.filter(ticket=OuterRef("pk"), status=RunStatus.RUNNING, retry_not_before__gt=now)
+    # Messages sent while a run waits out its backoff are answered by that run when its wait is over;
+    # a paused run whose taking up failed waits out its backoff too, with its decision.
+    backing_off = AgentRun.objects.filter(
+        ticket=OuterRef("pk"), status__in=ACTIVE_RUN_STATUSES, retry_not_before__gt=now
+    )
     # A message sent during a pause whose writer was not told it waits (its doorbell was lost).
     told = Message.objects.filter(
         ticket_id=OuterRef("ticket_id"), client_msg_id=Concat(Value("waiting:"), Cast(OuterRef("pk"), CharField()))
@@ -286,7 +290,7 @@ def backoffs_ending(*, limit: int = 500) -> list[tuple[int, float]]:
     scheduled is the only ring when it ends while beat is down (``tasks.ring_when_waits_end``)."""
     left = ExpressionWrapper(F("ends") - Now(), output_field=DurationField())
     runs = (
-        AgentRun.objects.filter(status=RunStatus.RUNNING, retry_not_before__gt=Now())
+        AgentRun.objects.filter(status__in=ACTIVE_RUN_STATUSES, retry_not_before__gt=Now())
         .annotate(ends=F("retry_not_before"))
         .annotate(left=left)
         .values_list("ticket_id", "left")

@@ -511,13 +511,12 @@ def run_start_failed(
 ) -> tuple[int, TicketEvent, float | None]:
     """Starting a run failed, so there is no run to count it on: it is counted on the ticket's
     timeline, in a row since a run of the ticket last started or a person last had the ticket
-    (``selectors.start_counted_since``). Below the
-    limit the failure is backed off as a failed step is (``run_retry_after``): the event keeps when
-    the wait ends (``retry_not_before``, on the database's clock, as ``selectors._start_waits`` reads
-    it), and until then neither the sweeper nor a doorbell tries the start again (each such
-    try counted another failure, so a brief outage parked the ticket within a few sweeps).
-    ``backoff``: the wait after so many failures. Returns the failures in a row, the event, and the
-    wait (None at the limit: the caller parks the ticket)."""
+    (``selectors.start_counted_since``). Below the limit the failure is backed off as a failed
+    step is (``run_retry_after``): the event keeps when the wait ends (``retry_not_before``, on the
+    database's clock, as ``selectors._start_waits`` reads it), and until then neither the sweeper
+    nor a doorbell tries the start again (each such try counted another failure, so a brief outage
+    parked the ticket within a few sweeps). ``backoff``: the wait after so many failures. Returns
+    the failures in a row, the event, and the wait (None at the limit: the caller parks the ticket)."""
     error = clean_text(error)  # an exception's words: a failure is counted whatever they hold
     with lease.guard():
         last = start_counted_since(ticket_id).order_by("-seq").values_list("kind", "payload").first()

@@ -59,9 +59,9 @@ def retry_time_comes(ticket_id: int) -> None:
     from django.db import connection
     from django.db.models.functions import Now
 
-    from agents.models import AgentRun, RunStatus
+    from agents.models import ACTIVE_RUN_STATUSES, AgentRun
 
-    AgentRun.objects.filter(ticket_id=ticket_id, status=RunStatus.RUNNING).update(retry_not_before=Now())
+    AgentRun.objects.filter(ticket_id=ticket_id, status__in=ACTIVE_RUN_STATUSES).update(retry_not_before=Now())
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE tickets_ticketevent SET payload = jsonb_set(payload, '{retry_not_before}', to_jsonb(now())) "
