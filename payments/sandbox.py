@@ -131,6 +131,8 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.idempotency_keys (
 
 REFUND_REASONS = {"duplicate", "fraudulent", "requested_by_customer"}
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
+# Far past any request the app or the SDK sends (a refund is a few hundred bytes); Stripe refuses big bodies too.
+MAX_BODY_BYTES = 1024 * 1024
 FAULT_KINDS = {"latency", "error_before_commit", "error_after_commit", "drop_after_commit", "refund_status"}
 # Stripe's refund statuses: the ones a refund can be created with by a fault, and settled to.
 UNSETTLED_REFUND_STATUSES = {"pending", "requires_action"}
@@ -818,21 +820,41 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
         self.wfile.write(response.body)
 
     def _read_pairs(self, query: str) -> list[tuple[str, str]]:
+        """The query's and the body's parameters; ApiError for a body that cannot be read or a name or
+        value PostgreSQL cannot store (a NUL character: a form carries one as %00)."""
         pairs = parse_qsl(query, keep_blank_values=True)
         length = int(self.headers.get("Content-Length") or 0)
+        if length < 0 or length > MAX_BODY_BYTES:
+            # Not read: a negative length would read until the client closes, a huge one fill memory.
+            self.close_connection = True
+            if length < 0:
+                raise ApiError(400, "The request body could not be parsed: Content-Length is negative.")
+            raise ApiError(413, f"The request body can be at most {MAX_BODY_BYTES} bytes.")
         if length:
             body = self.rfile.read(length).decode("utf-8")
             if self.headers.get("Content-Type", "").startswith("application/json"):
-                payload = json.loads(body or "{}")
+                try:
+                    payload = json.loads(body or "{}")
+                except RecursionError:
+                    raise ApiError(400, "The request body is nested too deeply.") from None
+                if not isinstance(payload, dict):
+                    raise ApiError(400, "A JSON request body must be an object of parameters.")
                 pairs += [(str(k), v if isinstance(v, str) else json.dumps(v)) for k, v in payload.items()]
             else:
                 pairs += parse_qsl(body, keep_blank_values=True)
+        for name, value in pairs:
+            reason = unstorable(name) or unstorable(value)
+            if reason:
+                param = repr(name) if unstorable(name) else name
+                raise ApiError(400, f"Invalid string: {param} {reason}.", param=param)
         return pairs
 
     def _dispatch(self, method: str) -> Response:
         url = urlsplit(self.path)
         try:
             pairs = self._read_pairs(url.query)
+        except ApiError as exc:
+            return exc.response()
         except (ValueError, UnicodeDecodeError):
             return ApiError(400, "The request body could not be parsed.").response()
         if self.server.stopping:
@@ -1051,7 +1073,7 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
                 payment_id = str_param(params, "id", required=True)
                 amount = int_param(params, "amount", required=True)
                 currency = currency_param(params, required=True)
-                metadata = json.loads(params["metadata"]) if params.get("metadata") else {}
+                metadata = _seeded_metadata(params.get("metadata") or "{}")
                 assert payment_id and amount and currency
                 return Response.json(
                     200,
@@ -1079,6 +1101,36 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
                 ).fetchall()
                 return Response.json(200, {"data": rows})
         raise ApiError(404, f"Unrecognized sandbox control URL ({method}: {path}).")
+
+
+def unstorable(value: Any) -> str | None:
+    """Why PostgreSQL could not store this text (or every key and value of a JSON object), or None.
+    The check of ``support.storable``, kept here: the sandbox is a process of its own and imports
+    nothing of the product's apps (``support`` brings Celery and Django's settings along)."""
+    if isinstance(value, dict):
+        return next((why for item in [*value.keys(), *value.values()] if (why := unstorable(item))), None)
+    if not isinstance(value, str):
+        return None
+    if "\x00" in value:
+        return "contains a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains characters that are not valid Unicode"
+    return None
+
+
+def _seeded_metadata(text: str) -> dict[str, str]:
+    """A seeded payment's metadata: a JSON object of strings, as ``metadata[...]`` gives the API's."""
+    try:
+        metadata = json.loads(text)
+    except (ValueError, RecursionError):
+        raise ApiError(400, "Invalid metadata: must be a JSON object of strings.", param="metadata") from None
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ApiError(400, "Invalid metadata: must be a JSON object of strings.", param="metadata")
+    if unstorable(metadata):
+        raise ApiError(400, f"Invalid metadata: it {unstorable(metadata)}.", param="metadata")
+    return metadata
 
 
 # --- Command line ------------------------------------------------------------------------------

@@ -5,39 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
 from django.core.exceptions import TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 
-MAX_JSON_DEPTH = 32
+from support.storable import unstorable
+
 FORM_TYPES = {"application/x-www-form-urlencoded", "multipart/form-data"}
-
-
-def unstorable(value: Any, depth: int = 0) -> str | None:
-    """Why PostgreSQL could not store this (text or parsed JSON), or None."""
-    if depth > MAX_JSON_DEPTH:
-        return "is nested too deeply"
-    if isinstance(value, str):
-        if "\x00" in value:
-            return "contains a NUL character"
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return "contains characters that are not valid Unicode"
-        return None
-    if isinstance(value, dict):
-        items = [*value.keys(), *value.values()]
-    elif isinstance(value, list | tuple):
-        items = list(value)
-    else:
-        return None
-    for item in items:
-        reason = unstorable(item, depth + 1)
-        if reason:
-            return reason
-    return None
 
 
 class RejectUnstorableInput:

@@ -1,4 +1,5 @@
-"""What PostgreSQL can hold, for text the product records rather than refuses.
+"""What PostgreSQL can hold: for input it refuses (``unstorable``), and for text the product records
+rather than refuses.
 
 Text and jsonb hold neither NUL characters nor lone surrogates. What a person types is refused
 with a clear error (support.middleware, tickets.services); what the product records from
@@ -11,6 +12,34 @@ from __future__ import annotations
 import json
 import unicodedata
 from typing import Any
+
+# JSON nested deeper than this is refused as input (no form or client of ours nests past a few levels).
+MAX_JSON_DEPTH = 32
+
+
+def unstorable(value: Any, depth: int = 0) -> str | None:
+    """Why PostgreSQL could not store this (text, or parsed JSON: every key and value), or None."""
+    if depth > MAX_JSON_DEPTH:
+        return "is nested too deeply"
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "contains a NUL character"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "contains characters that are not valid Unicode"
+        return None
+    if isinstance(value, dict):
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        return None
+    for item in items:
+        reason = unstorable(item, depth + 1)
+        if reason:
+            return reason
+    return None
 
 
 def clean_text(text: str) -> str:
