@@ -1,12 +1,14 @@
 """Input the database cannot store is refused at the door with a clear 400, before any view
-writes half of it: NUL characters, lone surrogates, JSON nested beyond reason."""
+writes half of it: NUL characters, lone surrogates, JSON nested beyond reason; and a body past
+DATA_UPLOAD_MAX_MEMORY_SIZE with a 413 that says so."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 
-from django.core.exceptions import TooManyFieldsSent, TooManyFilesSent
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 
@@ -20,13 +22,26 @@ class RejectUnstorableInput:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        refusal = self._refusal(request)
+        try:
+            refusal = self._refusal(request)
+        except RequestDataTooBig:
+            # Django's own answer is a bare "Bad Request (400)" page, even to a JSON client.
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            refusal = self._answer(
+                self._wants_json(request),
+                f"The request is larger than {limit} bytes; nothing was saved. Send less at once.",
+                status=413,
+            )
         if refusal is not None:
             return refusal
         return self.get_response(request)
 
+    @staticmethod
+    def _wants_json(request: HttpRequest) -> bool:
+        return "json" in (request.content_type or "") or "json" in request.headers.get("Accept", "")
+
     def _refusal(self, request: HttpRequest) -> HttpResponse | None:
-        wants_json = "json" in (request.content_type or "") or "json" in request.headers.get("Accept", "")
+        wants_json = self._wants_json(request)
         where, reason = "", None
         reason = unstorable(request.path)
         if reason:
@@ -69,7 +84,7 @@ class RejectUnstorableInput:
         return None
 
     @staticmethod
-    def _answer(wants_json: bool, message: str) -> HttpResponse:
+    def _answer(wants_json: bool, message: str, status: int = 400) -> HttpResponse:
         if wants_json:
-            return JsonResponse({"error": message}, status=400)
-        return HttpResponse(message, status=400, content_type="text/plain; charset=utf-8")
+            return JsonResponse({"error": message}, status=status)
+        return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
