@@ -117,6 +117,14 @@ def write(path: Path, manifest: dict[str, Any], parts: dict[str, bytes], *, key:
         files[SIGNATURE] = signature.sign(body, key)
     if path.exists() and (path.is_file() or any(path.iterdir())):
         raise BundleError([f"{path} already exists; choose a new path"])
+    try:
+        _write_at(path, files)
+    except OSError as exc:  # a parent that is a file, a folder that cannot be written, a full disk
+        where = f"{exc.filename}: " if exc.filename and str(exc.filename) != str(path) else ""
+        raise BundleError([f"cannot write {path}: {where}{exc.strerror or exc}"]) from None
+
+
+def _write_at(path: Path, files: dict[str, bytes]) -> None:
     parent = path.parent
     parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".tar":
