@@ -29,7 +29,9 @@ class SupportAdminSite(admin.AdminSite):
 
     def admin_view(self, view: Callable[..., HttpResponse], cacheable: bool = False) -> Callable[..., HttpResponse]:
         model_admin = getattr(view, "__self__", None)
-        if isinstance(model_admin, admin.ModelAdmin) and view.__name__ == "changelist_view":
+        # Compared as a bound method, not by name: a list whose page is a function of its own (the runs'
+        # list, agents.admin) is the changelist all the same.
+        if isinstance(model_admin, admin.ModelAdmin) and view == model_admin.changelist_view:
             view = _selection_checked(view, model_admin)
         return super().admin_view(view, cacheable)
 
@@ -48,3 +50,30 @@ def _selection_checked(view: Callable[..., HttpResponse], model_admin: admin.Mod
 
 class SupportAdminConfig(AdminConfig):
     default_site = "support.admin_site.SupportAdminSite"
+
+    def ready(self) -> None:
+        super().ready()  # every app's admin registered
+        _lockout_cleanup_reads_its_time()
+
+
+def _lockout_cleanup_reads_its_time() -> None:
+    """django-axes' "Clean up expired attempts" on the lockout list reads the attempt's time from the
+    request, which only a sign-in sets (``AxesProxyHandler.update_request``): every use of it was a 500.
+    The action sets it first, as a sign-in would."""
+    from axes.admin import AccessAttemptAdmin
+    from axes.handlers.proxy import AxesProxyHandler
+    from axes.models import AccessAttempt
+
+    site = admin.site
+    registered = site._registry.get(AccessAttempt)
+    if not isinstance(registered, AccessAttemptAdmin):
+        return  # axes' admin is off (AXES_ENABLE_ADMIN) or replaced
+
+    class LockoutAdmin(type(registered)):  # type: ignore[misc, valid-type]
+        @admin.action(description=AccessAttemptAdmin.cleanup_expired_attempts.short_description)
+        def cleanup_expired_attempts(self, request: HttpRequest, queryset: Any) -> None:
+            AxesProxyHandler.update_request(request)
+            super().cleanup_expired_attempts(request, queryset)
+
+    site.unregister(AccessAttempt)
+    site.register(AccessAttempt, LockoutAdmin)

@@ -60,9 +60,29 @@ def test_an_order_saved_with_a_customer_that_is_not_an_id_is_the_form_again(adm:
         ("/admin/auth/user/", "delete_selected"),  # Django's own lists too
         ("/admin/auth/group/", "delete_selected"),
         ("/admin/axes/accessattempt/", "delete_selected"),
+        ("/admin/agents/agentrun/", "move_runs_to_active"),  # a list whose page is a function of its own
     ],
 )
 def test_a_bulk_action_on_a_selection_that_is_not_ids_is_refused(adm: Client, ticket: Ticket, changelist, action):  # noqa: ANN001
     response = adm.post(changelist, {"action": action, "_selected_action": [str(ticket.pk), "abc"]})
     assert response.status_code == 400
     assert Ticket.objects.get(pk=ticket.pk).status == TicketStatus.OPEN
+
+
+def test_cleaning_up_expired_lockouts_from_the_admin_list_is_done_not_a_500(adm: Client, settings):  # noqa: ANN001
+    """django-axes' own action read the time of a sign-in attempt from the request, which only a sign-in
+    sets: every use of it from the lockout list was a 500."""
+    from axes.models import AccessAttempt
+
+    settings.AXES_COOLOFF_TIME = 1  # hours
+    attempt = AccessAttempt.objects.create(username="victim", ip_address="203.0.113.9", failures_since_start=5,
+                                           get_data="", post_data="", user_agent="", path_info="/accounts/login/",
+                                           http_accept="")  # fmt: skip
+    AccessAttempt.objects.filter(pk=attempt.pk).update(attempt_time="2020-01-01T00:00:00Z")
+
+    response = adm.post(
+        "/admin/axes/accessattempt/", {"action": "cleanup_expired_attempts", "_selected_action": [attempt.pk]}
+    )
+
+    assert response.status_code == 302, response.content[:300]
+    assert not AccessAttempt.objects.filter(pk=attempt.pk).exists()
