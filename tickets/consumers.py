@@ -20,6 +20,8 @@ Frames from the browser: ``{"type": "resync"}`` asks for the events and the
 streamed text again (the browser saw a gap in a step's offsets);
 ``{"type": "seen", "seq"}`` says the customer has seen the chat up to ``seq`` (the page
 was visible when those events arrived): My tickets stops showing those replies as unread.
+Any other frame, and a ``seen`` without a whole-number ``seq``, is answered with
+``{"type": "error", "error"}`` (``support.websocket.SafeJsonConsumer``); the socket stays open.
 
 The order on connect rules out gaps: join the group first, then read the
 ledger and the streaming buffer. Anything committed or streamed after the read
@@ -67,6 +69,7 @@ def _after(query_string: bytes) -> int:
 
 
 class TicketConsumer(SignedInConsumer):
+    frame_types = ("resync", "seen")
     ticket: Ticket | None = None
     group: str | None = None
     last_seq: int = 0
@@ -111,12 +114,10 @@ class TicketConsumer(SignedInConsumer):
         await self.leave_sign_in_groups()
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        if self.ticket is None or not isinstance(content, dict):
+        if self.ticket is None:
             return
-        if content.get("type") == "seen":
+        if content["type"] == "seen":
             await self._seen(content.get("seq"))
-            return
-        if content.get("type") != "resync":
             return
         now = time.monotonic()
         if now - self.last_resync < RESYNC_MIN_SECONDS:
@@ -165,6 +166,7 @@ class TicketConsumer(SignedInConsumer):
     async def _seen(self, seq: Any) -> None:
         # Never past what this connection sent, and only forward: at most one write per event.
         if not isinstance(seq, int) or isinstance(seq, bool):
+            await self.send_json({"type": "error", "error": "A seen frame needs seq, a whole number."})
             return
         seq = min(seq, self.last_seq)
         if seq <= self.seen_seq:

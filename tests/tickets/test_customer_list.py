@@ -188,8 +188,9 @@ def test_replies_the_open_chat_shows_are_marked_seen_through_its_socket_never_pa
         await asyncio.sleep(0.3)
         assert await seen_seq() == sent
         await ws.send_json_to({"type": "seen", "seq": 1})  # backwards: ignored
-        await ws.send_json_to({"type": "seen", "seq": "all"})  # not a number: ignored
         assert await ws.receive_nothing(timeout=0.3)
+        await ws.send_json_to({"type": "seen", "seq": "all"})  # not a number: refused, with the reason
+        assert "whole number" in (await ws.receive_json_from(timeout=5))["error"]
         assert await seen_seq() == sent
         await ws.disconnect()
         # Another customer's socket is refused before it can mark anything.
