@@ -135,7 +135,17 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     another tab, so the token changed; or the session ended) is refused, and the page says so in the
     product's words, with a way back to the page it came from, instead of Django's bare "CSRF
     verification failed". Nothing of what was posted is shown or offered to send again: that would
-    hand a forged request the very step the check refuses."""
+    hand a forged request the very step the check refuses. A JSON request (the chat's message, its
+    confirmation buttons) is answered in JSON, as those endpoints' other refusals are."""
+    if "json" in (request.content_type or "") or "json" in request.headers.get("Accept", ""):
+        return JsonResponse(
+            {
+                "error": "Nothing was done: the page was opened before your sign-in changed (or its cookie is "
+                "gone). To keep your account safe, reload the page, then send it again.",
+                "code": "csrf",
+            },
+            status=403,
+        )
     return render(request, "403_csrf.html", {"back": _same_origin_referer(request) or "/"}, status=403)
 
 
