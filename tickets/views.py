@@ -21,7 +21,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from support.throttle import over_limit, too_many
-from tickets import attachments, presenters, selectors, services
+from tickets import attachments, pages, presenters, selectors, services
 from tickets.models import (
     HANDLE_PERMISSION,
     RATING_COMMENT_MAX_CHARS,
@@ -194,7 +194,10 @@ def _chat_page(
 @require_POST
 def ticket_rate(request: HttpRequest, ticket_id: int) -> HttpResponse:
     """POST score (1 to 5) and comment from the chat's rating form: back to the chat, or the chat
-    again with the reason (400 for a bad form, 409 for a ticket not resolved)."""
+    again with the reason (400 for a bad form, 409 for a ticket not resolved). Signed out (the session
+    ended while the chat was open): to sign in, then back to the chat, saying nothing was done."""
+    if not request.user.is_authenticated:
+        return pages.sign_in_again(request, reverse("tickets:chat", args=[ticket_id]))
     ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
     form = {"score": request.POST.get("score", ""), "comment": request.POST.get("comment", "")}
     try:

@@ -87,7 +87,11 @@ def test_another_customer_cannot_rate_the_ticket(resolved):
 
 
 def test_an_anonymous_visitor_cannot_rate(client, resolved):  # noqa: ANN001
-    assert rate(client, resolved).status_code == 404
+    # Sent to sign in, before the ticket is looked up: whether it exists is nobody's business yet.
+    response = rate(client, resolved)
+    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+    missing = rate(client, Ticket(pk=resolved.pk + 1000))
+    assert missing.status_code == 302 and missing["Location"].startswith(reverse("login"))
     assert not TicketRating.objects.exists()
 
 
@@ -201,3 +205,17 @@ def test_a_comment_at_the_limit_with_line_breaks_sent_as_crlf_is_taken(signed_in
 
     assert response.status_code in {200, 302}, text_of(response)
     assert TicketRating.objects.get(ticket=resolved).comment == as_typed
+
+
+def test_a_rating_sent_after_the_session_ended_leads_to_sign_in_and_back_to_the_chat(customer, resolved):  # noqa: ANN001
+    """It was a 404 ("not found") for the customer's own ticket, and the rating was lost without a word."""
+    browser = Client()  # the session ended while the chat was open
+
+    sent = rate(browser, resolved, "5", "Lovely")
+
+    assert sent.status_code == 302 and sent["Location"].startswith(reverse("login"))
+    signed_in = browser.post(sent["Location"], {"username": customer.user.username, "password": "pw-for-tests-123"})
+    landed = browser.get(signed_in["Location"])
+    assert landed.request["PATH_INFO"] == reverse("tickets:chat", args=[resolved.pk])
+    assert "what you sent was not done" in text_of(landed)
+    assert not TicketRating.objects.filter(ticket=resolved).exists()
