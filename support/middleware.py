@@ -1,11 +1,13 @@
 """Input the database cannot store is refused at the door with a clear 400, before any view
-writes half of it: NUL characters, lone surrogates, JSON nested beyond reason; and a body past
+writes half of it: NUL characters, lone surrogates, JSON nested beyond reason or naming a key
+twice; and a body past
 DATA_UPLOAD_MAX_MEMORY_SIZE with a 413 that says so."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
@@ -15,6 +17,23 @@ from django.http.multipartparser import MultiPartParserError
 from support.storable import unstorable
 
 FORM_TYPES = {"application/x-www-form-urlencoded", "multipart/form-data"}
+
+
+class _KeyTwice(ValueError):
+    pass
+
+
+def _each_key_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys differ: with a key named twice, which value counts is the parser's
+    choice and the other is lost unread (a message's body, a confirmation's answer)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _KeyTwice(key)
+            seen.add(key)
+    return obj
 
 
 class RejectUnstorableInput:
@@ -57,7 +76,9 @@ class RejectUnstorableInput:
                 # JSON, or a body labelled otherwise (text/plain is what a fetch with a string body
                 # sends): the views read JSON whatever the label says, so it is checked the same.
                 try:
-                    data = json.loads(request.body or b"null")
+                    data = json.loads(request.body or b"null", object_pairs_hook=_each_key_once)
+                except _KeyTwice as twice:
+                    reason, where = f"names {str(twice)[:40]!r} twice", "The request body"
                 except RecursionError:
                     reason, where = "is nested too deeply", "The request body"
                 except (ValueError, UnicodeDecodeError):

@@ -202,6 +202,9 @@ def counts() -> tuple[int, int, int]:
         ("raw", '{"client_msg_id": "m3", "body": "lone \\ud800 surrogate"}'),
         ("raw", "[" * 50_000 + "]" * 50_000),
         ("raw", '{"client_msg_id": "m4", "body": ' + "[" * 50_000 + "]" * 50_000 + "}"),
+        # A key named twice: which one counts is the parser's choice, and the other is lost unread.
+        ("raw", '{"client_msg_id": "m5", "body": "refund it", "body": "do not refund it"}'),
+        ("raw", '{"client_msg_id": "m6", "client_msg_id": "m7", "body": "hello"}'),
         ("query", "/tickets/?q=%00"),
         ("login", {"username": "al\x00ice", "password": "x"}),
     ],
