@@ -31,3 +31,10 @@ def test_an_export_under_a_file_is_refused_with_the_reason_and_leaves_nothing(tm
         assert str(output) in str(refused.value)
 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"] and blocker.read_text() == "not a directory"
+
+
+def test_an_export_of_every_ticket_from_an_empty_database_says_there_are_none(tmp_path):
+    """It said "with --open-only, every chosen ticket is resolved or closed" to a command without it."""
+    with pytest.raises(CommandError, match="this database has no tickets"):
+        call_command("export_state", "--all", "--output", str(tmp_path / "bundle"))
+    assert list(tmp_path.iterdir()) == []

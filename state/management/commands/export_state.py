@@ -45,7 +45,9 @@ class Command(BaseCommand):
         except NoSuchTickets as exc:
             raise CommandError(str(exc)) from None
         if not selection.ticket_ids:
-            raise CommandError("no ticket to export (with --open-only, every chosen ticket is resolved or closed)")
+            if options["open_only"]:
+                raise CommandError("no ticket to export: with --open-only, every chosen ticket is resolved or closed")
+            raise CommandError("no ticket to export: this database has no tickets")
         try:
             exported = state_export(
                 selection=selection,
