@@ -759,6 +759,14 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._handle("DELETE")
 
+    # Methods the API does not use: Stripe's JSON answer for a route it does not know, not http.server's
+    # HTML 501 page.
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass  # one line per request is written by _handle, with the idempotency details
 

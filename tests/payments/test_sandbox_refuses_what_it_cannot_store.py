@@ -107,3 +107,12 @@ def test_a_body_past_the_limit_is_a_413_and_is_not_read(payment_sandbox):  # noq
             head = conn.recv(65536).decode("latin-1")
         assert head.startswith(f"HTTP/1.1 {expected} "), head[:200]
     assert payment_sandbox.refunds() == []
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+def test_a_method_the_api_does_not_use_is_answered_in_stripes_shape(payment_sandbox, method):  # noqa: ANN001
+    """http.server answered them with its own HTML 501 page; Stripe answers an unknown route in JSON."""
+    status, body = raw(payment_sandbox, method, "/v1/refunds", b"amount=1", AUTH)
+
+    assert status == 404, (status, body)
+    assert body["error"]["type"] == "invalid_request_error" and method in body["error"]["message"]
