@@ -250,15 +250,20 @@ def mark_answered(items: list[dict[str, Any]]) -> None:
 
 
 def chat_state(*, ticket: Ticket, items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Where the page starts: the status, and typing if a run started and has not ended.
+    """Where the page starts: the status, typing if a run started and has not ended, and the latest
+    run the items name (0 if none: the page keeps words of runs up to it off while a person has the
+    ticket, see chat.js).
 
     The status is the last one the items show, else the ticket's: the items were read after the
     ticket, so a change committed in between is in them (the page goes on from their last event)."""
     typing = False
     status = ticket.status
+    run = 0
     for item in items:
         if "typing" in item:
             typing = bool(item["typing"])
         if isinstance(item.get("status"), str):
             status = item["status"]
-    return {"status": status, "typing": typing}
+        if isinstance(item.get("run"), int):
+            run = max(run, item["run"])
+    return {"status": status, "typing": typing, "run": run}

@@ -177,6 +177,7 @@ def _chat_page(
             "afterSeq": last_seq,
             "status": state["status"],
             "typing": state["typing"],
+            "run": state["run"],
             "statusText": presenters.STATUS_TEXT,
             "typingText": presenters.TYPING_TEXT,
             "authorNames": presenters.AUTHOR_NAMES,

@@ -15,9 +15,14 @@
  *     and any event at or below it is dropped;
  *   - per streaming step the page keeps the text it has; a token frame only
  *     appends what lies beyond that (offsets count code points, as Python does);
- *   - a token for a newer step replaces the bubble (a generation cut off and
- *     generated again); the agent's message event replaces the bubble with the
- *     final text, and tokens of that step or older are ignored afterwards.
+ *   - a token for a newer step of the same run replaces the bubble (a generation
+ *     cut off and generated again); one of a newer run leaves the bubble in place,
+ *     no longer streaming, until its message comes (events come after a ledger
+ *     read, tokens straight away); the agent's message event replaces the bubble
+ *     with the final text, and tokens of that step or older are ignored afterwards;
+ *   - while a person has the ticket, no words of a run the timeline had started
+ *     by then are shown; a later run's are (the server streams none until the
+ *     agent has the ticket again, so they may come before the status says so).
  *
  * A send that fails (no network, a server error) is tried twice more, then shown as
  * "Not sent. Retry"; failed sends are tried again, in order, when the connection
@@ -60,7 +65,9 @@
     status: config.status,
     typing: config.typing,
     stream: null, // {step, text, length, el, textEl}
+    posting: [], // streams of earlier runs overtaken by a newer one, shown until their message comes
     doneStep: 0, // tokens of this step or older are ignored
+    lastRun: config.run || 0, // the latest run the timeline has started, as far as the page has read it
     socket: null,
     connected: false,
     denied: false,
@@ -179,6 +186,13 @@
 
   // --- the streamed answer --------------------------------------------------------------
 
+  // Stream ids are run << 20 | index << 10 | attempt.
+  var RUN_SPAN = 1048576;
+
+  function runOf(step) {
+    return Math.floor(step / RUN_SPAN);
+  }
+
   function dropStream() {
     if (!state.stream) return;
     state.doneStep = Math.max(state.doneStep, state.stream.step);
@@ -193,24 +207,58 @@
     state.stream = null;
   }
 
+  // A run's answer overtaken by the next run's words is not dropped: its message is on its way (it
+  // was committed before the next run began; events come after a ledger read, tokens straight away).
+  // Its words stay, no longer streaming, until that message (or the run's end) takes their place.
+  function keepUntilPosted() {
+    var stream = state.stream;
+    state.doneStep = Math.max(state.doneStep, stream.step);
+    stream.el.classList.remove("streaming");
+    stream.el.classList.add("posting");
+    state.posting.push(stream);
+    state.stream = null;
+  }
+
+  // The kept answers that ``done`` says are over (posted, or ended without a message).
+  function dropPosting(done) {
+    state.posting = state.posting.filter(function (kept) {
+      if (!done(kept.step)) return true;
+      kept.el.remove();
+      return false;
+    });
+  }
+
   // While a person has the ticket, the agent's answer in flight is not posted: none of it is shown.
   var PERSON_HAS_IT = { with_human: true, resolved: true, closed: true };
+
+  // A person took the ticket: no answer begun before now is posted, so none of its words are shown,
+  // whenever they arrive (a reconnect's catch-up can read them before they leave the buffer). The
+  // server streams no answer while a person has the ticket, so words of a run the timeline had not
+  // started by then mean the agent has it again: they show before the status change that says so.
+  function personTookIt() {
+    endStreams({});
+    state.doneStep = Math.max(state.doneStep, (state.lastRun + 1) * RUN_SPAN - 1);
+  }
 
   function onToken(frame) {
     if (frame.dropped) {
       // That step failed: its answer will not be posted, and the next attempt starts afresh.
       if (state.stream && state.stream.step <= frame.step) dropStream();
+      dropPosting(function (step) { return step === frame.step; });
       state.doneStep = Math.max(state.doneStep, frame.step);
       renderStatus();
       return;
     }
     state.streamedSinceConnect = true;
-    if (frame.step <= state.doneStep || PERSON_HAS_IT[state.status]) return;
+    if (frame.step <= state.doneStep) return;
     var stream = state.stream;
     if (stream && frame.step < stream.step) return;
     var wasNearBottom = nearBottom();
     if (!stream || frame.step > stream.step) {
-      dropStream();
+      // Another attempt at the same step (the last one was cut off) or the run's next step: the words
+      // shown will not be posted. The next run's answer: they will (see keepUntilPosted).
+      if (stream && runOf(frame.step) > runOf(stream.step)) keepUntilPosted();
+      else dropStream();
       var el = messageElement("agent", config.authorNames.agent, "", null);
       el.classList.add("streaming");
       live.insertBefore(el, typingEl);
@@ -240,22 +288,24 @@
 
   // --- timeline events ------------------------------------------------------------------
 
-  // The run a stream id belongs to (stream ids are run << 20 | index << 10 | attempt).
-  function runOf(step) {
-    return Math.floor(step / 1048576);
-  }
-
   // Tokens go out before the events a doorbell reads: the next run's answer can already be
   // streaming when the last answer's message (or its run's end) arrives. That one is not dropped.
-  function streamNewerThan(item) {
-    if (!state.stream) return false;
-    if (typeof item.stream === "number") return state.stream.step > item.stream;
-    if (typeof item.run === "number") return runOf(state.stream.step) > item.run;
-    return false;
+  // Does ``item`` (an agent's message, the end of a run) end the answer streamed under ``step``? An
+  // item that names neither its stream nor its run is about the runs the timeline has started so far.
+  function ends(item, step) {
+    if (typeof item.stream === "number") return step <= item.stream;
+    if (typeof item.run === "number") return runOf(step) <= item.run;
+    return runOf(step) <= state.lastRun;
+  }
+
+  // The answers that ``item`` ends leave the page: the one streaming, and those kept until posted.
+  function endStreams(item) {
+    if (state.stream && ends(item, state.stream.step)) dropStream();
+    dropPosting(function (step) { return ends(item, step); });
   }
 
   function onMessage(item) {
-    if (item.author === "agent" && !streamNewerThan(item)) dropStream();
+    if (item.author === "agent") endStreams(item);
     // The streamed text this message replaces: tokens of that stream that arrive later are old news.
     if (typeof item.stream === "number") state.doneStep = Math.max(state.doneStep, item.stream);
     var el = null;
@@ -392,14 +442,15 @@
     else if (item.kind === "notice") onNotice(item);
     else if (item.kind === "confirm") onConfirm(item);
     if (item.answers) answered(questionBefore(item.answers, item.seq), item.text);
+    if (typeof item.run === "number") state.lastRun = Math.max(state.lastRun, item.run);
     if (typeof item.status === "string") {
       state.status = item.status;
-      if (PERSON_HAS_IT[item.status]) dropStream();
+      if (PERSON_HAS_IT[item.status]) personTookIt();
     }
     if (typeof item.typing === "boolean") {
       state.typing = item.typing;
       // A run that ended or paused without posting it leaves no answer to show.
-      if (!item.typing && !streamNewerThan(item)) dropStream();
+      if (!item.typing) endStreams(item);
     }
     renderStatus();
     afterEvent(item);
@@ -497,6 +548,8 @@
       // The catch-up sends the answer being streamed, if any: none came, so the one shown is not
       // (its step failed while the socket was away); a page reloaded now would not show it either.
       if (!state.streamedSinceConnect) clearStream();
+      // An answer kept until posted whose message the catch-up did not bring was not posted.
+      dropPosting(function () { return true; });
       renderStatus();
       state.attempts = 0;
       setConnected(true);
@@ -914,6 +967,7 @@
 
   formatTimes(log);
   placeDaySeparators();
+  if (PERSON_HAS_IT[state.status]) personTookIt(); // opened while a person has it: no answer begun before
   renderStatus();
   scroller.scrollTop = scroller.scrollHeight;
   window.sessionStorage.removeItem("new-ticket-sent"); // the ticket it was for is made (new_ticket.js)

@@ -253,7 +253,7 @@ FRAME_SCRIPT = r"""() => {
   };
   // Stream ids grow with the run (run << 20 | index << 10 | attempt): these are newer than any real one.
   const step1 = 2 ** 45 + 1, step2 = 2 ** 45 + 2;
-  chat.receive({type: "event", seq: s0 + 1, kind: "state", typing: true});
+  chat.receive({type: "event", seq: s0 + 1, kind: "state", typing: true, run: 2 ** 25});  // their run began
   chat.receive({type: "token", step: step1, offset: 0, text: "Your order "}); look();
   chat.receive({type: "token", step: step1, offset: 0, text: "Your order is "}); look();  // overlaps
   chat.receive({type: "token", step: step1, offset: 11, text: "is "}); look();  // already shown

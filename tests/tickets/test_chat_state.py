@@ -32,3 +32,20 @@ def test_with_no_status_in_the_events_the_page_starts_from_the_tickets():
     ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Hello", body="Hello")
     items, _ = presenters.present_events(selectors.ticket_timeline(ticket=ticket, public_only=True))
     assert presenters.chat_state(ticket=ticket, items=items)["status"] == ticket.status
+
+
+def test_the_page_starts_knowing_the_latest_run_its_events_name():
+    """A page opened while a person has the ticket keeps the words of those runs off it (chat.js)."""
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Runs", body="Hello")
+    for kind, run in [("agent_run_started", 41), ("agent_run_completed", 41), ("agent_run_started", 42)]:
+        ticket_services.event_append(
+            ticket=ticket.pk, kind=kind, actor_kind=ActorKind.AGENT, payload={"run_id": run}, is_public=True
+        )
+    items, _ = presenters.present_events(selectors.ticket_timeline(ticket=ticket, public_only=True))
+    assert presenters.chat_state(ticket=ticket, items=items)["run"] == 42
+
+
+def test_with_no_run_in_the_events_the_page_knows_none():
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="No runs", body="Hello")
+    items, _ = presenters.present_events(selectors.ticket_timeline(ticket=ticket, public_only=True))
+    assert presenters.chat_state(ticket=ticket, items=items)["run"] == 0
