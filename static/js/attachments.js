@@ -6,6 +6,7 @@
  *   take()                      the files chosen for the message being sent (and clears the choice)
  *   keep(clientMsgId, files)    remember them for that message: every retry sends the same files
  *   has(clientMsgId)            whether that message carries files
+ *   bytes(clientMsgId)          how many bytes its files have (how long their upload may take)
  *   form(clientMsgId, text)     the multipart body of its POST
  *   pending(el, files)          show "name (uploading)" in a bubble not yet sent
  *   show(el, attachments)       show a message's files as the server lists them
@@ -170,6 +171,9 @@
     },
     has: function (clientMsgId) {
       return Boolean(kept[clientMsgId]);
+    },
+    bytes: function (clientMsgId) {
+      return (kept[clientMsgId] || []).reduce(function (sum, file) { return sum + file.size; }, 0);
     },
     form: function (clientMsgId, text) {
       var form = new FormData();

@@ -60,6 +60,9 @@
   var sendButton = document.getElementById("chat-send");
   var note = document.getElementById("chat-note");
 
+  var SEND_TIMEOUT_MS = 20000; // see sendTimeout
+  var SLOW_UPLINK_BYTES_PER_SECOND = 16384;
+
   var state = {
     lastSeq: config.afterSeq,
     status: config.status,
@@ -77,6 +80,7 @@
     holdUntil: 0,
     resyncAsked: false,
     streamedSinceConnect: false, // a token came on this connection (its catch-up's, or live)
+    sendTimeoutMs: SEND_TIMEOUT_MS,
     pending: {}, // client_msg_id -> element, until its event arrives
     unsent: {}, // client_msg_id -> text, until the server has it
   };
@@ -735,13 +739,27 @@
     }
   }
 
+  // How long a send may go unanswered before it is given up and tried again (under the same client
+  // message ID, so a send that did arrive is stored once): a request lost on a half-open connection
+  // (a train's tunnel, a phone changing networks) otherwise stayed "sending" as long as the page was
+  // open, and the message never arrived. Files get the time a slow uplink needs for them.
+  function sendTimeout(clientMsgId) {
+    var bytes = attach() && attach().has(clientMsgId) ? attach().bytes(clientMsgId) : 0;
+    return state.sendTimeoutMs + (1000 * bytes) / SLOW_UPLINK_BYTES_PER_SECOND;
+  }
+
   // Settles once the message is sent or shown as not sent.
   function post(clientMsgId, text, el, attempt) {
+    var giveUp = new AbortController();
+    var timer = setTimeout(function () {
+      giveUp.abort();
+    }, sendTimeout(clientMsgId));
     return fetch("/tickets/" + config.ticketId + "/messages", {
       method: "POST",
       credentials: "same-origin",
       headers: sendHeaders(clientMsgId),
       body: sendBody(clientMsgId, text),
+      signal: giveUp.signal,
     })
       .then(function (response) {
         return response
@@ -755,6 +773,7 @@
       })
       .then(
         function (result) {
+          clearTimeout(timer);
           if (result.status === 200 || result.status === 201) {
             liveAgain();
             delete state.unsent[clientMsgId];
@@ -796,7 +815,8 @@
           }
         },
         function () {
-          return retry(); // the network: the same client message ID makes the retry safe
+          clearTimeout(timer);
+          return retry(); // the network, or no answer in time: the same client message ID makes the retry safe
         }
       );
 
@@ -947,6 +967,10 @@
     dropSocket: function (holdMs) {
       state.holdUntil = Date.now() + (holdMs || 0);
       if (state.socket) state.socket.close();
+    },
+    // Give up a send unanswered after ms (tests of a request that hangs).
+    sendTimeout: function (ms) {
+      state.sendTimeoutMs = ms;
     },
     // Handle a frame as if the server had sent it (tests of the frame logic).
     receive: function (frame) {
