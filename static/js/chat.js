@@ -663,9 +663,17 @@
     } catch (e) {
       kept = {};
     }
+    var storedAlready = false;
     Object.keys(kept).forEach(function (clientMsgId) {
       var text = kept[clientMsgId];
       if (typeof text !== "string" || !text || state.pending[clientMsgId]) return;
+      if (log.querySelector('li.msg[data-seq][data-client-msg-id="' + CSS.escape(clientMsgId) + '"]')) {
+        // Stored before the reload (its answer never came back): the page shows it already, and a
+        // second bubble until the send's answer would show it twice. Its kept files go too.
+        storedAlready = true;
+        if (attach()) attach().takeBack(clientMsgId).then(function () { attach().forget(clientMsgId); });
+        return;
+      }
       var el = messageElement("customer", config.authorNames.customer, text, null);
       el.classList.add("pending", "sending");
       el.setAttribute("data-client-msg-id", clientMsgId);
@@ -678,6 +686,7 @@
         post(clientMsgId, text, el, 0);
       });
     });
+    if (storedAlready) keepUnsent();
   }
 
   function signInLink() {

@@ -1,8 +1,11 @@
 """The customer's chat as a customer on a bad network has it: two tabs of one ticket, a send whose
-request hangs, a socket away while a person takes the ticket and gives it back, a page left open
-across a take-over, a hand-back, a resolve and a reopen, and markup in every kind of frame."""
+request hangs, a reload after a send whose answer was lost, a socket away while a person takes the
+ticket and gives it back, a page left open across a take-over, a hand-back, a resolve and a reopen,
+and markup in every kind of frame."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -96,6 +99,47 @@ def test_a_send_whose_request_hangs_is_sent_again_and_stored_once(live: Stack, b
     assert stored(ticket, text) == 1
     assert page.locator("#chat-log li.msg.from-customer", has_text=text).count() == 1
     page.unroute("**/messages")
+    page.context.close()
+
+
+# Each change of the conversation as the page loads: how many bubbles carry TEXT.
+COUNT_COPIES = """document.addEventListener("DOMContentLoaded", () => {
+  window.__copies = [];
+  const log = document.getElementById("chat-log"), count = () => window.__copies.push(
+    Array.from(log.querySelectorAll("li.msg .bubble")).filter(b => b.textContent === TEXT).length);
+  count();
+  new MutationObserver(count).observe(log, {subtree: true, childList: true, characterData: true});
+});"""
+
+
+def test_a_reload_after_a_send_reached_the_server_shows_the_message_once_at_every_moment(live: Stack, browser):  # noqa: ANN001
+    """The send was stored, but its answer was lost and the page reloaded before its event came: the
+    page showed the stored message and, until its send under the same ID was answered, a second
+    bubble of it."""
+    page, ticket = open_chat(live, browser, "Reload mid-send")
+    page.evaluate("() => window.__chat.dropSocket(60000)")  # its event does not reach this page
+
+    def store_and_lose(route) -> None:  # noqa: ANN001
+        route.fetch()  # stored ...
+        route.abort("connectionreset")  # ... and the answer is lost
+
+    page.route("**/messages", store_and_lose)
+    text = "I paid twice for one order."
+    page.fill("#chat-input", text)
+    page.press("#chat-input", "Enter")
+    page.locator("#chat-log li.msg.from-customer.failed .msg-error").wait_for()  # the customer gives up: reload
+    assert stored(ticket, text) == 1
+    page.unroute("**/messages")
+
+    page.add_init_script(COUNT_COPIES.replace("TEXT", json.dumps(text)))
+    page.reload()
+    page.wait_for_function("() => window.__chat.state().connected")
+    page.wait_for_timeout(1000)
+    assert set(page.evaluate("window.__copies")) == {1}, page.evaluate("window.__copies")
+    assert stored(ticket, text) == 1
+    page.reload()  # nothing of it is kept to be sent again
+    page.wait_for_function("() => window.__chat.state().connected")
+    assert page.evaluate("() => Object.keys(sessionStorage).filter(k => k.startsWith('chat-pending-'))") == []
     page.context.close()
 
 
