@@ -110,3 +110,44 @@ def test_a_confirm_recorded_whose_answer_was_lost_does_not_say_not_sent(confirm_
     assert "not sent" not in note.lower(), f"the card of a confirmed (and paid) refund says {note!r}"
     assert card.locator("button[data-answer=confirm]").is_hidden()
     page.context.close()
+
+
+def test_confirm_in_one_tab_and_cancel_in_another_pays_once_and_both_tabs_say_what_stands(
+    confirm_stack: Stack, browser, payment_sandbox  # noqa: ANN001
+):  # fmt: skip
+    page, order, card = ask_for_a_refund(browser, confirm_stack, payment_sandbox, "C-1004")
+    other = page.context.new_page()
+    other.goto(page.url)
+    other_card = other.locator("#chat-log li.confirm")
+    other_card.locator("button[data-answer=cancel]").wait_for()
+
+    card.locator("button[data-answer=confirm]").click()
+    other_card.locator("button[data-answer=cancel]").click()  # too late: the Confirm stands
+    for tab in (page, other):
+        tab.wait_for_selector("#chat-log li.msg.from-agent:has-text('refunded $49.99')", timeout=30_000)
+
+    assert [r["amount"] for r in paid(payment_sandbox, order)] == [4999]
+    for shown in (card, other_card):
+        assert shown.locator("button[data-answer]:visible").count() == 0
+        assert "not sent" not in shown.locator(".confirm-note").inner_text().lower()
+    assert "cancelled" not in other_card.locator(".confirm-note").inner_text().lower()
+    page.context.close()
+
+
+def test_confirm_pressed_after_the_question_expired_pays_nothing_and_says_so(
+    confirm_stack: Stack, browser, payment_sandbox  # noqa: ANN001
+):  # fmt: skip
+    """The page was left open past the question's time, before the expiry sweep ran."""
+    page, order, card = ask_for_a_refund(browser, confirm_stack, payment_sandbox, "C-1005")
+    ToolCall.objects.filter(ticket__customer__orders=order, status=CallStatus.AWAITING_CONFIRMATION).update(
+        confirmation_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    with page.expect_response("**/confirmations/**") as answer:
+        card.locator("button[data-answer=confirm]").click()
+    assert answer.value.status == 409
+    note = card.locator(".confirm-note")
+    page.wait_for_function("el => el.textContent.includes('expired')", arg=note.element_handle())
+    assert card.locator("button[data-answer]:visible").count() == 0
+    page.wait_for_timeout(1000)
+    assert paid(payment_sandbox, order) == [] and not Refund.objects.filter(order=order).exists()
+    page.context.close()
