@@ -922,9 +922,11 @@
     scroller.scrollTop = scroller.scrollHeight;
     // In the order written: a message waits for the one before it to be sent or shown not sent
     // (a photo's upload is slow; a quick text after it overtook it, and the agent read them
-    // reversed), but never more than SEND_ORDER_WAIT_MS behind a send that hangs.
+    // reversed), but never more than SEND_ORDER_WAIT_MS behind a send that hangs, nor less than
+    // it takes to give up a text's request that hangs and send it again (see sendTimeout).
     var before = lastSend;
-    lastSend = Promise.race([before, new Promise(function (done) { setTimeout(done, SEND_ORDER_WAIT_MS); })]).then(
+    var wait = Math.max(SEND_ORDER_WAIT_MS, state.sendTimeoutMs + 1000);
+    lastSend = Promise.race([before, new Promise(function (done) { setTimeout(done, wait); })]).then(
       function () {
         return post(clientMsgId, text, el, 0);
       }

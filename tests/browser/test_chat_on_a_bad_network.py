@@ -102,6 +102,25 @@ def test_a_send_whose_request_hangs_is_sent_again_and_stored_once(live: Stack, b
     page.context.close()
 
 
+def test_a_message_written_after_one_whose_request_hangs_does_not_overtake_it(live: Stack, browser):  # noqa: ANN001
+    """The next message waited at most 15 s for the one before it, and a hung request is given up
+    only after 20 s: the second was stored first, and the agent read the two reversed."""
+    page, ticket = open_chat(live, browser, "Hanging first")
+    held = []
+    page.route("**/messages", lambda route: held.append(route) if not held else route.continue_())
+    texts = ["My parcel is late.", "It was due on Monday."]
+    for text in texts:
+        page.fill("#chat-input", text)
+        page.press("#chat-input", "Enter")
+    for text in texts:
+        page.locator(SENT, has_text=text).wait_for(timeout=60_000)
+
+    sent = Message.objects.filter(ticket=ticket, body__in=texts).order_by("created_at", "id")
+    assert [m.body for m in sent] == texts  # in the order they were written
+    page.unroute("**/messages")
+    page.context.close()
+
+
 # Each change of the conversation as the page loads: how many bubbles carry TEXT.
 COUNT_COPIES = """document.addEventListener("DOMContentLoaded", () => {
   window.__copies = [];
