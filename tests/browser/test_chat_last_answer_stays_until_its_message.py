@@ -92,3 +92,30 @@ def test_a_step_generated_again_still_replaces_the_words_of_the_attempt_cut_off(
 
     assert page.evaluate(CUT_OFF) == ["Refunds take"]
     page.context.close()
+
+
+KEPT_THEN_AWAY = r"""() => {
+  const chat = window.__chat, s0 = chat.state().lastSeq;
+  const run1 = 2 ** 25, step1 = run1 * 2 ** 20 + 2 ** 10 + 1, step2 = (run1 + 1) * 2 ** 20 + 2 ** 10 + 1;
+  chat.receive({type: "event", seq: s0 + 1, kind: "state", typing: true, run: run1});
+  chat.receive({type: "token", step: step1, offset: 0, text: "Never posted."});
+  chat.receive({type: "token", step: step2, offset: 0, text: "Next "});
+  return Array.from(document.querySelectorAll("#chat-live .msg .bubble"), b => b.textContent).filter(t => t);
+}"""
+
+
+def test_an_answer_kept_for_its_message_leaves_when_a_reconnect_brings_none(live: Stack, browser):  # noqa: ANN001
+    """The socket dropped before the kept answer's message came, and the catch-up brought none: a
+    page opened now would not show it, so the page that kept it does not either."""
+    customer = make_customer()
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Kept", body="Hello there")
+    page = sign_in(browser, live, customer)
+    page.goto(live.url(f"/tickets/{ticket.pk}/"))
+    wait_for_agent_messages(page, 1)
+    page.wait_for_function("() => !window.__chat.state().typing")
+    assert page.evaluate(KEPT_THEN_AWAY) == ["Never posted.", "Next "]
+
+    page.evaluate("() => window.__chat.dropSocket(0)")
+    page.wait_for_function("() => window.__chat.state().reconnects >= 1 && window.__chat.state().connected")
+    assert "Never posted." not in page.inner_text("#chat-scroll")
+    page.context.close()
