@@ -33,7 +33,7 @@ from tickets.models import AuthorKind, Customer, Order
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.timeout(120),
-    pytest.mark.usefixtures("quick_provider_retries"),
+    pytest.mark.usefixtures("quick_provider_retries", "state_bundle_key"),  # the move signs its bundle
     pytest.mark.customer_confirms,  # nothing is paid in this test: the question is whether staff review it
 ]
 
