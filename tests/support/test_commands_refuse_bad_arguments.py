@@ -20,7 +20,7 @@ def test_reconcile_refunds_refuses_a_negative_age(value):
         call_command("reconcile_refunds", "--older-than", value)
 
 
-def test_an_export_under_a_file_is_refused_with_the_reason_and_leaves_nothing(tmp_path):
+def test_an_export_under_a_file_is_refused_with_the_reason_and_leaves_nothing(tmp_path, state_bundle_key):
     services.ticket_open(customer=make_customer(), subject="Kettle", body="Where is my kettle?")
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
