@@ -178,6 +178,9 @@ def test_a_page_away_while_a_person_took_the_ticket_and_gave_it_back_shows_the_n
         timeout=30, what="the run to end",
     )  # fmt: skip
     in_another_thread(lambda: ticket_services.ticket_hand_back(ticket=ticket.pk, user=person))
+    # The hand-back's doorbell reaches a worker a moment later (later on a loaded machine): the answer
+    # it writes is what the page must show once it is back.
+    wait_until(lambda: len(agent_replies(ticket)) >= 2, timeout=30, what="the answer after the hand-back")
     run_over(ticket)
     page.evaluate("() => window.dispatchEvent(new Event('online'))")
     page.wait_for_function("() => window.__chat.state().connected")

@@ -121,8 +121,14 @@ def test_confirm_in_one_tab_and_cancel_in_another_pays_once_and_both_tabs_say_wh
     other_card = other.locator("#chat-log li.confirm")
     other_card.locator("button[data-answer=cancel]").wait_for()
 
-    card.locator("button[data-answer=confirm]").click()
-    other_card.locator("button[data-answer=cancel]").click()  # too late: the Confirm stands
+    # The other tab hears nothing of the Confirm until it is back online: its Cancel is pressed on a
+    # card that still offers it (live, the socket's update can hide the button before the click).
+    other.evaluate("() => window.__chat.dropSocket(60000)")
+    with page.expect_response("**/confirmations/**"):
+        card.locator("button[data-answer=confirm]").click()
+    with other.expect_response("**/confirmations/**"):
+        other_card.locator("button[data-answer=cancel]").click()  # too late: the Confirm stands
+    other.evaluate("() => window.dispatchEvent(new Event('online'))")
     for tab in (page, other):
         tab.wait_for_selector("#chat-log li.msg.from-agent:has-text('refunded $49.99')", timeout=30_000)
 
