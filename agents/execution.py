@@ -33,6 +33,7 @@ from agents.confirmation import (
 )
 from agents.lease import Lease, LeaseLost
 from agents.models import (
+    CUSTOMER_WROTE,
     FINAL_CALL_STATUSES,
     NOT_RUN,
     PAUSED_RUN_STATUSES,
@@ -47,9 +48,10 @@ from agents.models import (
 from agents.pass_state import Pass
 from agents.policy import approval_reason
 from agents.profiles import enabled_tools_now, not_enabled
-from agents.selectors import person_took_the_ticket_since
+from agents.selectors import customer_wrote_after_staff_approved, person_took_the_ticket_since
 from agents.tools import (
     REGISTRY,
+    CustomerWroteSince,
     Tool,
     ToolContext,
     ToolError,
@@ -153,6 +155,8 @@ def run_calls(p: Pass, step: ModelStep) -> str | None:
         if call.status in FINAL_CALL_STATUSES:
             if ends_turn(call):
                 return _end_turn(p, call)
+            if stopped_for_the_customer(call):
+                return _end_for_the_customer(p)  # stopped by a pass that ended before the run did
             continue
         if call.status == CallStatus.AWAITING_APPROVAL:
             p.flush_outcomes()
@@ -175,6 +179,8 @@ def run_calls(p: Pass, step: ModelStep) -> str | None:
             call = execute(p, call)
         if call.status == CallStatus.AWAITING_APPROVAL:
             return RunStatus.WAITING_APPROVAL  # a review asked for since its intent: the run pauses on it
+        if stopped_for_the_customer(call):
+            return _end_for_the_customer(p)
         if run.failures and call.status == CallStatus.SUCCEEDED:
             p.flush_outcomes()
             agent_services.run_reset_failures(lease=lease, run=run)  # progress: the failures were not in a row
@@ -188,6 +194,43 @@ def _end_turn(p: Pass, call: ToolCall) -> str:
     p.flush_outcomes()
     agent_services.run_transition(lease=p.lease, run=p.run, to_status=RunStatus.HANDED_OFF, outcome=call.name)
     return RunStatus.HANDED_OFF
+
+
+# The outcome of a run ended because the customer wrote after one of its calls was approved, before
+# it was carried out; the calls it still had waiting are closed with it.
+RUN_ENDED_FOR_THE_CUSTOMER = "the customer wrote after a call was approved, before it was carried out"
+
+
+def stopped_for_the_customer(call: ToolCall) -> bool:
+    """A call not run because the customer wrote after staff approved it (``_not_run_for_the_customer``)."""
+    return call.status == CallStatus.FAILED and call.error == f"{NOT_RUN}: {CUSTOMER_WROTE}"
+
+
+def _end_for_the_customer(p: Pass) -> str:
+    """The customer wrote after staff approved a call of this run, before it was carried out: the run
+    ends there, without a reply, and the next one (under the same lease) takes their message in and
+    answers it, reading that the call was not run (asked again, it is reviewed again)."""
+    p.flush_outcomes()
+    agent_services.run_transition(
+        lease=p.lease, run=p.run, to_status=RunStatus.COMPLETED, outcome=RUN_ENDED_FOR_THE_CUSTOMER
+    )
+    return RunStatus.COMPLETED
+
+
+def _not_run_for_the_customer(lease: Lease, call: ToolCall) -> None:
+    """The call ends unrun, nothing done, and the chat says so under the approval (the customer read
+    "finishing it now"); the run then ends for their message (``_end_for_the_customer``)."""
+    note = (
+        "Not done: the customer wrote after staff approved this, before it was carried out. Answer their "
+        "message; if they still want it, it can be asked for again (it is reviewed again)."
+    )
+    with lease.guard():
+        call = calls.call_finish(
+            lease=lease, call=call, status=CallStatus.FAILED,
+            result={"status": "not_run", "not_run_because": "customer_wrote", "note": note},
+            error=f"{NOT_RUN}: {CUSTOMER_WROTE}",
+        )  # fmt: skip
+        calls.tell_not_done(call)
 
 
 def ends_turn(call: ToolCall) -> bool:
@@ -304,6 +347,12 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
                 "not tried again: a person took the ticket over; an earlier attempt may have happened",
             )  # fmt: skip
         _leave_to_the_person(lease, call, CallStatus.FAILED, f"{NOT_RUN}: {PERSON_TOOK_OVER}")
+    if not again and customer_wrote_after_staff_approved(call):
+        # The customer wrote after staff approved it, before it ran: maybe to stop it, and nothing else
+        # reads their words before the effect. (A refund checks again next to its payment; a call tried
+        # before is left to its tool, which knows whether that try may have happened.)
+        _not_run_for_the_customer(lease, call)
+        return
     if again:
         call = calls.call_retry(lease=lease, call=call)
     ctx = dataclasses.replace(ctx, lease=lease)
@@ -318,6 +367,9 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
         raise Stop() from None
     except ToolStopped as exc:
         _leave_to_the_person(lease, call, CallStatus.UNCERTAIN if exc.uncertain else CallStatus.FAILED, str(exc))
+    except CustomerWroteSince:
+        _not_run_for_the_customer(lease, call)
+        return
     except ToolUncertain as exc:
         calls.call_finish(
             lease=lease, call=call, status=CallStatus.UNCERTAIN, result={"status": "uncertain"}, error=str(exc)

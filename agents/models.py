@@ -45,6 +45,9 @@ START_FAILED = "agent_run_start_failed"
 START_COUNTS_FROM = (START_FAILED, "agent_run_started", "agent_parked")
 # How the error of a call closed without running begins (a retried answer or decision finds it by it).
 NOT_RUN = "not run"
+# Why an approved call was not run: the customer wrote after staff approved it, before it was carried
+# out ("please cancel the refund"); the agent answers the message, and a call asked again is reviewed again.
+CUSTOMER_WROTE = "the customer wrote after it was approved, before it was carried out"
 
 
 class RunStatus(models.TextChoices):

@@ -550,6 +550,54 @@ def _cancelled_after_paid(request: str, earlier: list[Done]) -> Done | None:
     return paid[-1] if paid else None
 
 
+def _stopped_for_the_customer(messages: list[Message]) -> Done | None:
+    """The refund staff approved that was not made because the customer wrote after the approval,
+    before it was carried out (its result says so), when nothing was said to them since: the
+    customer's latest messages are the ones that stopped it. Automatic notices do not count."""
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    first_user = last_user
+    while first_user > 0 and messages[first_user - 1]["role"] == "user":
+        first_user -= 1
+    pending: dict[str, tuple[str, dict[str, Any]]] = {}
+    found: Done | None = None
+    for message in messages[: max(first_user, 0)]:
+        role, content = message["role"], str(message.get("content") or "")
+        if role == "assistant" and message.get("tool_calls"):
+            for call in message["tool_calls"]:
+                try:
+                    args = json.loads(call["function"].get("arguments") or "{}")
+                except json.JSONDecodeError:
+                    args = {}
+                pending[call["id"]] = (call["function"]["name"], args if isinstance(args, dict) else {})
+        elif role == "tool":
+            name, args = pending.pop(message.get("tool_call_id", ""), ("unknown", {}))
+            try:
+                result = json.loads(content or "{}")
+            except json.JSONDecodeError:
+                result = {}
+            if name == "issue_refund" and isinstance(result, dict):
+                found = Done(name, args, result) if result.get("not_run_because") == "customer_wrote" else None
+        elif role == "assistant" and not content.startswith("[automatic notice]"):
+            found = None  # answered since, by the agent or a person
+    return found
+
+
+def _said_stopped(stopped: Done, request: str) -> str:
+    """What the customer reads about a refund their message stopped: nothing was refunded; asked
+    whether they still want it, unless they asked to stop it."""
+    number = str(stopped.args.get("order_number", "")).strip().upper()
+    if CALL_OFF.search(request) or NOT_ASKED.search(request) or TAKEN_BACK.search(request):
+        return (
+            f"Okay, I have not refunded anything on order {number}: your message reached me before the refund "
+            "our team approved was made, so I stopped it. Let me know if there is anything else I can do."
+        )
+    return (
+        f"Your message reached me before the refund on order {number} that our team approved was made, so I "
+        "stopped it and nothing was refunded. Would you still like it? If so, please tell me "
+        f'"please refund order {number}" and our team will review it again.'
+    )
+
+
 _TO_BE_SURE = (
     "Just to be sure before I refund anything: would you like me to refund order {number} now, and how much? "
     'Please tell me in one message, for example "please refund order {number}".'
@@ -631,7 +679,13 @@ class OfflineDeterministicModel:
     # --- deciding ----------------------------------------------------------------
 
     def _next_call(
-        self, request: str, done: list[Done], notes: str, tool_names: set[str], earlier: list[Done] | None = None
+        self,
+        request: str,
+        done: list[Done],
+        notes: str,
+        tool_names: set[str],
+        earlier: list[Done] | None = None,
+        stopped: Done | None = None,
     ) -> tuple[str, dict[str, Any]] | None:
         text = request.lower()
         names_done = [d.name for d in done]
@@ -657,6 +711,9 @@ class OfflineDeterministicModel:
                 "notify_customer_by_email",
                 {"subject": "Your support request", "body": f"We received your request: {request[:500]}"},
             )
+
+        if stopped is not None and refund is None:
+            return None  # the approved refund their message stopped: said so, and asked whether it still applies
 
         if THANKS.match(text) and not order_number:
             return None
@@ -701,9 +758,13 @@ class OfflineDeterministicModel:
     # --- answering ---------------------------------------------------------------
 
     @staticmethod
-    def _compose(request: str, done: list[Done], notes: str, earlier: list[Done] | None = None) -> str:
+    def _compose(
+        request: str, done: list[Done], notes: str, earlier: list[Done] | None = None, stopped: Done | None = None
+    ) -> str:
         if BENCH.match(request.lower().strip()):
             return f"Done: {len(done)} tool calls."
+        if stopped is not None and not done and refund_asked(request) is None:
+            return _said_stopped(stopped, request)
         parts: list[str] = []
         order_match = ORDER_NUMBER.search(request)
         if not done and THANKS.match(request.lower()) and not order_match:
@@ -835,7 +896,8 @@ class OfflineDeterministicModel:
         request, done, notes, steps, earlier = self._current_turn(messages)
         tool_names = {spec["function"]["name"] for spec in tools}
         prompt_tokens = sum(_words(json.dumps(m, default=str)) for m in messages)
-        call = self._next_call(request, done, notes, tool_names, earlier)
+        stopped = _stopped_for_the_customer(messages) if not done else None
+        call = self._next_call(request, done, notes, tool_names, earlier, stopped)
         if call is not None:
             # Unique in the whole conversation, which holds earlier turns' calls too.
             asked = sum(1 for m in messages if m["role"] == "assistant" and m.get("tool_calls"))
@@ -848,7 +910,7 @@ class OfflineDeterministicModel:
                 model=self.name,
                 finish_reason="tool_calls",
             )
-        text = self._compose(request, done, notes, earlier)
+        text = self._compose(request, done, notes, earlier, stopped)
         if on_token is not None:
             for token in re.findall(r"\S+\s*", text):
                 on_token(token)

@@ -71,6 +71,7 @@ from agents.models import (
 )
 from agents.profiles import policy_values, profile_of
 from agents.selectors import (
+    customer_wrote_after_staff_approved,
     failed_unseen,
     person_took_the_ticket_since,
     refund_call_order_number,
@@ -78,6 +79,7 @@ from agents.selectors import (
     refunded_total_cents,
 )
 from agents.tools import (
+    CustomerWroteSince,
     Tool,
     ToolContext,
     ToolError,
@@ -442,7 +444,11 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             )
         order, amount, currency = _check_guardrails(ctx, args, key)
         person = not _agent_still_has_the_ticket(ctx)
-        if person:
+        # Read with the ticket's row held (as a person's take-over is): a customer message in flight
+        # lands first and is seen, or comes after this refund is submitted. Never sent before, it is
+        # not sent on an approval the customer wrote after (maybe "please cancel the refund").
+        wrote = not person and existing is None and customer_wrote_after_staff_approved(call)
+        if person or wrote:
             pass  # nothing is written: handled below, outside this transaction
         elif existing is None and not reviewed and (late := _review_asked_since(ctx, order)):
             raise ToolNeedsApproval(late)  # nothing written, nothing sent: the run pauses on it
@@ -458,10 +464,12 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             )
         else:
             refund = existing
-        if not person:
+        if not person and not wrote:
             _set_status(refund, RefundStatus.SUBMITTED, attempts=refund.attempts + 1)
     if person:
         _stop_for_a_person(existing)
+    if wrote:
+        raise CustomerWroteSince(f"refund {key}: the customer wrote after it was approved; not sent")
     # Committed: the provider may now act under the key; a crash from here on is reconciled.
     metadata = {"ticket_id": str(ctx.ticket.pk), "order_number": order.number, "tool_call_id": str(ctx.call.pk)}
     if faults.armed("skip_idempotency_key"):  # a drill breaking the money path on purpose

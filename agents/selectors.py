@@ -38,7 +38,9 @@ from agents.models import (
     START_FAILED,
     AgentProfile,
     AgentRun,
+    ApprovalDecision,
     CallStatus,
+    ConfirmationDecision,
     Refund,
     RefundStatus,
     RunStatus,
@@ -46,7 +48,7 @@ from agents.models import (
     ToolCall,
 )
 from support import reads
-from tickets.models import AGENT_STAYS_OUT, AuthorKind, Message, Order, Ticket, TicketEvent, TicketStatus
+from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, Message, Order, Ticket, TicketEvent, TicketStatus
 from tickets.selectors import person_answered_after_sql, unanswered_messages
 
 
@@ -145,6 +147,36 @@ def person_took_the_ticket_since(run: AgentRun) -> bool:
         else:
             taken = False  # handed back while the run was in the middle of a step
     return taken
+
+
+def customer_wrote_after_staff_approved(call: ToolCall) -> bool:
+    """Has the customer written on the ticket since staff approved this call, when that approval is
+    its last go-ahead (no Confirm of theirs came after it)? Then the call is not carried out on the
+    approval: the customer may have asked to stop it ("please cancel the refund"), and nothing else
+    reads their words between the decision and the effect. A Confirm pressed after the approval is
+    the customer's own last word. By the timeline: the decision's event names the call (an event
+    written before it did names nobody, and nothing is stopped by it)."""
+    if call.approval_decision != ApprovalDecision.APPROVED or (
+        call.confirmation_decision == ConfirmationDecision.CONFIRMED
+    ):
+        return False
+    decided = (
+        TicketEvent.objects.filter(
+            ticket_id=call.ticket_id,
+            kind="approval_decided",
+            payload__call_id=call.pk,
+            payload__decision=ApprovalDecision.APPROVED.value,
+        )
+        .order_by("-seq")
+        .values("seq")[:1]
+    )
+    return TicketEvent.objects.filter(
+        ticket_id=call.ticket_id,
+        kind="message",
+        actor_kind=ActorKind.CUSTOMER,
+        is_public=True,
+        seq__gt=Subquery(decided),
+    ).exists()
 
 
 # A backoff this close to its end is over for a worker that is rung: a worker whose clock runs a

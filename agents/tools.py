@@ -89,6 +89,12 @@ class ToolNeedsApproval(Exception):
         self.reason = reason
 
 
+class CustomerWroteSince(Exception):
+    """Raised by an effect before it did anything: the customer wrote after staff approved the call,
+    before it was carried out (``agents.selectors.customer_wrote_after_staff_approved``). Nothing was
+    written or sent; the call ends unrun, and the agent answers the message."""
+
+
 class ToolStopped(Exception):
     """A person took the ticket before the effect started, or before it was tried again: the run
     ends and the ticket is theirs. ``uncertain``: an earlier attempt may have reached the other

@@ -271,7 +271,14 @@ def approval_decide(
             kind="approval_decided",
             actor_kind=ActorKind.STAFF,
             actor_user=user,
-            payload={"approval_id": approval.pk, "decision": approval.status, "note": note, "label": label},
+            # The call's id: the agent reads from this event on whether the customer wrote after it.
+            payload={
+                "approval_id": approval.pk,
+                "call_id": approval.tool_call_id,
+                "decision": approval.status,
+                "note": note,
+                "label": label,
+            },
             is_public=True,
         )
         ring(approval.ticket_id)
