@@ -34,6 +34,7 @@ from agents.confirmation import (
 from agents.lease import Lease, LeaseLost
 from agents.models import (
     CUSTOMER_WROTE,
+    CUSTOMER_WROTE_UNREAD,
     FINAL_CALL_STATUSES,
     NOT_RUN,
     PAUSED_RUN_STATUSES,
@@ -48,7 +49,7 @@ from agents.models import (
 from agents.pass_state import Pass
 from agents.policy import approval_reason
 from agents.profiles import enabled_tools_now, not_enabled
-from agents.selectors import customer_wrote_after_staff_approved, person_took_the_ticket_since
+from agents.selectors import customer_wrote_since_the_go_ahead, person_took_the_ticket_since
 from agents.tools import (
     REGISTRY,
     CustomerWroteSince,
@@ -196,20 +197,22 @@ def _end_turn(p: Pass, call: ToolCall) -> str:
     return RunStatus.HANDED_OFF
 
 
-# The outcome of a run ended because the customer wrote after one of its calls was approved, before
-# it was carried out; the calls it still had waiting are closed with it.
-RUN_ENDED_FOR_THE_CUSTOMER = "the customer wrote after a call was approved, before it was carried out"
+# The outcome of a run ended because the customer wrote after one of its calls was decided (approved
+# by staff, or by the agent), before it was carried out; the calls it still had waiting close with it.
+RUN_ENDED_FOR_THE_CUSTOMER = "the customer wrote after a call was decided, before it was carried out"
+_STOPPED_FOR_THE_CUSTOMER = frozenset({f"{NOT_RUN}: {CUSTOMER_WROTE}", f"{NOT_RUN}: {CUSTOMER_WROTE_UNREAD}"})
 
 
 def stopped_for_the_customer(call: ToolCall) -> bool:
-    """A call not run because the customer wrote after staff approved it (``_not_run_for_the_customer``)."""
-    return call.status == CallStatus.FAILED and call.error == f"{NOT_RUN}: {CUSTOMER_WROTE}"
+    """A call not run because the customer wrote after its go-ahead (``_not_run_for_the_customer``)."""
+    return call.status == CallStatus.FAILED and call.error in _STOPPED_FOR_THE_CUSTOMER
 
 
 def _end_for_the_customer(p: Pass) -> str:
-    """The customer wrote after staff approved a call of this run, before it was carried out: the run
+    """The customer wrote after a call of this run was decided, before it was carried out: the run
     ends there, without a reply, and the next one (under the same lease) takes their message in and
-    answers it, reading that the call was not run (asked again, it is reviewed again)."""
+    answers it, reading that the call was not run (asked again, it is decided again: reviewed again,
+    when it needs a review)."""
     p.flush_outcomes()
     agent_services.run_transition(
         lease=p.lease, run=p.run, to_status=RunStatus.COMPLETED, outcome=RUN_ENDED_FOR_THE_CUSTOMER
@@ -218,17 +221,25 @@ def _end_for_the_customer(p: Pass) -> str:
 
 
 def _not_run_for_the_customer(lease: Lease, call: ToolCall) -> None:
-    """The call ends unrun, nothing done, and the chat says so under the approval (the customer read
-    "finishing it now"); the run then ends for their message (``_end_for_the_customer``)."""
-    note = (
-        "Not done: the customer wrote after staff approved this, before it was carried out. Answer their "
-        "message; if they still want it, it can be asked for again (it is reviewed again)."
-    )
+    """The call ends unrun, nothing done; a call staff approved is said stopped in the chat, under the
+    approval (the customer read "finishing it now"). The run then ends for their message
+    (``_end_for_the_customer``)."""
+    if call.approval_decision is not None:
+        why, error = "customer_wrote", f"{NOT_RUN}: {CUSTOMER_WROTE}"
+        note = (
+            "Not done: the customer wrote after staff approved this, before it was carried out. Answer their "
+            "message; if they still want it, it can be asked for again (it is reviewed again)."
+        )
+    else:
+        why, error = "customer_wrote_unread", f"{NOT_RUN}: {CUSTOMER_WROTE_UNREAD}"
+        note = (
+            "Not done: the customer wrote while this was being decided, before it was carried out, and their "
+            "message was not read. Answer it; do this again only if it still applies after what they wrote."
+        )
     with lease.guard():
         call = calls.call_finish(
             lease=lease, call=call, status=CallStatus.FAILED,
-            result={"status": "not_run", "not_run_because": "customer_wrote", "note": note},
-            error=f"{NOT_RUN}: {CUSTOMER_WROTE}",
+            result={"status": "not_run", "not_run_because": why, "note": note}, error=error,
         )  # fmt: skip
         calls.tell_not_done(call)
 
@@ -347,10 +358,11 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
                 "not tried again: a person took the ticket over; an earlier attempt may have happened",
             )  # fmt: skip
         _leave_to_the_person(lease, call, CallStatus.FAILED, f"{NOT_RUN}: {PERSON_TOOK_OVER}")
-    if not again and customer_wrote_after_staff_approved(call):
-        # The customer wrote after staff approved it, before it ran: maybe to stop it, and nothing else
-        # reads their words before the effect. (A refund checks again next to its payment; a call tried
-        # before is left to its tool, which knows whether that try may have happened.)
+    if not again and customer_wrote_since_the_go_ahead(call, asks_the_customer=tool.confirm_question is not None):
+        # The customer wrote after it was decided (approved by staff, or by the agent on words read
+        # before), before it ran: maybe to stop it, and nothing else reads their words before the
+        # effect. (A refund checks again next to its payment; a call tried before is left to its tool,
+        # which knows whether that try may have happened.)
         _not_run_for_the_customer(lease, call)
         return
     if again:

@@ -48,6 +48,9 @@ NOT_RUN = "not run"
 # Why an approved call was not run: the customer wrote after staff approved it, before it was carried
 # out ("please cancel the refund"); the agent answers the message, and a call asked again is reviewed again.
 CUSTOMER_WROTE = "the customer wrote after it was approved, before it was carried out"
+# Why a refund the agent decided on its own (no review, no Confirm asked) was not run: the customer
+# wrote after the conversation it was decided from was read, before it was carried out.
+CUSTOMER_WROTE_UNREAD = "the customer wrote while it was being decided, before it was carried out"
 
 
 class RunStatus(models.TextChoices):

@@ -550,17 +550,19 @@ def _cancelled_after_paid(request: str, earlier: list[Done]) -> Done | None:
     return paid[-1] if paid else None
 
 
+# Why a refund was not made though it was decided: the customer wrote after staff approved it, or
+# while the agent decided it (words it had not read), before it was carried out.
+_STOPPED_BY_THE_CUSTOMER = frozenset({"customer_wrote", "customer_wrote_unread"})
+
+
 def _stopped_for_the_customer(messages: list[Message]) -> Done | None:
-    """The refund staff approved that was not made because the customer wrote after the approval,
-    before it was carried out (its result says so), when nothing was said to them since: the
-    customer's latest messages are the ones that stopped it. Automatic notices do not count."""
-    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
-    first_user = last_user
-    while first_user > 0 and messages[first_user - 1]["role"] == "user":
-        first_user -= 1
+    """The last refund of the conversation, when it was not made because the customer wrote after it
+    was decided, before it was carried out (its result says so), and nothing was said to them since:
+    their latest messages are the ones that stopped it. (The step that decided it may come after
+    them in the conversation: it was stored after they wrote.) Automatic notices do not count."""
     pending: dict[str, tuple[str, dict[str, Any]]] = {}
     found: Done | None = None
-    for message in messages[: max(first_user, 0)]:
+    for message in messages:
         role, content = message["role"], str(message.get("content") or "")
         if role == "assistant" and message.get("tool_calls"):
             for call in message["tool_calls"]:
@@ -576,20 +578,32 @@ def _stopped_for_the_customer(messages: list[Message]) -> Done | None:
             except json.JSONDecodeError:
                 result = {}
             if name == "issue_refund" and isinstance(result, dict):
-                found = Done(name, args, result) if result.get("not_run_because") == "customer_wrote" else None
+                stopped = result.get("not_run_because") in _STOPPED_BY_THE_CUSTOMER
+                found = Done(name, args, result) if stopped else None
         elif role == "assistant" and not content.startswith("[automatic notice]"):
             found = None  # answered since, by the agent or a person
     return found
 
 
+def _takes_it_back(request: str) -> bool:
+    """Does the customer stop or take back what they asked ("please cancel the refund", "never mind")?"""
+    return bool(CALL_OFF.search(request) or NOT_ASKED.search(request) or TAKEN_BACK.search(request))
+
+
+def _approved(stopped: Done) -> bool:
+    return stopped.result.get("not_run_because") == "customer_wrote"
+
+
 def _said_stopped(stopped: Done, request: str) -> str:
     """What the customer reads about a refund their message stopped: nothing was refunded; asked
-    whether they still want it, unless they asked to stop it."""
+    whether they still want one staff approved (asked again, it is reviewed again), unless they
+    asked to stop it."""
     number = str(stopped.args.get("order_number", "")).strip().upper()
-    if CALL_OFF.search(request) or NOT_ASKED.search(request) or TAKEN_BACK.search(request):
+    if _takes_it_back(request) or not _approved(stopped):
+        which = "the refund our team approved" if _approved(stopped) else "the refund"
         return (
-            f"Okay, I have not refunded anything on order {number}: your message reached me before the refund "
-            "our team approved was made, so I stopped it. Let me know if there is anything else I can do."
+            f"Okay, I have not refunded anything on order {number}: your message reached me before {which} "
+            "was made, so I stopped it. Let me know if there is anything else I can do."
         )
     return (
         f"Your message reached me before the refund on order {number} that our team approved was made, so I "
@@ -713,7 +727,10 @@ class OfflineDeterministicModel:
             )
 
         if stopped is not None and refund is None:
-            return None  # the approved refund their message stopped: said so, and asked whether it still applies
+            if not _approved(stopped) and not _takes_it_back(request) and "issue_refund" in tool_names:
+                # Decided on words read before theirs, which neither stop nor change it: made now.
+                return ("issue_refund", dict(stopped.args))
+            return None  # said so, and (approved by staff) asked whether it still applies
 
         if THANKS.match(text) and not order_number:
             return None
@@ -896,7 +913,9 @@ class OfflineDeterministicModel:
         request, done, notes, steps, earlier = self._current_turn(messages)
         tool_names = {spec["function"]["name"] for spec in tools}
         prompt_tokens = sum(_words(json.dumps(m, default=str)) for m in messages)
-        stopped = _stopped_for_the_customer(messages) if not done else None
+        stopped = _stopped_for_the_customer(messages)
+        # A refund their words stopped is said as such (``_said_stopped``), or made again; not said failed.
+        done = [d for d in done if d.result.get("not_run_because") not in _STOPPED_BY_THE_CUSTOMER]
         call = self._next_call(request, done, notes, tool_names, earlier, stopped)
         if call is not None:
             # Unique in the whole conversation, which holds earlier turns' calls too.

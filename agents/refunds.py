@@ -71,7 +71,7 @@ from agents.models import (
 )
 from agents.profiles import policy_values, profile_of
 from agents.selectors import (
-    customer_wrote_after_staff_approved,
+    customer_wrote_since_the_go_ahead,
     failed_unseen,
     person_took_the_ticket_since,
     refund_call_order_number,
@@ -446,8 +446,9 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         person = not _agent_still_has_the_ticket(ctx)
         # Read with the ticket's row held (as a person's take-over is): a customer message in flight
         # lands first and is seen, or comes after this refund is submitted. Never sent before, it is
-        # not sent on an approval the customer wrote after (maybe "please cancel the refund").
-        wrote = not person and existing is None and customer_wrote_after_staff_approved(call)
+        # not sent on a go-ahead the customer wrote after (maybe "please cancel the refund"): staff's
+        # approval, or the agent's decision on words read before (no Confirm of theirs came after).
+        wrote = not person and existing is None and customer_wrote_since_the_go_ahead(call, asks_the_customer=True)
         if person or wrote:
             pass  # nothing is written: handled below, outside this transaction
         elif existing is None and not reviewed and (late := _review_asked_since(ctx, order)):
@@ -469,7 +470,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if person:
         _stop_for_a_person(existing)
     if wrote:
-        raise CustomerWroteSince(f"refund {key}: the customer wrote after it was approved; not sent")
+        raise CustomerWroteSince(f"refund {key}: the customer wrote after it was decided; not sent")
     # Committed: the provider may now act under the key; a crash from here on is reconciled.
     metadata = {"ticket_id": str(ctx.ticket.pk), "order_number": order.number, "tool_call_id": str(ctx.call.pk)}
     if faults.armed("skip_idempotency_key"):  # a drill breaking the money path on purpose

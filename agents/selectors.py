@@ -149,6 +149,28 @@ def person_took_the_ticket_since(run: AgentRun) -> bool:
     return taken
 
 
+def customer_wrote_since_the_go_ahead(call: ToolCall, *, asks_the_customer: bool) -> bool:
+    """Has the customer written since this call's last go-ahead, words nobody who let it go ahead
+    read? Then it is not carried out: they may have asked to stop it ("please cancel the refund"),
+    and nothing else reads their words before the effect. ``asks_the_customer``: the call's tool
+    asks the customer's Confirm where that is on (a refund).
+
+    - Confirmed by the customer: their Confirm is their own last word (nothing stops it).
+    - Approved by staff: a message written after the decision (``customer_wrote_after_staff_approved``);
+      the card showed those written before it.
+    - Neither, for a tool that asks the customer's Confirm (turned off, or not asked): a message no
+      turn has taken in yet. A run takes the customer's messages in when it starts, so the model that
+      decided the call never read it (written while the step was written, or its calls ran, or the
+      run waited for another call's decision)."""
+    if call.confirmation_decision == ConfirmationDecision.CONFIRMED:
+        return False
+    if call.approval_decision == ApprovalDecision.APPROVED:
+        return customer_wrote_after_staff_approved(call)
+    if call.approval_decision is not None or call.confirmation_required or not asks_the_customer:
+        return False
+    return unanswered_messages(ticket_id=call.ticket_id).exists()
+
+
 def customer_wrote_after_staff_approved(call: ToolCall) -> bool:
     """Has the customer written on the ticket since staff approved this call, when that approval is
     its last go-ahead (no Confirm of theirs came after it)? Then the call is not carried out on the

@@ -90,9 +90,9 @@ class ToolNeedsApproval(Exception):
 
 
 class CustomerWroteSince(Exception):
-    """Raised by an effect before it did anything: the customer wrote after staff approved the call,
-    before it was carried out (``agents.selectors.customer_wrote_after_staff_approved``). Nothing was
-    written or sent; the call ends unrun, and the agent answers the message."""
+    """Raised by an effect before it did anything: the customer wrote after the call was decided, before
+    it was carried out (``agents.selectors.customer_wrote_since_the_go_ahead``). Nothing was written
+    or sent; the call ends unrun, and the agent answers the message."""
 
 
 class ToolStopped(Exception):
