@@ -482,7 +482,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 # used before (a bundle written before the deployment it came from paid it, a try long
                 # ago), and the provider forgets a key after 24 hours (Stripe): sent again, a forgotten
                 # key pays a second time. The refund found is recorded, not sent again.
-                found = _lookup(key, order.payment_reference)
+                found = _lookup(key, order.payment_reference, must_answer=_key_may_be_forgotten(call))
                 if found is None and attempt.retry_state.attempt_number > 1:
                     _go_on_or_stop(ctx, refund)  # a backoff is long enough for a take-over
                 if found is None:
@@ -628,12 +628,32 @@ def _mark_escalated(refund: Refund) -> None:
     Refund.objects.filter(pk=refund.pk, escalated_at__isnull=True).update(escalated_at=timezone.now())
 
 
-def _lookup(key: str, payment_reference: str) -> ProviderRefund | None:
+def _lookup(key: str, payment_reference: str, *, must_answer: bool = False) -> ProviderRefund | None:
+    """The refund the provider holds under ``key``, or None. A look-up that gets no answer is None too,
+    unless ``must_answer`` (the key may be one the provider has forgotten): then ProviderUncertain, and
+    nothing is sent before a look-up answers (the try is made again, with the backoff)."""
     try:
         return provider().find_refund(idempotency_key=key, payment_reference=payment_reference)
-    except ProviderError:
+    except ProviderError as exc:
         logger.warning("could not look up refund %s at the provider", key, exc_info=True)
+        if must_answer:
+            raise ProviderUncertain(
+                f"could not ask the payment provider what happened under a key it may have forgotten ({exc}); "
+                "not sent without asking"
+            ) from exc
         return None
+
+
+# How long the payment provider keeps an idempotency key (Stripe: 24 hours from its first use), less a
+# margin for the clocks: within it, a refund sent again under its key is deduplicated by the provider.
+PROVIDER_KEEPS_KEYS = timedelta(hours=23)
+
+
+def _key_may_be_forgotten(call: ToolCall) -> bool:
+    """May the provider have forgotten this call's key? Made with the call's intent, the key is first
+    used after it: not within ``PROVIDER_KEEPS_KEYS`` of it. Past that (a bundle restored a day after
+    the old deployment paid it, a try a day after the last), a refund sent under the key is a new one."""
+    return timezone.now() - call.started_at >= PROVIDER_KEEPS_KEYS
 
 
 def reconcile_call(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:

@@ -426,7 +426,9 @@ def test_provider_retries_back_off_with_jitter_and_ask_the_provider_before_each(
     monkeypatch.setattr(refund_module, "_sleep", waits.append)
     lookups: list[str] = []
     real_lookup = refund_module._lookup
-    monkeypatch.setattr(refund_module, "_lookup", lambda key, ref: lookups.append(key) or real_lookup(key, ref))
+    monkeypatch.setattr(
+        refund_module, "_lookup", lambda key, ref, **how: lookups.append(key) or real_lookup(key, ref, **how)
+    )
     customer = make_customer()
     order = order_for(customer, "E-1001", 5000, sandbox)
     sandbox.fault("error_before_commit", count=3)

@@ -116,3 +116,90 @@ def test_a_refund_recorded_but_not_sent_when_exported_and_paid_by_the_old_deploy
     )
     refund = Refund.objects.get(idempotency_key=key)
     assert (refund.status, refund.provider_refund_id) == (RefundStatus.SUCCEEDED, first["id"])
+
+
+def _a_day_old(ticket) -> None:  # noqa: ANN001
+    """The refund's call was decided more than a day ago (its intent, and so its key, are that old)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE agents_toolcall SET started_at = now() - interval '25 hours' WHERE ticket_id = %s", [ticket.pk]
+        )
+
+
+def test_a_refund_the_old_deployment_paid_is_not_sent_blind_when_the_look_ups_get_no_answer(sandbox, tmp_path):
+    """Restored a day later, every look-up under the key gets no answer for a while (the provider's
+    list of refunds fails, its creation does not): a key older than the provider keeps it is never
+    sent without asking first. The refund is asked about again, and found paid once the look-up answers."""
+    customer = make_customer(flagged=True)
+    order = order_for(customer, "M-2403", 10000, sandbox)
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $30.00 on order M-2403"
+    )
+    assert advance(ticket.pk).state == RunStatus.WAITING_APPROVAL
+    approval = ApprovalRequest.objects.get(ticket=ticket)
+    approval_services.approval_decide(
+        approval_id=approval.pk, user=make_staff("approves-too", can_decide=True), approve=True
+    )
+    path = export(tmp_path, ticket, name="moving.tar", include_personal_data=True)
+    advance(ticket.pk)  # the old deployment pays it
+    [first] = paid(sandbox, order)
+
+    empty_the_ledger()
+    sandbox.expire_idempotency_keys(older_than_seconds=0)  # a day later
+    restore(path)
+    _a_day_old(ticket)
+    sandbox.fault("error_before_commit", method="GET", path="/v1/refunds*", count=2)
+    advance(ticket.pk)
+
+    assert [r["id"] for r in paid(sandbox, order)] == [first["id"]], (
+        "sent again, blind, under a key the provider had forgotten: the customer was refunded twice"
+    )
+    refund = Refund.objects.get(tool_call__ticket=ticket)
+    assert (refund.status, refund.provider_refund_id) == (RefundStatus.SUCCEEDED, first["id"])
+
+
+def test_a_refund_recorded_sent_a_day_ago_is_not_sent_blind_while_no_look_up_answers(sandbox, tmp_path):
+    """Its row says submitted (the old deployment sent it after the export); restored a day later, the
+    provider answers no look-up at all: nothing is sent, the ticket goes to a person with the refund
+    uncertain, and the reconciler records it paid once the provider answers."""
+    from agents.refunds import reconcile_open_refunds
+
+    customer = make_customer()
+    order = order_for(customer, "M-2404", 10000, sandbox)
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $30.00 on order M-2404"
+    )
+
+    def dies_before_sending(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise WorkerDied()
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(PaymentProvider, "create_refund", dies_before_sending)
+        with pytest.raises(WorkerDied):
+            advance(ticket.pk)
+    with connection.cursor() as cursor:  # as a killed worker leaves it: held by nobody alive, expired
+        cursor.execute(
+            "UPDATE agents_ticketlease SET owner = 'dead-worker', expires_at = now() - interval '1 second' "
+            "WHERE ticket_id = %s",
+            [ticket.pk],
+        )
+    path = export(tmp_path, ticket, name="moving.tar", include_personal_data=True)
+    advance(ticket.pk)  # the old deployment's next worker sends it
+    [first] = paid(sandbox, order)
+
+    empty_the_ledger()
+    sandbox.expire_idempotency_keys(older_than_seconds=0)
+    restore(path)
+    _a_day_old(ticket)
+    sandbox.fault("error_before_commit", method="GET", path="/v1/refunds*", count=100)
+    advance(ticket.pk)
+
+    assert [r["id"] for r in paid(sandbox, order)] == [first["id"]], "sent again, blind: refunded twice"
+    refund = Refund.objects.get(tool_call__ticket=ticket)
+    assert refund.status == RefundStatus.UNCERTAIN
+
+    sandbox.clear_faults()
+    reconcile_open_refunds(older_than_seconds=0)
+    refund.refresh_from_db()
+    assert (refund.status, refund.provider_refund_id) == (RefundStatus.SUCCEEDED, first["id"])
+    assert [r["id"] for r in paid(sandbox, order)] == [first["id"]]
