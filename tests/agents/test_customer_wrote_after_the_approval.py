@@ -209,3 +209,47 @@ def test_a_message_written_after_the_worker_died_having_sent_the_approved_refund
     assert ToolCall.objects.get(ticket=ticket, name="issue_refund").status == CallStatus.SUCCEEDED
     assert not TicketEvent.objects.filter(ticket=ticket, kind="approved_call_withdrawn").exists()
     assert "already" in replies(ticket)[-1], replies(ticket)
+
+
+@pytest.mark.workers
+@pytest.mark.timeout(300)
+def test_with_real_workers_killed_a_cancel_written_before_one_comes_back_pays_nothing(sandbox, cluster, approver):  # noqa: ANN001
+    """End to end over HTTP: the worker that paused the refund is killed (SIGKILL); staff approve and
+    the customer writes while no worker runs; the worker started next applies the decision."""
+    import json
+    import signal
+
+    from tests.approvals.test_with_workers import decide_over_http
+    from tests.workers import wait_until
+
+    worker = cluster.worker()
+    ticket, order = refund_ticket(sandbox, number="P-1101")
+    wait_until(
+        lambda: ApprovalRequest.objects.filter(ticket=ticket).exists(), timeout=60, what="the pause", cluster=cluster
+    )
+    worker.signal(signal.SIGKILL)
+    worker.wait_dead(30)
+
+    approval = ApprovalRequest.objects.get(ticket=ticket)
+    decide_over_http(approver, approval, "approve")
+    customer = Client()
+    customer.force_login(ticket.customer.user)
+    sent = customer.post(
+        f"/tickets/{ticket.pk}/messages",
+        data=json.dumps({"client_msg_id": "cancel-1", "body": "Please cancel the refund, it works again."}),
+        content_type="application/json",
+    )
+    assert sent.status_code in (200, 201), sent.content
+
+    cancel = Message.objects.get(ticket=ticket, client_msg_id="cancel-1")
+    answered = Message.objects.filter(ticket=ticket, author_kind=AuthorKind.AGENT, is_public=True, pk__gt=cancel.pk)
+
+    cluster.worker()
+    wait_until(answered.exists, timeout=90, what="the answer to the message", cluster=cluster)
+
+    assert provider_refunds(sandbox, order) == [], "paid on the approval after the customer asked to cancel"
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    assert (call.status, call.error) == (CallStatus.FAILED, f"{NOT_RUN}: {WROTE}")
+    assert replies(ticket) == [answered.get().body]
+    assert "have not refunded anything" in answered.get().body
+    assert STOPPED in chat(ticket)
