@@ -9,6 +9,7 @@ rules in force), activity (runs, calls, refunds, pending approvals) and verifica
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 
 from agents.calls import arguments_digest
-from agents.models import CallStatus, ConfirmationDecision
+from agents.models import FINAL_CALL_STATUSES, CallStatus, ConfirmationDecision
 from state import bundle, signature
 from state.export import collect
 from state.parts import PARTS, REFUND_TOOL, USERS_LABEL, Selection, is_user_model, missing_parts, part_named
@@ -221,6 +222,7 @@ def ledger_checks(rows: dict[str, list[Row]]) -> list[Check]:
         _one_row_per_key(rows),
         _one_refund_per_key(rows),
         _approved_before_paid(rows),
+        _asked_by_its_rules_before_it_runs(rows),
         _approvals_given_by_staff(rows),
         _confirmations_given_by_customers(rows),
         _refund_as_asked(rows),
@@ -349,6 +351,26 @@ def _one_refund_per_key(rows: dict[str, list[Row]]) -> Check:
     return check
 
 
+def _approval_rules(rows: dict[str, list[Row]]) -> Callable[[Row], tuple[set[str], int | None]]:
+    """The approval rules a call was recorded under: (the tools that always need an approval, the refund
+    threshold) of its run's pinned profile version, or of the policy and rules in the bundle for a run
+    pinned to none."""
+    run_profile = {r["id"]: r.get("profile_id") for r in rows["agents.AgentRun"]}
+    profiles = {p["id"]: p for p in rows.get("agents.AgentProfile", [])}
+    ruled = {r["tool_name"] for r in rows["agents.ToolApprovalRule"] if r["requires_approval"]}
+    policies = rows["agents.ApprovalPolicy"]
+    threshold = policies[0]["refund_threshold_cents"] if policies else None
+
+    def rules_of(call: Row) -> tuple[set[str], int | None]:
+        profile = profiles.get(run_profile.get(call.get("run_id")))
+        if profile is None:
+            return ruled, threshold
+        always = {t["name"] for t in profile.get("tools") or [] if isinstance(t, dict) and t.get("requires_approval")}
+        return always, (profile.get("approval_policy") or {}).get("refund_threshold_cents", threshold)
+
+    return rules_of
+
+
 def _approved_before_paid(rows: dict[str, list[Row]]) -> Check:
     """No refund that may have moved money needed an approval without an approved request for its exact arguments.
 
@@ -363,19 +385,7 @@ def _approved_before_paid(rows: dict[str, list[Row]]) -> Check:
     approvals: dict[Any, list[Row]] = defaultdict(list)  # a call asked about again has one request per asking
     for approval in rows["approvals.ApprovalRequest"]:
         approvals[approval["tool_call_id"]].append(approval)
-    run_profile = {r["id"]: r.get("profile_id") for r in rows["agents.AgentRun"]}
-    profiles = {p["id"]: p for p in rows.get("agents.AgentProfile", [])}
-    ruled = {r["tool_name"] for r in rows["agents.ToolApprovalRule"] if r["requires_approval"]}
-    policies = rows["agents.ApprovalPolicy"]
-    threshold = policies[0]["refund_threshold_cents"] if policies else None
-
-    def rules_of(call: Row) -> tuple[set[str], int | None]:
-        profile = profiles.get(run_profile.get(call.get("run_id")))
-        if profile is None:
-            return ruled, threshold
-        always = {t["name"] for t in profile.get("tools") or [] if isinstance(t, dict) and t.get("requires_approval")}
-        return always, (profile.get("approval_policy") or {}).get("refund_threshold_cents", threshold)
-
+    rules_of = _approval_rules(rows)
     paid = [r for r in rows["agents.Refund"] if r["status"] in MONEY_MOVED_STATUSES or r["provider_refund_id"]]
     for refund in paid:
         call = calls.get(refund["tool_call_id"], {})
@@ -393,6 +403,42 @@ def _approved_before_paid(rows: dict[str, list[Row]]) -> Check:
         elif all(a["arguments_digest"] != arguments_digest(call.get("arguments") or {}) for a in approved):
             check.violations.append(f"refund {refund['idempotency_key']}: the approval was for other arguments")
     check.detail = f"{len(paid)} refund(s) that reached the provider"
+    return check
+
+
+def _asked_by_its_rules_before_it_runs(rows: dict[str, list[Row]]) -> Check:
+    """A call that may still run where the bundle is restored (not final) runs on its own flag: one that
+    reads as needing no approval is carried out with none (``agents.approval.may_execute``), whatever its
+    amount. So it must read as needing one where the rules it was recorded under ask one (a tool that
+    always does, a refund above its version's threshold), as a paid refund is judged
+    (``_approved_before_paid``): a $450 refund waiting for staff, edited to read as one recorded to run
+    unreviewed, was paid where it was restored, reviewed by nobody."""
+    check = Check("no call still to run reads as needing no approval its rules ask")
+    rules_of = _approval_rules(rows)
+    waiting = [c for c in rows["agents.ToolCall"] if c.get("status") not in FINAL_CALL_STATUSES]
+    for call in waiting:
+        if call.get("approval_required"):
+            continue  # it runs only with an approved request for its arguments (``_approvals_given_by_staff``)
+        always, limit = rules_of(call)
+        amount = (call.get("arguments") or {}).get("amount_cents") if isinstance(call.get("arguments"), dict) else None
+        over = (
+            call.get("name") == REFUND_TOOL
+            and limit is not None
+            and isinstance(amount, int)
+            and not isinstance(amount, bool)
+            and amount > limit
+        )
+        if call.get("name") in always or over:
+            why = (
+                f"every {call.get('name')} call needs one"
+                if call.get("name") in always
+                else (f"{amount} cents is above its threshold of {limit}")
+            )
+            check.violations.append(
+                f"tool call {call['id']} ({call.get('name')}, {call.get('status')}) may still run and reads as "
+                f"needing no approval, though its rules ask one ({why})"
+            )
+    check.detail = f"{len(waiting)} call(s) still to run"
     return check
 
 
