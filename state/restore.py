@@ -391,7 +391,7 @@ def state_restore(*, path: Path, on_conflict: str = "fail", allow_unsigned: bool
         problems += references({**rows, USERS_LABEL: rows.get(USERS_LABEL, [])}).violations
         # And the ledger's invariants hold on what would be written (a refund for another amount than
         # its call asked, a paid refund without its approval, a row twice, a gap in a timeline).
-        for check in ledger_checks({**rows, USERS_LABEL: rows.get(USERS_LABEL, [])}):
+        for check in ledger_checks({**rows, USERS_LABEL: rows.get(USERS_LABEL, [])}, b.manifest.get("settings")):
             problems += [f"{check.name}: {violation}" for violation in check.violations]
     users = rows.get(USERS_LABEL, [])
     known_users = {u["username"] for u in users}

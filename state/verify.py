@@ -151,7 +151,7 @@ def verify(path: Path, *, database: bool, allow_unsigned: bool = False) -> Repor
         "Permissions": _permissions(rows, manifest),
         "Activity": _activity(rows),
     }
-    report.checks += ledger_checks(rows)
+    report.checks += ledger_checks(rows, manifest.get("settings"))
     return report
 
 
@@ -215,9 +215,10 @@ def bundle_row_problems(b: bundle.Bundle, rows: dict[str, list[Any]]) -> list[st
     return problems + malformed[:20] + more
 
 
-def ledger_checks(rows: dict[str, list[Row]]) -> list[Check]:
+def ledger_checks(rows: dict[str, list[Row]], settings_in_force: dict[str, Any] | None = None) -> list[Check]:
     """The ledger's invariants, checked on a bundle's rows (by part label, every part present): what
-    ``verify`` reports, and what ``restore`` refuses to write in when one fails."""
+    ``verify`` reports, and what ``restore`` refuses to write in when one fails. ``settings_in_force``:
+    the settings the manifest says shaped the agent where the bundle was written."""
     return [
         _one_row_per_key(rows),
         _one_refund_per_key(rows),
@@ -225,6 +226,7 @@ def ledger_checks(rows: dict[str, list[Row]]) -> list[Check]:
         _asked_by_its_rules_before_it_runs(rows),
         _approvals_given_by_staff(rows),
         _confirmations_given_by_customers(rows),
+        _asked_to_confirm_before_it_runs(rows, settings_in_force),
         _refund_as_asked(rows),
         _every_paid_call_has_its_refund(rows),
         _gapless(rows),
@@ -351,22 +353,35 @@ def _one_refund_per_key(rows: dict[str, list[Row]]) -> Check:
     return check
 
 
-def _approval_rules(rows: dict[str, list[Row]]) -> Callable[[Row], tuple[set[str], int | None]]:
-    """The approval rules a call was recorded under: (the tools that always need an approval, the refund
-    threshold) of its run's pinned profile version, or of the policy and rules in the bundle for a run
-    pinned to none."""
+def _policy_of(rows: dict[str, list[Row]]) -> Callable[[Row], tuple[set[str], dict[str, Any]]]:
+    """The rules a call was recorded under: (the tools that always need an approval, the approval
+    policy's values) of its run's pinned profile version, or of the policy and rules in the bundle for
+    a run pinned to none (a value a version lacks is the bundle's policy's)."""
     run_profile = {r["id"]: r.get("profile_id") for r in rows["agents.AgentRun"]}
     profiles = {p["id"]: p for p in rows.get("agents.AgentProfile", [])}
     ruled = {r["tool_name"] for r in rows["agents.ToolApprovalRule"] if r["requires_approval"]}
     policies = rows["agents.ApprovalPolicy"]
-    threshold = policies[0]["refund_threshold_cents"] if policies else None
+    tables = dict(policies[0]) if policies else {}
 
-    def rules_of(call: Row) -> tuple[set[str], int | None]:
+    def policy_of(call: Row) -> tuple[set[str], dict[str, Any]]:
         profile = profiles.get(run_profile.get(call.get("run_id")))
         if profile is None:
-            return ruled, threshold
+            return ruled, tables
         always = {t["name"] for t in profile.get("tools") or [] if isinstance(t, dict) and t.get("requires_approval")}
-        return always, (profile.get("approval_policy") or {}).get("refund_threshold_cents", threshold)
+        policy = profile.get("approval_policy")
+        return always, {**tables, **(policy if isinstance(policy, dict) else {})}
+
+    return policy_of
+
+
+def _approval_rules(rows: dict[str, list[Row]]) -> Callable[[Row], tuple[set[str], int | None]]:
+    """The approval rules a call was recorded under (``_policy_of``): (the tools that always need an
+    approval, the refund threshold)."""
+    policy_of = _policy_of(rows)
+
+    def rules_of(call: Row) -> tuple[set[str], int | None]:
+        always, policy = policy_of(call)
+        return always, policy.get("refund_threshold_cents")
 
     return rules_of
 
@@ -499,6 +514,31 @@ def _confirmations_given_by_customers(rows: dict[str, list[Row]]) -> Check:
                 "on its ticket's timeline"
             )
     check.detail = f"{len(calls)} call(s) confirmed"
+    return check
+
+
+def _asked_to_confirm_before_it_runs(rows: dict[str, list[Row]], settings_in_force: dict[str, Any] | None) -> Check:
+    """A refund recorded to run (``started``) that reads as never asked of its customer runs without their
+    Confirm where the bundle is restored (``agents.confirmation.confirmed``: no question, nothing to
+    answer). Where the bundle was written the customer's Confirm was on (``settings_in_force``, the
+    manifest's ``REFUND_CUSTOMER_CONFIRMATION``) and the rules the call was recorded under ask it (its
+    version's ``customer_confirms_refunds``), such a call was asked, with its intent or after its
+    approval: one that reads otherwise was edited (a question waiting for the customer, turned into a
+    refund recorded to run, was paid where it was restored without their Confirm)."""
+    check = Check("no refund still to run skips the customer's Confirm its rules ask")
+    if not (settings_in_force or {}).get("REFUND_CUSTOMER_CONFIRMATION"):
+        check.detail = "the customer's Confirm was off where the bundle was written (or it does not say)"
+        return check
+    policy_of = _policy_of(rows)
+    started = [c for c in rows["agents.ToolCall"] if c.get("name") == REFUND_TOOL and c.get("status") == "started"]
+    for call in started:
+        if call.get("confirmation_required") or not policy_of(call)[1].get("customer_confirms_refunds"):
+            continue
+        check.violations.append(
+            f"tool call {call['id']} ({REFUND_TOOL}) is recorded to run and reads as never asked of its "
+            "customer, though the rules it was recorded under ask their Confirm"
+        )
+    check.detail = f"{len(started)} refund(s) recorded to run"
     return check
 
 

@@ -14,6 +14,9 @@ from django.test import Client
 
 from agents.models import CallStatus, Refund, RunStatus, ToolCall
 from agents.runner import advance
+from approvals import services as approval_services
+from approvals.models import ApprovalRequest
+from tests.approvals.conftest import make_staff
 from tests.state.conftest import export, rewrite_part, verify
 from tests.state.test_bundle import customer_with_paid_order, empty_the_ledger, restore
 from tickets import services as ticket_services
@@ -74,3 +77,79 @@ def test_a_refund_the_customer_confirmed_with_the_button_and_was_paid_passes_ver
         path = export(tmp_path, ticket, name=f"bundle-{personal_data}", include_personal_data=personal_data)
         status, out = verify(path)
         assert status == 0, out
+
+
+def _never_asked(rows: list[dict]) -> list[dict]:
+    unasked = {"confirmation_required": False, "confirmation_text": "", "confirmation_expires_at": None}
+    return [
+        {**r, **unasked, "status": CallStatus.STARTED, "confirmation_digest": ""}
+        if r["status"] == CallStatus.AWAITING_CONFIRMATION
+        else r
+        for r in rows
+    ]
+
+
+def _running(rows: list[dict]) -> list[dict]:
+    return [{**r, "status": RunStatus.RUNNING} if r["status"] == RunStatus.WAITING_CONFIRMATION else r for r in rows]
+
+
+def test_a_refund_waiting_for_the_customers_confirm_edited_to_run_unasked_is_reported_and_not_restored(
+    tmp_path, sandbox
+):
+    """The same refund edited instead to read as one recorded to run that was never to be asked (its
+    run running again): the question the rules it was recorded under ask is skipped, not answered."""
+    customer, _ = customer_with_paid_order(sandbox, "Q-5503", 4999)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Please refund order Q-5503")
+    assert advance(ticket.pk).state == RunStatus.WAITING_CONFIRMATION
+    path = export(tmp_path, ticket, include_personal_data=True)
+    assert verify(path)[0] == 0
+    rewrite_part(path, "agents.ToolCall", _never_asked)
+    rewrite_part(path, "agents.AgentRun", _running)
+
+    status, out = verify(path)
+    empty_the_ledger()
+    try:
+        restore(path)
+    except CommandError as refused:
+        assert "Confirm" in str(refused)
+        assert status == 1 and "no refund still to run skips the customer's Confirm its rules ask" in out, out
+        return
+    advance(ticket.pk)
+    assert not Refund.objects.exists(), (
+        "a bundle whose refund question was edited away passed verify "
+        f"(exit {status}) and restore, and the agent paid it without the customer's Confirm: "
+        f"{list(Refund.objects.values_list('amount_cents', 'status'))}"
+    )
+
+
+def test_a_refund_asked_after_its_approval_passes_verify_at_each_pause_and_once_paid(tmp_path, sandbox):
+    """With the customer's Confirm on, a refund above the threshold waits for staff, then for the customer,
+    then is paid: a bundle written at any of these moments is whole."""
+    customer, _ = customer_with_paid_order(sandbox, "Q-5504", 45000)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Please refund order Q-5504")
+    assert advance(ticket.pk).state == RunStatus.WAITING_APPROVAL
+    status, out = verify(export(tmp_path, ticket, name="waiting-for-staff", include_personal_data=True))
+    assert status == 0, out
+
+    approval_services.approval_decide(
+        approval_id=ApprovalRequest.objects.get(ticket=ticket).pk,
+        user=make_staff("approves", can_decide=True),
+        approve=True,
+    )
+    assert advance(ticket.pk).state == RunStatus.WAITING_CONFIRMATION
+    status, out = verify(export(tmp_path, ticket, name="waiting-for-the-customer", include_personal_data=True))
+    assert status == 0, out
+
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    client = Client()
+    client.force_login(customer.user)
+    response = client.post(
+        f"/tickets/{ticket.pk}/confirmations/{call.pk}",
+        {"answer": "confirm", "digest": call.confirmation_digest},
+        content_type="application/json",
+    )
+    assert response.status_code == 200, response.json()
+    advance(ticket.pk)
+    assert Refund.objects.get(ticket=ticket).status == "succeeded"
+    status, out = verify(export(tmp_path, ticket, name="paid", include_personal_data=True))
+    assert status == 0, out
