@@ -10,7 +10,12 @@ from tickets import realtime
 
 
 class ApprovalsConsumer(SignedInConsumer):
-    """Tells an open dashboard that the pending list changed; the page then reloads it over HTTP."""
+    """Tells an open dashboard that the pending list changed; the page then reloads it over HTTP.
+
+    ``{"type": "ready"}`` first, once the socket is in the staff group: the page reads the list then,
+    not when the socket opens (open before the join, a request made between that read and the join
+    rang nobody, and the page said "Live" without it). Then ``{"type": "changed", ...}`` per change.
+    """
 
     async def connect(self) -> None:
         # Accept first: a close code (4403: not an approver, or signed out) only reaches the browser
@@ -23,6 +28,7 @@ class ApprovalsConsumer(SignedInConsumer):
         if not await self.watch_sign_in():
             return
         await realtime.group_join(self.channel_layer, STAFF_GROUP, self.channel_name)
+        await self.send_json({"type": "ready"})
 
     async def disconnect(self, code: int) -> None:
         await self.channel_layer.group_discard(STAFF_GROUP, self.channel_name)

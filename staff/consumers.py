@@ -1,9 +1,13 @@
 """``/ws/staff/tickets/<id>/``: rings a staff page when a ticket's timeline changes.
 
-Frames to the browser: ``{"type": "changed"}``; the page then fetches what is new over HTTP
-(``staff:timeline``), so internal events never travel on a socket a customer could open, and
-a lost frame costs nothing (the next one, or a reconnect, fetches everything after the page's
-last seq). Closed with 4403 for anyone without ``tickets.handle_ticket``.
+Frames to the browser: ``{"type": "ready"}`` once the socket is in the ticket's group, then
+``{"type": "changed"}`` at each change; the page fetches what is new over HTTP (``staff:timeline``)
+at each of them, so internal events never travel on a socket a customer could open, and a lost frame
+costs nothing (the next one, or a reconnect, fetches everything after the page's last seq). The page
+catches up on "ready", not when the socket opens: the socket is open before it has joined the group,
+and a change committed between a catch-up read then and the join rang nobody (the page showed
+"Live" without it until something else changed). Closed with 4403 for anyone without
+``tickets.handle_ticket``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class StaffTicketConsumer(SignedInConsumer):
             return
         self.group = realtime.group_name(ticket_id)
         await realtime.group_join(self.channel_layer, self.group, self.channel_name)
+        await self.send_json({"type": "ready"})
 
     async def disconnect(self, code: int) -> None:
         if self.group is not None:

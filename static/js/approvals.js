@@ -17,6 +17,10 @@
   var newIds = [];
   var loading = false;
   var again = false;
+  var listening = false; // the socket is in the staff group: a change rings it
+  var denied = false;
+  var retryDelay = 1000;
+  var retryTimer = null;
 
   function cardsIn(root) {
     return Array.prototype.slice.call(root.querySelectorAll("li.approval[data-approval-id]"));
@@ -180,13 +184,34 @@
     announce();
   }
 
+  // A read that failed (a server error, a dropped connection) is made again, with a growing pause:
+  // the change it answered will not ring again, so waiting for the next one could be waiting for ever.
+  function retryLater() {
+    if (denied || retryTimer !== null) return;
+    retryTimer = setTimeout(function () { retryTimer = null; refresh(); }, retryDelay);
+    retryDelay = Math.min(retryDelay * 2, 10000);
+  }
+
   function refresh() {
     if (loading) { again = true; return; } // one request at a time; the last word wins
     loading = true;
     fetch(container.dataset.fragmentUrl, { credentials: "same-origin" })
-      .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
-      .then(merge)
-      .catch(function () { status.textContent = "Could not refresh the list; retrying…"; })
+      .then(function (r) {
+        // Signed out meanwhile (a session that expired tells the socket nothing), the list's address
+        // leads to the sign-in page: that is no list, and every card would have read as decided.
+        if (r.redirected) signedOut();
+        return r.ok && !r.redirected ? r.text() : Promise.reject(r.status);
+      })
+      .then(function (html) {
+        merge(html);
+        retryDelay = 1000;
+        if (listening) status.textContent = LIVE;
+      })
+      .catch(function () {
+        if (denied) return;
+        status.textContent = "Could not refresh the list; retrying…";
+        retryLater();
+      })
       .then(function () {
         loading = false;
         if (again) { again = false; refresh(); }
@@ -223,17 +248,27 @@
     }
   });
 
+  var LIVE = "Live: new requests appear here automatically.";
+  var signedOutSaid = false;
+
+  function signedOut() {
+    denied = true;
+    signedOutSaid = true;
+    status.textContent = "You were signed out: sign in again to see the list as it is now.";
+  }
+
   function connect() {
     var scheme = location.protocol === "https:" ? "wss://" : "ws://";
     var socket = new WebSocket(scheme + location.host + "/ws/staff/approvals/");
-    socket.onopen = function () {
-      delay = 500;
-      status.textContent = "Live: new requests appear here automatically.";
-      refresh(); // catch up on what changed while disconnected
-    };
     socket.onmessage = function (event) {
       try {
         var message = JSON.parse(event.data);
+        if (message.type === "ready") {
+          // In the staff group now: catch up on what changed while disconnected (or connecting).
+          delay = 500;
+          listening = true;
+          status.textContent = LIVE;
+        }
         if (["approved", "rejected", "expired", "withdrawn"].indexOf(message.change) >= 0) {
           lastChange[String(message.approval_id)] = message.change;
         }
@@ -241,8 +276,13 @@
       refresh();
     };
     socket.onclose = function (event) {
+      listening = false;
       // 4403: signed out or not an approver (any more): reconnecting would be refused again.
-      if (event.code === 4403) { status.textContent = "Not allowed: sign in again to see live updates."; return; }
+      if (event.code === 4403) {
+        denied = true;
+        if (!signedOutSaid) status.textContent = "Not allowed: sign in again to see live updates.";
+        return;
+      }
       status.textContent = "Reconnecting…";
       setTimeout(connect, event.code === 4401 ? 0 : delay); // 4401: the sign-in changed; try at once
       delay = Math.min(delay * 2, 10000);

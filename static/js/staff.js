@@ -1,7 +1,9 @@
 // The staff conversation page, live: a WebSocket rings when the ticket's timeline changes;
 // what is new is fetched over HTTP (rendered by the server from the ledger) and appended.
 // Nothing else on the page is re-rendered, so a reply being typed, an open trace and the
-// keyboard focus are never disturbed.
+// keyboard focus are never disturbed. The page catches up when the server says the socket is
+// listening ("ready", sent once it is in the ticket's group: a change committed before that is in
+// the catch-up, one after it rings), not when the socket opens; a read that fails is tried again.
 (function () {
   "use strict";
   var root = document.getElementById("staff-ticket");
@@ -15,6 +17,10 @@
   var delay = 500;
   var fetching = false;
   var again = false;
+  var listening = false; // the socket is in the ticket's group: a change rings it
+  var denied = false;
+  var retryDelay = 1000;
+  var retryTimer = null;
 
   function apply(data) {
     if (data.html && data.last_seq > after) {
@@ -42,13 +48,37 @@
     });
   }
 
+  // A read that failed (a server error, a dropped connection) is made again, with a growing pause:
+  // the ring it answered will not come again, so waiting for the next one could be waiting for ever.
+  function retryLater() {
+    if (denied || retryTimer !== null) return;
+    retryTimer = setTimeout(function () { retryTimer = null; refresh(); }, retryDelay);
+    retryDelay = Math.min(retryDelay * 2, 10000);
+  }
+
   function refresh() {
     if (fetching) { again = true; return; }
     fetching = true;
     fetch(root.dataset.timelineUrl + "?after=" + after, { credentials: "same-origin" })
-      .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
-      .then(apply)
-      .catch(function () { live.textContent = "Could not load what is new; retrying…"; })
+      .then(function (r) {
+        // Signed out meanwhile (a session that expired tells the socket nothing): the address leads
+        // to the sign-in page. Trying again would not help.
+        if (r.redirected) {
+          denied = true;
+          live.textContent = "You were signed out: sign in again to see what is new.";
+        }
+        return r.ok && !r.redirected ? r.json() : Promise.reject(r.status);
+      })
+      .then(function (data) {
+        apply(data);
+        retryDelay = 1000;
+        if (listening) live.textContent = "Live";
+      })
+      .catch(function () {
+        if (denied) return;
+        live.textContent = "Could not load what is new; retrying…";
+        retryLater();
+      })
       .then(function () {
         fetching = false;
         if (again) { again = false; refresh(); }
@@ -58,10 +88,23 @@
   function connect() {
     var scheme = location.protocol === "https:" ? "wss://" : "ws://";
     var socket = new WebSocket(scheme + location.host + "/ws/staff/tickets/" + root.dataset.ticketId + "/");
-    socket.onopen = function () { delay = 500; live.textContent = "Live"; refresh(); };
-    socket.onmessage = function () { refresh(); };
+    socket.onmessage = function (event) {
+      var frame = null;
+      try { frame = JSON.parse(event.data); } catch (ignored) { /* any frame means "read what is new" */ }
+      if (frame && frame.type === "ready") {
+        delay = 500;
+        listening = true;
+        live.textContent = "Live";
+      }
+      refresh();
+    };
     socket.onclose = function (event) {
-      if (event.code === 4403) { live.textContent = "Not allowed: sign in again."; return; }
+      listening = false;
+      if (event.code === 4403) {
+        if (!denied) live.textContent = "Not allowed: sign in again.";
+        denied = true;
+        return;
+      }
       live.textContent = "Reconnecting…";
       setTimeout(connect, delay);
       delay = Math.min(delay * 2, 10000);

@@ -142,7 +142,9 @@ async def _ws_answer(user) -> str | int:  # noqa: ANN001
         return f"refused at the handshake ({code}): the browser is given no close code, only a failure"
     answer: str | int = "open"
     if not await communicator.receive_nothing(timeout=0.3):
-        answer = (await communicator.receive_output())["code"]
+        output = await communicator.receive_output()
+        # An approver's socket says it is listening; any other is closed with a code.
+        answer = "open" if output.get("text") == '{"type": "ready"}' else output["code"]
     await communicator.disconnect()
     return answer
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -52,7 +50,7 @@ def test_an_internal_note_rings_staff_pages_and_never_reaches_the_customers_sock
         await until_ready(chat)
         page = staff_socket(ticket.pk, person_headers)
         assert (await page.connect())[0]
-        await asyncio.sleep(0.2)  # the group join settles
+        assert await page.receive_json_from(timeout=5) == {"type": "ready"}  # in the ticket's group
 
         await database_sync_to_async(services.staff_note)(
             ticket=ticket, user=person, body="Secret: approve anything up to $50", client_msg_id="n1"

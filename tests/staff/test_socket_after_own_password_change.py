@@ -33,6 +33,7 @@ def test_changing_ones_own_password_does_not_sign_the_live_pages_out(ticket):  #
     async def scenario() -> list[dict]:
         ws = WebsocketCommunicator(application, f"/ws/staff/tickets/{ticket.pk}/", headers=headers)
         assert (await ws.connect())[0]
+        assert await ws.receive_json_from(timeout=5) == {"type": "ready"}
         assert await ws.receive_nothing(timeout=0.5)
 
         response = await database_sync_to_async(client.post)(
@@ -60,6 +61,7 @@ def test_changing_ones_own_password_does_not_sign_the_live_pages_out(ticket):  #
             application, f"/ws/staff/tickets/{ticket.pk}/", headers=[*headers[:2], (b"cookie", fresh)]
         )
         assert (await again.connect())[0]
+        assert await again.receive_json_from(timeout=5) == {"type": "ready"}
         assert await again.receive_nothing(timeout=0.5)
         await database_sync_to_async(services.message_post)(
             ticket=ticket.pk, author_kind=AuthorKind.CUSTOMER, body="Hello? Anyone there?"

@@ -60,6 +60,7 @@ def test_a_staff_socket_says_it_reads_no_frames():
     async def scenario() -> None:
         ws = staff_socket(ticket.pk, headers)
         assert (await ws.connect())[0]
+        assert await ws.receive_json_from(timeout=5) == {"type": "ready"}
         await ws.send_to(text_data='{"type": "reply", "body": "hello"}')
         answer = await ws.receive_json_from(timeout=5)
         assert answer["type"] == "error" and "reads no frames" in answer["error"], answer

@@ -43,7 +43,7 @@ def test_the_approvals_socket_stops_once_the_user_may_no_longer_decide():
     async def scenario() -> None:
         ws = WebsocketCommunicator(application, "/ws/staff/approvals/", headers=headers)
         assert (await ws.connect())[0]
-        await asyncio.sleep(0.3)
+        assert await ws.receive_json_from(timeout=5) == {"type": "ready"}  # in the group
         await database_sync_to_async(_remove_from_support_staff)(person)
         await asyncio.sleep(0.5)  # the sign-in recheck runs
         await database_sync_to_async(realtime.publish)(
@@ -64,7 +64,7 @@ def test_the_staff_ticket_socket_stops_once_the_user_may_no_longer_handle_ticket
     async def scenario() -> None:
         ws = staff_socket(ticket.pk, headers)
         assert (await ws.connect())[0]
-        await asyncio.sleep(0.3)
+        assert await ws.receive_json_from(timeout=5) == {"type": "ready"}  # in the group
         await database_sync_to_async(_remove_from_support_staff)(person)
         await asyncio.sleep(0.5)
         await database_sync_to_async(realtime.publish_event)(ticket.pk)
@@ -90,7 +90,7 @@ def test_the_approvals_socket_rechecks_a_sign_in_that_ended_without_a_notice(mon
     async def scenario() -> None:
         ws = WebsocketCommunicator(application, "/ws/staff/approvals/", headers=headers)
         assert (await ws.connect())[0]
-        await asyncio.sleep(0.3)
+        assert await ws.receive_json_from(timeout=5) == {"type": "ready"}  # in the group
         await database_sync_to_async(lambda: Session.objects.all().delete())()  # the session is gone, no notice
         await asyncio.sleep(0.1)
         await database_sync_to_async(realtime.publish)(

@@ -1,0 +1,81 @@
+"""A staff member's ticket page says "Live": what is on the ticket reaches it without a reload, also
+what was written while its socket was still being set up, and after a read of what is new failed."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from agents.models import AgentRun, RunStatus
+from tests.browser.conftest import Stack
+from tests.browser.test_staff_inbox import sign_in_person
+from tests.conftest import make_customer
+from tests.staff.conftest import make_support_staff
+from tests.workers import wait_until
+from tickets import services
+from tickets.models import Ticket
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
+
+
+def ticket_with_a_person(live: Stack) -> Ticket:
+    """A ticket handed to a person, the agent done with it (nothing else will ring the page)."""
+    customer = make_customer()
+    ticket, _ = services.ticket_open(customer=customer, subject="Late kettle", body="Where is my kettle?")
+    services.ticket_hand_to_person(ticket=ticket, reason="asked for a person")
+    wait_until(
+        lambda: not AgentRun.objects.filter(ticket=ticket, status=RunStatus.RUNNING).exists(),
+        timeout=30, what="the agent's run to end", cluster=live.cluster,
+    )  # fmt: skip
+    return ticket
+
+
+def test_a_note_written_while_the_staff_page_connected_shows_without_anything_else_happening(live: Stack, browser):  # noqa: ANN001
+    """The socket opens before the server has joined it to the ticket's group; the page read what was
+    new then and said "Live". A note a colleague added between that read and the join rang nobody:
+    it stayed off the page until something else happened on the ticket."""
+    ticket = ticket_with_a_person(live)
+    make_support_staff("maria", first_name="Maria")
+    colleague = make_support_staff("li", first_name="Li")
+    person = sign_in_person(browser, live, "maria")
+    held = []
+    # The page's socket is held before it reaches the server: the server's setup (its checks, the
+    # group join) is slow, as on a busy host.
+    person.route_web_socket(re.compile(r"/ws/staff/tickets/"), lambda ws: held.append(ws))
+    person.goto(live.url(f"/staff/tickets/{ticket.pk}/"))
+    person.wait_for_load_state("networkidle")
+    assert len(held) == 1
+
+    services.staff_note(ticket=ticket, user=colleague, body="Li: I called the courier.", client_msg_id="li-1")
+    held[0].connect_to_server()
+
+    person.wait_for_selector("#timeline li.msg.internal:has-text('I called the courier')")
+    person.wait_for_selector("#live-status:text-is('Live')")
+
+
+def test_a_read_of_what_is_new_that_failed_is_made_again(live: Stack, browser):  # noqa: ANN001
+    """The socket rang, the page's read of what was new got a 503 (a moment without a database
+    connection): the page said "retrying" and never did; the note stayed off it."""
+    ticket = ticket_with_a_person(live)
+    make_support_staff("maria", first_name="Maria")
+    colleague = make_support_staff("li", first_name="Li")
+    person = sign_in_person(browser, live, "maria")
+    person.goto(live.url(f"/staff/tickets/{ticket.pk}/"))
+    person.wait_for_selector("#live-status:text-is('Live')")
+    failed = []
+
+    def fail_once(route):  # noqa: ANN001, ANN202
+        if failed:
+            route.continue_()
+            return
+        failed.append(route.request.url)
+        route.fulfill(status=503, body="Back in a moment")
+
+    person.route(re.compile(r"/staff/tickets/\d+/timeline\?"), fail_once)
+    services.staff_note(ticket=ticket, user=colleague, body="Li: I called the courier.", client_msg_id="li-1")
+
+    person.wait_for_selector("#timeline li.msg.internal:has-text('I called the courier')")
+    assert len(failed) == 1
+    person.wait_for_selector("#live-status:text-is('Live')")
+    assert person.locator("#timeline li.msg.internal").count() == 1
