@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Now
 
 from agents.models import NOT_RUN, CallStatus, Refund, ToolCall
@@ -24,9 +24,9 @@ from agents.selectors import (
 from agents.tools import REGISTRY
 from approvals.models import ApprovalRequest, ApprovalStatus
 from tickets import selectors as ticket_selectors
-from tickets.models import AuthorKind, Message, Order
+from tickets.models import ActorKind, AuthorKind, Message, Order, TicketEvent
 from tickets.money import format_money
-from tickets.presenters import attachment_item
+from tickets.presenters import attachment_item, attachment_items
 
 # Tools whose effect is a message already in the conversation: their calls would say it twice.
 _SHOWN_AS_MESSAGES = frozenset({"post_reply", "add_internal_note", "hand_off_to_human"})
@@ -158,6 +158,11 @@ class ApprovalCard:
     # The ticket's timeline number when the card was read (before its conversation): the Approve form
     # sends it back, and an approval is refused if the customer wrote after it (a message staff never saw).
     seen_seq: int = 0
+    # What the customer wrote after the agent asked for this approval, the latest WROTE_AFTER_SHOWN
+    # (oldest first), and whether they wrote more: shown above the buttons, not only in the folded
+    # conversation (an approval from a page that showed "please cancel the refund" stands).
+    written_after: list[ConversationEntry] = field(default_factory=list)
+    written_after_more: bool = False
 
 
 def approval_attachments(*, tickets: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
@@ -262,6 +267,47 @@ def approval_conversations(
     return entries
 
 
+# The customer's messages after a request a card quotes; the others are in its conversation.
+WROTE_AFTER_SHOWN = 3
+
+
+def customer_words_after_the_requests(approvals: list[ApprovalRequest]) -> dict[int, list[ConversationEntry]]:
+    """Each request's customer messages written after it was asked for (after its timeline event:
+    ledger order, whatever the hosts' clocks), the latest WROTE_AFTER_SHOWN + 1, oldest first:
+    approval id -> entries. Two queries for all the requests."""
+    asked = dict(
+        TicketEvent.objects.filter(
+            ticket_id__in={a.ticket_id for a in approvals},
+            kind="approval_requested",
+            payload__approval_id__in=[a.pk for a in approvals],
+        ).values_list("payload__approval_id", "seq")
+    )
+    reads = {
+        approval.pk: TicketEvent.objects.filter(
+            ticket_id=approval.ticket_id,
+            seq__gt=asked[approval.pk],
+            kind="message",
+            actor_kind=ActorKind.CUSTOMER,
+            is_public=True,
+        )
+        .order_by("-seq")
+        .annotate(approval_id=Value(approval.pk))[: WROTE_AFTER_SHOWN + 1]
+        for approval in approvals
+        if approval.pk in asked
+    }
+    words: dict[int, list[ConversationEntry]] = defaultdict(list)
+    for event in sorted(_together(list(reads.values())), key=lambda e: e.seq):
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        text = str(payload.get("body") or "")
+        files = [str(item["name"]) for item in attachment_items(payload)]
+        if files:  # a message of files alone reads as their names (they are on the card, below)
+            text = " ".join([text, f"[attached: {', '.join(files)}]"]).strip()
+        words[event.approval_id].append(
+            ConversationEntry(kind=AuthorKind.CUSTOMER, who="Customer", text=text, at=event.created_at)
+        )
+    return words
+
+
 def _customer_texts(conversation: list[ConversationEntry]) -> list[str]:
     return [entry.text for entry in conversation if entry.kind == AuthorKind.CUSTOMER]
 
@@ -281,6 +327,7 @@ def approval_cards(approvals: Iterable[ApprovalRequest]) -> list[ApprovalCard]:
     currency_of = {approval.ticket_id: approval.currency for approval in approvals}
     conversations = approval_conversations(tickets=tickets, currency_of=currency_of)
     files = approval_attachments(tickets=tickets)
+    wrote_after = customer_words_after_the_requests(approvals)
     cards = []
     warnings: dict[str, str] = {}
     for approval in approvals:
@@ -297,6 +344,8 @@ def approval_cards(approvals: Iterable[ApprovalRequest]) -> list[ApprovalCard]:
             confirmation_text=approval_confirmation_text(approval),
             attachments=files.get(approval.ticket_id, []),
             seen_seq=approval.ticket.last_event_seq,
+            written_after=wrote_after.get(approval.pk, [])[-WROTE_AFTER_SHOWN:],
+            written_after_more=len(wrote_after.get(approval.pk, [])) > WROTE_AFTER_SHOWN,
         )
         order = orders.get(_order_number(approval))
         if order is not None:
