@@ -7,11 +7,12 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
 from agents.models import AgentRun, ModelStep, Refund, ToolCall
 from agents.selectors import orders_with_refunded_total
 from approvals.models import ApprovalRequest
-from tickets.models import Message, Order, Ticket, TicketStatus
+from tickets.models import Message, Order, Ticket, TicketEvent, TicketStatus
 
 FINISHED = [TicketStatus.RESOLVED, TicketStatus.CLOSED]
 
@@ -32,6 +33,10 @@ VIEWS = [
     View("all", "All tickets", "Every ticket, resolved and closed ones too: to find one by its number or customer."),
 ]
 VIEW_SLUGS = {view.slug for view in VIEWS}
+# The views of tickets waiting for the team in one state: listed by how long they have waited in it
+# (since the status change that put them there), not by their last change of any kind (a colleague's
+# note, a reminder, the customer writing again would send the longest wait to the bottom).
+QUEUES = {"needs_person", "approval"}
 
 
 def _in_view(tickets: QuerySet[Ticket], slug: str, user: AbstractBaseUser) -> QuerySet[Ticket]:
@@ -55,7 +60,8 @@ def view_counts(*, user: AbstractBaseUser) -> dict[str, int]:
 def inbox(
     *, user: AbstractBaseUser, view: str, status: str = "", assignee: str = "", query: str = ""
 ) -> QuerySet[Ticket]:
-    """The tickets of one view, oldest first (the one left alone longest on top; in "rated", the
+    """The tickets of one view, oldest first (in the QUEUES, the one that has waited longest in the
+    view's state on top, by ``waiting_since``; in the others by their last change; in "rated", the
     latest rating first; in "all", the latest change first), filtered, each with its last message and
     the customer's rating.
 
@@ -88,10 +94,15 @@ def inbox(
         rating_score=F("rating__score"),
         rating_comment=F("rating__comment"),
     )
+    # When the ticket came into its status (the last status change; never changed: since it opened).
+    changed = TicketEvent.objects.filter(ticket=OuterRef("pk"), kind="status_changed").order_by("-seq")
+    tickets = tickets.annotate(waiting_since=Coalesce(Subquery(changed.values("created_at")[:1]), F("created_at")))
     if view == "rated":
         order = ["-rating__updated_at", "-id"]
     elif view == "all":
         order = ["-updated_at", "-id"]  # looking one up: the latest first
+    elif view in QUEUES:
+        order = ["waiting_since", "id"]
     else:
         order = ["updated_at", "id"]
     return tickets.order_by(*order)

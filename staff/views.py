@@ -63,6 +63,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
     context = {
         "views": selectors.VIEWS,
         "view": view,
+        "queue": view in selectors.QUEUES,
         "counts": selectors.view_counts(user=request.user),
         "tickets": page.object_list,
         "page": page,
