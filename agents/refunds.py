@@ -99,6 +99,7 @@ from payments.provider import (
     ProviderUnreachable,
 )
 from support import rounds
+from support.clock import database_now
 from tickets import services as ticket_services
 from tickets.models import REFUNDABLE_ORDER_STATUSES, ActorKind, AuthorKind, Customer, Message, Order, OrderStatus
 from tickets.money import format_money
@@ -297,7 +298,9 @@ def _set_status(refund: Refund, status: str, **fields: Any) -> None:
     if status != refund.status and status not in REFUND_TRANSITIONS[refund.status]:
         raise ValueError(f"refund {refund.pk} cannot go from {refund.status} to {status}")
     refund.status = status
-    refund.updated_at = timezone.now()
+    # The reconciler reads how long a refund has stayed open, on whichever host it runs: on the clock
+    # every host shares, as it reads it (``refund_reconcile``).
+    refund.updated_at = database_now()
     for name, value in fields.items():
         setattr(refund, name, value)
     refund.save(update_fields=["status", "updated_at", *fields])
@@ -709,7 +712,7 @@ def refund_reconcile(
     if refund.status not in OPEN_REFUND_STATUSES:
         return refund.status
     bound = settings.REFUND_UNCERTAIN_AFTER_SECONDS if older_than_seconds is None else older_than_seconds
-    age = (timezone.now() - refund.updated_at).total_seconds()
+    age = (database_now() - refund.updated_at).total_seconds()  # on the clock the refund's writer used
     try:
         found = (this_round or ReconcileRound()).find(refund)
     except ProviderError as exc:

@@ -25,7 +25,6 @@ from django.db.models import (
 from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Concat, Now
-from django.utils import timezone
 
 from agents.lease import LOCK_HELD_SQL
 from agents.models import (
@@ -387,7 +386,7 @@ def failed_unseen() -> Q:
     """Refunds failed without the provider ever showing them, still asked about (for
     REFUND_RECHECK_FAILED_HOURS, ``agents.refunds.refund_recheck_failed``): a request still on its
     way may land yet, and is then recorded paid. Until then such a refund may still happen."""
-    since = timezone.now() - timedelta(hours=settings.REFUND_RECHECK_FAILED_HOURS)
+    since = Now() - timedelta(hours=settings.REFUND_RECHECK_FAILED_HOURS)  # updated_at is on its clock
     return Q(status=RefundStatus.FAILED, provider_refund_id__isnull=True, updated_at__gte=since)
 
 
