@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -383,7 +384,7 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
     stream = stream_id(run.pk, index, attempt)
     streamed = 0
     started_at = timezone.now()
-    begun = started_at.timestamp()
+    begun = time.monotonic()  # how long ago it began is what the stream compares, on Redis's clock
     # Whatever the adapter, no text past the longest accepted reply reaches the customer's chat.
     meter = StreamMeter()
 
@@ -391,7 +392,7 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
         nonlocal streamed
         meter.add_text(text)
         meter.check_time()
-        realtime.stream_token(run.ticket_id, stream, streamed, text, begun_at=begun)
+        realtime.stream_token(run.ticket_id, stream, streamed, text, begun=begun)
         streamed += len(text)
         faults.hit("mid_stream")
 

@@ -243,16 +243,23 @@ def publish_event(ticket_id: int) -> None:
     publish(group_name(ticket_id), {"type": "ticket.event"})
 
 
+# Now on Redis's clock, in epoch milliseconds: the one clock every host that writes the stream marks
+# shares (a worker's answer's start and a web host's take-over are compared on it, whatever the
+# hosts' own clocks say). Redis replicates a script's effects, so its clock may be read before writes.
+_REDIS_NOW_MS = "local t = redis.call('TIME')\nlocal now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+
 # One piece of a streamed answer, buffered and published in one script, unless a person has the
 # ticket (its ``closed`` key), or took it after the answer was begun (its ``taken_at`` key, kept
 # after a hand-back): then nothing of it is kept or shown. KEYS: the ticket's stream marker, the
 # step's text, the closed key, the taken_at key. ARGV: the text, first piece (1/0), the keys'
-# lifetime, the step, the Pub/Sub channel and the message ("" when the layer sends it itself), when
-# the answer was begun (epoch milliseconds).
-_TOKEN = """
-if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
-local taken = redis.call('GET', KEYS[4])
-if taken and tonumber(ARGV[7]) < tonumber(taken) then return 0 end
+# lifetime, the step, the Pub/Sub channel and the message ("" when the layer sends it itself), how
+# long ago the answer was begun (milliseconds, on the worker's monotonic clock: its start on Redis's
+# clock is that long before now there).
+_TOKEN = (
+    "if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end\n"
+    + _REDIS_NOW_MS
+    + """local taken = redis.call('GET', KEYS[4])
+if taken and now - tonumber(ARGV[7]) < tonumber(taken) then return 0 end
 redis.call('APPEND', KEYS[2], ARGV[1])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 if ARGV[2] == '1' then
@@ -262,22 +269,33 @@ end
 if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
 return 1
 """
+)
+
+# A person took the ticket: marked closed and taken now, on Redis's clock. KEYS: the closed key, the
+# taken_at key. ARGV: their lifetime.
+_TAKEN = (
+    _REDIS_NOW_MS
+    + """redis.call('SET', KEYS[1], 1, 'EX', ARGV[1])
+redis.call('SET', KEYS[2], now, 'EX', ARGV[1])
+return 1
+"""
+)
 
 
-def stream_token(ticket_id: int, step_id: int, offset: int, text: str, *, begun_at: float | None = None) -> None:
+def stream_token(ticket_id: int, step_id: int, offset: int, text: str, *, begun: float | None = None) -> None:
     """Buffer one streamed piece of the answer and publish it; ``offset`` is its start in the
-    step's text, ``begun_at`` when the answer was begun (a timestamp; None: now). Dropped while a
-    person has the ticket (``stream_close``), and for an answer begun before a person last took it:
-    the customer sees no words of an answer the agent will not post."""
+    step's text, ``begun`` when the answer was begun (a ``time.monotonic()`` of this process; None:
+    now). Dropped while a person has the ticket (``stream_close``), and for an answer begun before a
+    person last took it: the customer sees no words of an answer the agent will not post."""
     key = _stream_key(ticket_id)
     group = group_name(ticket_id)
     message = {"type": "ticket.token", "step": step_id, "offset": offset, "text": text}
     publish = _publish_command(group, message)
     channel, payload = (publish[1], publish[2]) if publish is not None else ("", b"")
-    begun_ms = int((time.time() if begun_at is None else begun_at) * 1000)
+    ago_ms = 0 if begun is None else max(0, int((time.monotonic() - begun) * 1000))
     script: Command = (
         "EVAL", _TOKEN, 4, key, f"{key}:{step_id}", f"{key}:closed", f"{key}:taken_at",
-        text, "0" if offset else "1", STREAM_TTL_SECONDS, step_id, channel, payload, begun_ms,
+        text, "0" if offset else "1", STREAM_TTL_SECONDS, step_id, channel, payload, ago_ms,
     )  # fmt: skip
     try:
         _write([script])
@@ -299,8 +317,7 @@ def stream_close(ticket_id: int) -> None:
         step = _client().hget(key, "step")
         keys = [key] + ([f"{key}:{int(step)}"] if step is not None else [])
         _write([
-            ("SET", f"{key}:closed", 1, "EX", STREAM_TTL_SECONDS),
-            ("SET", f"{key}:taken_at", int(time.time() * 1000), "EX", STREAM_TTL_SECONDS),
+            ("EVAL", _TAKEN, 2, f"{key}:closed", f"{key}:taken_at", STREAM_TTL_SECONDS),
             ("DEL", *keys),
         ])  # fmt: skip
     except Exception:  # noqa: BLE001 - the buffer expires anyway; the page drops a stream at the status change
