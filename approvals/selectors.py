@@ -11,8 +11,9 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum, Value
-from django.db.models.functions import Now
+from django.db.models import BigIntegerField, Count, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Now
 
 from agents.models import NOT_RUN, CallStatus, Refund, ToolCall
 from agents.selectors import (
@@ -218,13 +219,6 @@ def pending_cards() -> tuple[list[ApprovalCard], int]:
     return cards, more
 
 
-def _latest(rows: QuerySet[Any], tickets: list[int], limit: int, *newest_by: str) -> list[Any]:
-    """The latest ``limit`` rows of each ticket (the largest ``newest_by``), in one statement: each
-    ticket's read through its index and stopped at ``limit``, however long its history."""
-    newest_first = [f"-{name}" for name in newest_by]
-    return _together([rows.filter(ticket_id=ticket_id).order_by(*newest_first)[:limit] for ticket_id in tickets])
-
-
 def _together(parts: list[QuerySet[Any]]) -> list[Any]:
     """The rows of several reads, each ordered and sliced, in one statement (UNION ALL)."""
     if len(parts) < 2:
@@ -236,35 +230,59 @@ def approval_conversations(
     *, tickets: Iterable[int], currency_of: dict[int, str], limit: int = 40
 ) -> dict[int, list[ConversationEntry]]:
     """Each ticket's messages (internal notes marked) and the agent's tool calls, the latest ``limit``,
-    oldest first: ticket id -> entries. Three queries for all the tickets. ``currency_of``: the
-    currency each ticket's amounts are shown in."""
+    oldest first: ticket id -> entries. Four queries for all the tickets.
+
+    In the timeline's order (each message's and call's event), as the chat and the staff ticket page
+    show them, not by the times the hosts that wrote them read on their own clocks: with one web
+    server's clock behind, a customer's "don't refund it after all" written there after their
+    request was shown above it, on the card a person reads before approving the refund.
+    ``currency_of``: the currency each ticket's amounts are shown in."""
     tickets = sorted(tickets)
-    messages = _latest(Message.objects.all(), tickets, limit, "created_at", "id")
-    calls = _latest(ToolCall.objects.exclude(name__in=_SHOWN_AS_MESSAGES), tickets, limit, "started_at", "id")
+    found = _together(
+        [
+            part
+            for ticket_id in tickets
+            for part in (
+                _events_of(ticket_id, "message", "message_id", limit),
+                _events_of(ticket_id, "tool_call_started", "call_id", limit),
+            )
+        ]
+    )
+    said = {row_id: seq for kind, seq, row_id in found if kind == "message"}
+    did = {row_id: seq for kind, seq, row_id in found if kind == "tool_call_started"}
+    messages = Message.objects.filter(pk__in=list(said), ticket_id__in=tickets)
+    calls = ToolCall.objects.filter(pk__in=list(did), ticket_id__in=tickets).exclude(name__in=_SHOWN_AS_MESSAGES)
+    messages, calls = list(messages), list(calls)
     staff_ids = {m.author_user_id for m in messages if m.author_kind == AuthorKind.STAFF and m.author_user_id}
     staff = get_user_model().objects.in_bulk(staff_ids) if staff_ids else {}
-    entries: dict[int, list[ConversationEntry]] = {ticket_id: [] for ticket_id in tickets}
-    for message in sorted(messages, key=lambda m: (m.created_at, m.pk)):
+    placed: dict[int, list[tuple[int, ConversationEntry]]] = {ticket_id: [] for ticket_id in tickets}
+    for message in messages:
         who = message.get_author_kind_display()
         author = staff.get(message.author_user_id)
         if message.author_kind == AuthorKind.STAFF and author is not None:
             who = f"Staff ({author.get_username()})"
-        entries[message.ticket_id].append(
-            ConversationEntry(
-                kind=message.author_kind,
-                who=who,
-                text=message.body,
-                at=message.created_at,
-                internal=not message.is_public,
-            )
+        entry = ConversationEntry(
+            kind=message.author_kind, who=who, text=message.body, at=message.created_at, internal=not message.is_public
         )
-    for call in sorted(calls, key=lambda c: (c.started_at, c.pk)):
+        placed[message.ticket_id].append((said[message.pk], entry))
+    for call in calls:
         words = _call_words(call, currency_of.get(call.ticket_id) or "usd")
-        entries[call.ticket_id].append(ConversationEntry(kind="tool", who="Agent", text=words, at=call.started_at))
-    for conversation in entries.values():
-        conversation.sort(key=lambda entry: entry.at)
-        del conversation[:-limit]
-    return entries
+        entry = ConversationEntry(kind="tool", who="Agent", text=words, at=call.started_at)
+        placed[call.ticket_id].append((did[call.pk], entry))
+    return {
+        ticket_id: [entry for _, entry in sorted(entries, key=lambda item: item[0])][-limit:]
+        for ticket_id, entries in placed.items()
+    }
+
+
+def _events_of(ticket_id: int, kind: str, names: str, limit: int) -> QuerySet[Any]:
+    """The latest ``limit`` events of ``kind`` on the ticket: (kind, seq, the id of the row the
+    payload ``names``), read backwards through the timeline's index and stopped at ``limit``."""
+    row_id = Cast(KT(f"payload__{names}"), BigIntegerField())
+    events = TicketEvent.objects.filter(ticket_id=ticket_id, kind=kind)
+    if kind == "tool_call_started":
+        events = events.exclude(payload__tool__in=sorted(_SHOWN_AS_MESSAGES))
+    return events.annotate(row_id=row_id).order_by("-seq").values_list("kind", "seq", "row_id")[:limit]
 
 
 # The customer's messages after a request a card quotes; the others are in its conversation.
