@@ -50,13 +50,20 @@ from django.http import Http404
 
 from support.websocket import SignedInConsumer
 from tickets import presenters, realtime, selectors, services
-from tickets.models import BIGINT_MAX, Ticket
+from tickets.models import AGENT_STAYS_OUT, BIGINT_MAX, AuthorKind, Ticket, TicketEvent
 
 logger = logging.getLogger(__name__)
 
 CLOSE_NOT_SIGNED_IN = 4403
 CLOSE_NO_SUCH_TICKET = 4404
 RESYNC_MIN_SECONDS = 0.5
+# While the customer waits on the agent, a socket that has sent nothing for this long reads the ledger
+# itself: the worker's doorbells go through Redis, and one cut off from it (or whose PUBLISH was lost)
+# stores its answer with no word to the web server that holds the socket.
+QUIET_CHECK_SECONDS = 10.0
+# How far back the timeline is read on connect to learn whether the agent is at work (the page's
+# typing indicator): the last event that turns it on or off is among the latest few.
+AT_WORK_LOOKBACK = 50
 
 
 def _after(query_string: bytes) -> int:
@@ -79,6 +86,12 @@ class TicketConsumer(SignedInConsumer):
     reading: asyncio.Task[None] | None = None
     ring_again: bool = False
     read_lock: asyncio.Lock
+    # Is the customer waiting on the agent (their message not answered yet, or the agent typing), and
+    # when this socket last sent them anything: see ``_check_when_quiet``.
+    agent_at_work: bool = False
+    status: str = ""
+    last_sent: float = 0.0
+    quiet_check: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         self.read_lock = asyncio.Lock()
@@ -101,14 +114,18 @@ class TicketConsumer(SignedInConsumer):
         # Never past the timeline's end: a page that claims more (a crafted URL, a restored database)
         # would be sent nothing until the timeline caught up with it.
         self.last_seq = min(_after(self.scope.get("query_string", b"")), self.ticket.last_event_seq)
+        self.status = self.ticket.status  # as read now; the events sent from here on move it on
         self.group = realtime.group_name(self.ticket.pk)
         await realtime.group_join(self.channel_layer, self.group, self.channel_name)
         await self._catch_up()
+        self.agent_at_work = self.agent_at_work or await database_sync_to_async(self._agent_at_work)()
         await self.send_json({"type": "ready", "seq": self.last_seq})
+        self.quiet_check = asyncio.create_task(self._check_when_quiet())
 
     async def disconnect(self, code: int) -> None:
-        if self.reading is not None:
-            self.reading.cancel()
+        for task in (self.reading, self.quiet_check):
+            if task is not None:
+                task.cancel()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
         await self.leave_sign_in_groups()
@@ -148,6 +165,8 @@ class TicketConsumer(SignedInConsumer):
         frame = {"type": "token", "step": message["step"], "offset": message["offset"], "text": message["text"]}
         if message.get("dropped"):
             frame["dropped"] = True  # the step failed: its answer will not be posted
+        else:
+            self.agent_at_work = True  # its answer is streaming: its message is to come
         await self.send_json(frame)
 
     # --- helpers -------------------------------------------------------------------------
@@ -162,6 +181,44 @@ class TicketConsumer(SignedInConsumer):
             # reconnects and catches up from the ledger.
             logger.warning("ticket %s: reading new events failed; closing the socket", self.ticket.pk, exc_info=True)
             await self.close()
+
+    async def send_json(self, content: Any, close: bool = False) -> None:
+        self.last_sent = time.monotonic()
+        await super().send_json(content, close=close)
+
+    async def _check_when_quiet(self) -> None:
+        """While the customer waits on the agent, read the ledger after every QUIET_CHECK_SECONDS this
+        socket has sent nothing: an answer stored by a worker whose doorbell never came is shown. (A
+        socket whose customer waits on nobody costs nothing.)"""
+        while True:
+            quiet_for = time.monotonic() - self.last_sent
+            await asyncio.sleep(max(0.0, QUIET_CHECK_SECONDS - quiet_for))
+            waiting = self.agent_at_work and self.status not in AGENT_STAYS_OUT  # a person answers: no doorbell lost
+            if waiting and time.monotonic() - self.last_sent >= QUIET_CHECK_SECONDS:
+                self.last_sent = time.monotonic()  # checked: the next check after another quiet spell
+                await self.ticket_event({"type": "ticket.event"})
+
+    def _agent_at_work(self) -> bool:
+        """On connect: is the customer waiting on the agent? A message of theirs no turn has taken in,
+        or the agent typing as the page shows it (the latest event that turns it on or off)."""
+        if selectors.has_unanswered_messages(ticket_id=self.ticket.pk):
+            return True
+        latest = TicketEvent.objects.filter(ticket=self.ticket, is_public=True).order_by("-seq")[:AT_WORK_LOOKBACK]
+        for event in latest:
+            item = presenters.present_event(event)
+            if item is not None and "typing" in item:
+                return bool(item["typing"])
+        return False
+
+    def _follow(self, item: dict[str, Any]) -> None:
+        """What an event sent says of the agent's work: the customer wrote (an answer is to come), or
+        the typing indicator goes on or off."""
+        if item.get("kind") == "message" and item.get("author") == AuthorKind.CUSTOMER:
+            self.agent_at_work = True
+        if "typing" in item:
+            self.agent_at_work = bool(item["typing"])
+        if isinstance(item.get("status"), str):
+            self.status = item["status"]
 
     async def _seen(self, seq: Any) -> None:
         # Never past what this connection sent, and only forward: at most one write per event.
@@ -198,6 +255,7 @@ class TicketConsumer(SignedInConsumer):
         async with self.read_lock:  # a doorbell's read and a resync's never send the same events twice
             items, last_seq = await database_sync_to_async(self._load)(self.last_seq)
             for item in items:
+                self._follow(item)
                 await self.send_json({"type": "event", **item})
             self.last_seq = max(self.last_seq, last_seq)
 
