@@ -21,7 +21,10 @@ Whether a refund needs a staff approval is decided with its intent
 - a refund that takes the order's refunds (done, pending, uncertain or waiting
   for approval, plus this one) above the policy's threshold;
 - a refund that takes the customer's refunds in the policy's rolling window
-  above the per-customer limit.
+  above the per-customer limit;
+- asked next to the payment, for a refund nobody reviewed: money the payment
+  provider has refunded on the order's payment that the ledger does not count
+  (``_unknown_at_the_provider``: the provider's record wins).
 
 The provider call carries the tool call's idempotency key. The provider is asked
 what happened under the key before every try, the first included (Stripe forgets
@@ -97,6 +100,7 @@ from payments.provider import (
     ProviderRefund,
     ProviderUncertain,
     ProviderUnreachable,
+    refund_under_key,
 )
 from support import rounds
 from support.clock import database_now
@@ -428,6 +432,10 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         # The runner never gets here with such a call; this is the money path's own last door.
         raise ToolError("This refund needs a staff approval for these exact arguments before it can run.")
     reviewed = call.approval_decision == ApprovalDecision.APPROVED
+    # The payment's refunds at the provider, read before a refund nobody reviewed is first sent (outside
+    # the transaction: no request to the provider holds the ledger's locks): the provider's record wins
+    # (``_unknown_at_the_provider``), and the first try's look-up under the key reads them from here.
+    listed = None if reviewed or Refund.objects.filter(idempotency_key=key).exists() else _payment_refunds(ctx, args)
     with ctx.fenced():
         existing = Refund.objects.select_for_update().select_related("order").filter(idempotency_key=key).first()
         if existing is not None and existing.status in PAID_OR_PAYING:
@@ -454,7 +462,11 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         wrote = not person and existing is None and customer_wrote_since_the_go_ahead(call, asks_the_customer=True)
         if person or wrote:
             pass  # nothing is written: handled below, outside this transaction
-        elif existing is None and not reviewed and (late := _review_asked_since(ctx, order)):
+        elif (
+            existing is None
+            and not reviewed
+            and (late := _review_asked_since(ctx, order) or _unknown_at_the_provider(order, key, listed))
+        ):
             raise ToolNeedsApproval(late)  # nothing written, nothing sent: the run pauses on it
         elif existing is None:
             refund = Refund.objects.create(
@@ -485,7 +497,11 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 # used before (a bundle written before the deployment it came from paid it, a try long
                 # ago), and the provider forgets a key after 24 hours (Stripe): sent again, a forgotten
                 # key pays a second time. The refund found is recorded, not sent again.
-                found = _lookup(key, order.payment_reference, must_answer=_key_may_be_forgotten(call))
+                # The first try of a refund nobody reviewed looks through the payment's refunds just read
+                # (``listed``), unless the provider may have forgotten the key: then it asks again now.
+                forgotten = _key_may_be_forgotten(call)
+                first = attempt.retry_state.attempt_number == 1 and not forgotten
+                found = _lookup(key, order.payment_reference, must_answer=forgotten, listed=listed if first else None)
                 if found is None and attempt.retry_state.attempt_number > 1:
                     _go_on_or_stop(ctx, refund)  # a backoff is long enough for a take-over
                 if found is None:
@@ -532,6 +548,56 @@ def _review_asked_since(ctx: ToolContext, order: Order) -> str | None:
     if Customer.objects.filter(pk=ctx.ticket.customer_id, requires_refund_approval=True).exists():
         return "every refund for this customer is reviewed by staff (flagged while this refund waited)"
     return None
+
+
+def _payment_refunds(ctx: ToolContext, args: dict[str, Any]) -> list[ProviderRefund] | None:
+    """The refunds the provider holds on the payment of the order this refund names, or None when that
+    cannot be read now (no such order of the customer's: the guardrails say why; no answer from the
+    provider: the ledger decides alone, as the look-up under the key then does)."""
+    try:
+        order = customer_order(ctx.ticket, args["order_number"])
+    except ToolError:
+        return None
+    if not order.payment_reference:
+        return None
+    try:
+        return provider().list_refunds(payment_reference=order.payment_reference)
+    except ProviderError:
+        logger.warning("could not list the refunds of order %s at the provider", order.number, exc_info=True)
+        return None
+
+
+def _unknown_at_the_provider(order: Order, key: str, listed: list[ProviderRefund] | None) -> str | None:
+    """Money the provider has refunded (or is refunding) on this order's payment that the ledger does not
+    count: a refund under no key of a refund of ours that counts (made in the provider's dashboard, by the
+    deployment a ticket was moved from, or one of ours the ledger holds as failed). The customer may have
+    been paid for this request already, so it needs a staff approval. Caller: the refund's transaction,
+    with the order held (a refund of ours sent meanwhile has its row, committed before it was sent)."""
+    if not listed:
+        return None
+    # Ours on this payment, whichever order names it (one payment may pay for several orders).
+    ours = set(
+        Refund.objects.filter(
+            order__payment_reference=order.payment_reference, status__in=RESERVING_REFUND_STATUSES
+        ).values_list("idempotency_key", flat=True)
+    )
+    unknown = [
+        found
+        for found in listed
+        if found.status not in PROVIDER_FAILED
+        and found.payment_reference == order.payment_reference
+        and found.idempotency_key != key
+        and found.idempotency_key not in ours
+    ]
+    if not unknown:
+        return None
+    amount = format_money(sum(found.amount_cents for found in unknown), order.currency)
+    ids = ", ".join(found.id for found in unknown)
+    return (
+        f"the payment provider holds {amount} refunded on order {order.number} that this ledger does not have "
+        f"({ids}: made outside the agent, in the provider's dashboard or another deployment): the customer may "
+        "have been refunded for this already"
+    )
 
 
 def _agent_still_has_the_ticket(ctx: ToolContext) -> bool:
@@ -631,11 +697,16 @@ def _mark_escalated(refund: Refund) -> None:
     Refund.objects.filter(pk=refund.pk, escalated_at__isnull=True).update(escalated_at=timezone.now())
 
 
-def _lookup(key: str, payment_reference: str, *, must_answer: bool = False) -> ProviderRefund | None:
+def _lookup(
+    key: str, payment_reference: str, *, must_answer: bool = False, listed: list[ProviderRefund] | None = None
+) -> ProviderRefund | None:
     """The refund the provider holds under ``key``, or None. A look-up that gets no answer is None too,
     unless ``must_answer`` (the key may be one the provider has forgotten): then ProviderUncertain, and
-    nothing is sent before a look-up answers (the try is made again, with the backoff)."""
+    nothing is sent before a look-up answers (the try is made again, with the backoff). ``listed``: the
+    payment's refunds, read from the provider just now (``_payment_refunds``), looked through instead."""
     try:
+        if listed is not None:
+            return refund_under_key(listed, key)
         return provider().find_refund(idempotency_key=key, payment_reference=payment_reference)
     except ProviderError as exc:
         logger.warning("could not look up refund %s at the provider", key, exc_info=True)

@@ -198,17 +198,9 @@ class PaymentProvider:
             params["payment_intent"] = payment_reference
         else:
             params["metadata"] = {IDEMPOTENCY_METADATA_KEY: idempotency_key}
-        found = [
-            refund
-            for refund in self._list(params, doing=f"looking up the refund under key {idempotency_key}")
-            if refund.idempotency_key == idempotency_key
-        ]
-        if len(found) > 1:
-            # The provider deduplicates by key, so this means a second refund was
-            # made for the same intent (e.g. a retry after the provider forgot the key).
-            ids = ", ".join(refund.id for refund in found)
-            raise ProviderError(f"{len(found)} refunds carry idempotency key {idempotency_key}: {ids}")
-        return found[0] if found else None
+        return refund_under_key(
+            self._list(params, doing=f"looking up the refund under key {idempotency_key}"), idempotency_key
+        )
 
     def _list(self, params: dict[str, Any], *, doing: str) -> list[ProviderRefund]:
         try:
@@ -338,6 +330,17 @@ class _CutAdapter(HTTPAdapter):
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **kwargs)
         self.poolmanager.pool_classes_by_scheme = {"http": _NotedHTTPPool, "https": _NotedHTTPSPool}
+
+
+def refund_under_key(refunds: list[ProviderRefund], idempotency_key: str) -> ProviderRefund | None:
+    """The one refund of ``refunds`` created under ``idempotency_key`` (its metadata), or None."""
+    found = [refund for refund in refunds if refund.idempotency_key == idempotency_key]
+    if len(found) > 1:
+        # The provider deduplicates by key, so this means a second refund was
+        # made for the same intent (e.g. a retry after the provider forgot the key).
+        ids = ", ".join(refund.id for refund in found)
+        raise ProviderError(f"{len(found)} refunds carry idempotency key {idempotency_key}: {ids}")
+    return found[0] if found else None
 
 
 def _to_refund(refund: Any) -> ProviderRefund:

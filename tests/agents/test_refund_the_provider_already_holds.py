@@ -1,0 +1,81 @@
+"""A refund the payment provider already holds on the order, which the ledger does not, is not paid again
+unreviewed.
+
+Whether a refund needs a staff approval was decided from the ledger alone. A refund made outside the
+agent (a person in the provider's dashboard, after the note "check it with the payment provider before
+refunding again"; the deployment a ticket was moved from, after the export) is in no row here: the
+customer who then asked the agent for the same $30 was judged a first refund under every threshold and
+paid a second time, unreviewed. The provider's record wins: before an unreviewed refund is sent, the
+payment's refunds at the provider are read (the look-up under the call's key reads them anyway), and
+money refunded there that the ledger does not count holds the refund for staff.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.models import ApprovalDecision, CallStatus, Refund, RunStatus, ToolCall
+from agents.runner import advance
+from approvals import services as approval_services
+from approvals.models import ApprovalRequest
+from tests.approvals.conftest import make_staff
+from tests.conftest import make_customer, make_order
+from tickets import services as ticket_services
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+def _paid_at_the_provider(sandbox, payment_reference: str) -> list[int]:  # noqa: ANN001
+    return sorted(r["amount"] for r in sandbox.refunds() if r["payment_intent"] == payment_reference)
+
+
+def test_a_refund_made_in_the_providers_dashboard_holds_the_same_request_for_staff(sandbox, provider):  # noqa: ANN001
+    customer = make_customer()
+    order = make_order(customer, number="P-4401", total_cents=8000)
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    # A person refunded $30 in the provider's dashboard: nothing of it is in the ledger.
+    provider.create_refund(
+        payment_reference=order.payment_reference,
+        amount_cents=3000,
+        currency="usd",
+        idempotency_key="dashboard-refund-1",
+        metadata={},
+    )
+
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $30 of order P-4401, it arrived broken"
+    )
+    state = advance(ticket.pk).state
+
+    assert _paid_at_the_provider(sandbox, order.payment_reference) == [3000], (
+        "the agent paid $30 again, unreviewed, on an order the provider had already refunded $30 of"
+    )
+    assert state == RunStatus.WAITING_APPROVAL
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    assert call.status == CallStatus.AWAITING_APPROVAL
+    request = ApprovalRequest.objects.get(tool_call=call, status="pending")
+    assert "payment provider" in request.reason and "$30.00" in request.reason, request.reason
+    assert not Refund.objects.exists()
+
+    # Staff, who see why, may still approve it: it is paid once, under its key.
+    approval_services.approval_decide(
+        approval_id=request.pk, user=make_staff("approves", can_decide=True), approve=True
+    )
+    advance(ticket.pk)
+    call.refresh_from_db()
+    assert call.approval_decision == ApprovalDecision.APPROVED and call.status == CallStatus.SUCCEEDED
+    assert _paid_at_the_provider(sandbox, order.payment_reference) == [3000, 3000]
+
+
+def test_refunds_the_ledger_knows_hold_nothing_back(sandbox):  # noqa: ANN001
+    """The provider's refunds under the ledger's own keys are the ledger's: a first refund on another order
+    of the same payment account, and this order's own, pass as before."""
+    customer = make_customer()
+    order = make_order(customer, number="P-4402", total_cents=8000)
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $30 of order P-4402, it arrived broken"
+    )
+    assert advance(ticket.pk).state == RunStatus.COMPLETED
+    assert _paid_at_the_provider(sandbox, order.payment_reference) == [3000]
+    assert Refund.objects.get(ticket=ticket).status == "succeeded"
