@@ -13,6 +13,7 @@ money refunded there that the ledger does not count holds the refund for staff.
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 
 from agents.models import ApprovalDecision, CallStatus, Refund, RunStatus, ToolCall
 from agents.runner import advance
@@ -79,3 +80,41 @@ def test_refunds_the_ledger_knows_hold_nothing_back(sandbox):  # noqa: ANN001
     assert advance(ticket.pk).state == RunStatus.COMPLETED
     assert _paid_at_the_provider(sandbox, order.payment_reference) == [3000]
     assert Refund.objects.get(ticket=ticket).status == "succeeded"
+
+
+@pytest.mark.customer_confirms
+def test_a_refund_the_customer_confirmed_is_held_too_and_not_asked_again_after_the_approval(sandbox, provider):  # noqa: ANN001
+    customer = make_customer()
+    order = make_order(customer, number="P-4403", total_cents=8000)
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    provider.create_refund(
+        payment_reference=order.payment_reference,
+        amount_cents=3000,
+        currency="usd",
+        idempotency_key="dashboard-refund-3",
+        metadata={},
+    )
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $30 of order P-4403, it arrived broken"
+    )
+    assert advance(ticket.pk).state == RunStatus.WAITING_CONFIRMATION
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    client = Client()
+    client.force_login(customer.user)
+    response = client.post(
+        f"/tickets/{ticket.pk}/confirmations/{call.pk}",
+        {"answer": "confirm", "digest": call.confirmation_digest},
+        content_type="application/json",
+    )
+    assert response.status_code == 200, response.json()
+
+    assert advance(ticket.pk).state == RunStatus.WAITING_APPROVAL
+    assert _paid_at_the_provider(sandbox, order.payment_reference) == [3000]
+    request = ApprovalRequest.objects.get(tool_call=call, status="pending")
+    approval_services.approval_decide(
+        approval_id=request.pk, user=make_staff("approves", can_decide=True), approve=True
+    )
+    advance(ticket.pk)
+    call.refresh_from_db()
+    assert call.status == CallStatus.SUCCEEDED, (call.status, call.error)
+    assert _paid_at_the_provider(sandbox, order.payment_reference) == [3000, 3000]
