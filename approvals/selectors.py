@@ -530,6 +530,30 @@ def stopped_before_it_ran(approval: ApprovalRequest) -> str:
     return unrun.removeprefix(NOT_RUN).lstrip(": ").strip() or "its run ended"
 
 
+def what_came_of_it(approval: ApprovalRequest) -> str:
+    """What became of an approved request's call when it was not done, in words for the history ('' when
+    it was done, or the request was not approved, or asked again): waiting for the customer's Confirm,
+    not confirmed by them, failed, uncertain, or not run yet. From ``approvals_decided``'s annotations;
+    a call stopped before it ran is ``stopped_before_it_ran``'s."""
+    if approval.status != ApprovalStatus.APPROVED or getattr(approval, "asked_again_as", None):
+        return ""
+    if stopped_before_it_ran(approval):
+        return ""
+    status, error = getattr(approval, "call_status", None), (getattr(approval, "call_error", None) or "").strip()
+    why = f" ({error[:200]})" if error else ""
+    if status == CallStatus.SUCCEEDED or status is None:
+        return ""
+    if status == CallStatus.AWAITING_CONFIRMATION:
+        return "then waiting for the customer to confirm it: not done yet"
+    if status == CallStatus.CANCELLED:
+        return f"then not confirmed by the customer{why}: nothing was done"
+    if status == CallStatus.FAILED:
+        return f"then it failed{why}: see the ticket"
+    if status == CallStatus.UNCERTAIN:
+        return f"then its outcome was left uncertain{why}: see the ticket before acting on it"
+    return "not carried out yet"
+
+
 def approvals_decided(
     *, decision: str = "", decider: str = "", ticket_id: int | None = None
 ) -> QuerySet[ApprovalRequest]:
@@ -548,8 +572,15 @@ def approvals_decided(
     # An approved call that never ran (a person took the ticket, the customer cancelled, the run
     # ended): the history says so beside "Approved", with why, so nobody reads it as done.
     unrun = ToolCall.objects.filter(pk=OuterRef("tool_call_id"), error__startswith=NOT_RUN).values("error")[:1]
+    # And what became of an approved call that did run, or waits to (what_came_of_it).
+    call = ToolCall.objects.filter(pk=OuterRef("tool_call_id"))
     return (
-        approvals.annotate(asked_again_as=Subquery(newer.order_by("pk").values("pk")[:1]), unrun=Subquery(unrun))
+        approvals.annotate(
+            asked_again_as=Subquery(newer.order_by("pk").values("pk")[:1]),
+            unrun=Subquery(unrun),
+            call_status=Subquery(call.values("status")[:1]),
+            call_error=Subquery(call.values("error")[:1]),
+        )
         .select_related("ticket", "ticket__customer", "decided_by")
         .order_by("-decided_at", "-id")
     )

@@ -79,6 +79,7 @@ def history(request: HttpRequest) -> HttpResponse:
                 "label": selectors.tool_label(a.tool_name),
                 "sentence": _sentence(a),
                 "stopped": selectors.stopped_before_it_ran(a),
+                "came_of_it": selectors.what_came_of_it(a),
             }
             for a in page.object_list
         ],
