@@ -7,12 +7,13 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
 from agents.models import AgentRun, ModelStep, Refund, ToolCall
 from agents.selectors import orders_with_refunded_total
 from approvals.models import ApprovalRequest
-from tickets.models import Message, Order, Ticket, TicketEvent, TicketStatus
+from tickets.models import Order, Ticket, TicketEvent, TicketStatus
 
 FINISHED = [TicketStatus.RESOLVED, TicketStatus.CLOSED]
 
@@ -86,10 +87,11 @@ def inbox(
         if digits.isascii() and digits.isdigit() and len(digits) < 18:
             match |= Q(pk=int(digits))
         tickets = tickets.filter(match)
-    last = Message.objects.filter(ticket=OuterRef("pk")).order_by("-created_at", "-id")
+    # The last message in the timeline's order, not by the clocks of the hosts that wrote them.
+    last = TicketEvent.objects.filter(ticket=OuterRef("pk"), kind="message").order_by("-seq")
     tickets = tickets.annotate(
-        last_message=Subquery(last.values("body")[:1]),
-        last_author=Subquery(last.values("author_kind")[:1]),
+        last_message=Subquery(last.values(text=KT("payload__body"))[:1]),
+        last_author=Subquery(last.values(author=KT("payload__author_kind"))[:1]),
         last_public=Subquery(last.values("is_public")[:1]),
         rating_score=F("rating__score"),
         rating_comment=F("rating__comment"),

@@ -159,11 +159,10 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None, whol
             if not cursor.fetchone()[0]:
                 raise FenceRefused()
         held = []
-    now = timezone.now()
     alone = whole_transaction and len(per_ticket) == 1 and fence is not None and fence.ticket_id in per_ticket
     for ticket_id, events in per_ticket.items():
         guard = fence if fence is not None and fence.ticket_id == ticket_id else None
-        sql, params = _numbered_insert(ticket_id, events, now, guard, held, changes[ticket_id])
+        sql, params = _numbered_insert(ticket_id, events, guard, held, changes[ticket_id])
         held = []
         try:
             with connection.cursor() as cursor, rows.whole_transaction(alone):
@@ -201,7 +200,6 @@ def _event_columns() -> tuple[str, str]:
 def _numbered_insert(
     ticket_id: int,
     events: list[TicketEvent],
-    now: Any,
     fence: Fence | None,
     held: list[rows.SqlValue],
     change: tuple[tuple[str, ...], Ticket] | None = None,
@@ -218,7 +216,7 @@ def _numbered_insert(
         head = (head or "WITH ") + f"fence AS ({fence.sql}), "
         params.extend(fence.params)
         condition = " AND EXISTS (SELECT 1 FROM fence)"
-    params.extend([len(events), now])
+    params.append(len(events))
     changed, source = "", ""
     if change is not None:
         names, ticket = change
@@ -229,7 +227,8 @@ def _numbered_insert(
     params.extend([ticket_id, len(events), rows.json_rows(events, _EVENT_FIELDS), *checked_params])
     sql = (
         f"{head or 'WITH '}seq AS (UPDATE tickets_ticket SET last_event_seq = tickets_ticket.last_event_seq + %s, "
-        f"updated_at = %s{changed}{source} WHERE tickets_ticket.id = %s{condition} "
+        # The last change on the database's clock: the inbox orders tickets by it, whichever host wrote.
+        f"updated_at = statement_timestamp(){changed}{source} WHERE tickets_ticket.id = %s{condition} "
         "RETURNING tickets_ticket.last_event_seq), "
         f"new AS (INSERT INTO tickets_ticketevent (seq, {columns}) "
         f"SELECT seq.last_event_seq - %s + e.n, {values} "
@@ -977,8 +976,7 @@ def ticket_edit(*, ticket: Ticket | int, user: AbstractBaseUser, changes: dict[s
             edited[name] = {"from": getattr(locked, name), "to": value}
             setattr(locked, name, value)
         if edited:
-            locked.updated_at = timezone.now()
-            rows.update([locked], [*edited, "updated_at"])
+            rows.update([locked], [*edited])  # updated_at moves on with the event's write, on the database's clock
             event_append(ticket=locked, kind="edited", actor_kind=ActorKind.STAFF, actor_user=user, payload=edited)
     return locked
 
