@@ -57,7 +57,9 @@ class ModelResponse:
 
 class ModelError(Exception):
     """The model could not answer. ``retryable`` says whether trying again later may help;
-    ``retry_after`` is the server's own word on when (seconds), if it said."""
+    ``retry_after`` is the server's own word on when (seconds), if it said. ``unreachable``: the
+    endpoint could not be reached or dropped the connection (refused, reset, timed out): an outage
+    of the model, not an answer about this ticket (``agents.outage``)."""
 
     def __init__(
         self,
@@ -67,11 +69,13 @@ class ModelError(Exception):
         status_code: int | None = None,
         retry_after: float | None = None,
         usage: Usage | None = None,
+        unreachable: bool = False,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status_code = status_code
         self.retry_after = retry_after
+        self.unreachable = unreachable
         # Tokens spent on an answer that could not be used (counted as wasted).
         self.usage = usage
 

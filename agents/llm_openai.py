@@ -154,7 +154,7 @@ class OpenAIChatModel:
             ) from exc
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             meter.check_time()  # the step's deadline cut it (a connect or headers that never end)
-            raise ModelError(f"{self.name}: {exc.message}", retryable=True) from exc
+            raise ModelError(f"{self.name}: {exc.message}", retryable=True, unreachable=True) from exc
         except openai.OpenAIError as exc:
             # Anything else the SDK raises before a response exists is about
             # our request or configuration; repeating it will not help.
@@ -174,7 +174,10 @@ class OpenAIChatModel:
             meter.check_time()  # the step's deadline cut it (only keep-alive comments, no chunk)
             status_code = getattr(exc, "status_code", None)
             raise ModelError(
-                f"{self.name}: stream interrupted: {exc}", retryable=True, status_code=status_code
+                f"{self.name}: stream interrupted: {exc}",
+                retryable=True,
+                status_code=status_code,
+                unreachable=isinstance(exc, openai.APIConnectionError),  # the connection dropped or timed out
             ) from exc
         except Exception as exc:
             # A chunk that could not be read (not JSON: a proxy cut a line; a shape the SDK or

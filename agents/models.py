@@ -147,6 +147,11 @@ class AgentRun(models.Model):
     last_error = models.TextField(blank=True)
     # After a failure: the sweeper leaves the run alone until then (the backoff).
     retry_not_before = models.DateTimeField(null=True, blank=True)
+    # An outage of a dependency (agents.outage) under way for this run: when its first failure was
+    # (the database's clock) and how many tries failed in it. Not counted in ``failures``: tried
+    # again for AGENT_OUTAGE_PATIENCE_SECONDS from then, then parked. Cleared by progress.
+    outage_since = models.DateTimeField(null=True, blank=True)
+    outage_failures = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
     # A paused run a person stopped (took the ticket while it waited, or it paused while they had it),
@@ -208,6 +213,8 @@ class ModelStep(models.Model):
     usage_estimated = models.BooleanField(default=False)
     # Tokens of a generation cut off mid-stream, spent and thrown away.
     wasted_tokens = models.PositiveIntegerField(default=0)
+    # Failed because the model endpoint was out of reach (agents.outage): not counted in AGENT_MAX_STEPS.
+    outage = models.BooleanField(default=False)
     error = models.TextField(blank=True)
     epoch = models.BigIntegerField()
     # The ticket's timeline position when the step completed: where its tool calls

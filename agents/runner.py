@@ -31,6 +31,7 @@ from agents.lease import Lease, LeaseLost, lease_acquire_and_read, worker_identi
 from agents.llm import ChatModel, ModelError, StreamMeter, validate_response, wasted_tokens
 from agents.model_factory import get_model
 from agents.models import PAUSED_RUN_STATUSES, AgentProfile, AgentRun, RunStatus, StepStatus
+from agents.outage import is_outage, outage_delay, patience_seconds
 from agents.pass_state import Pass, stream_id
 from agents.profiles import policy_tables_from, policy_tables_sql, profile_for_new_run, profile_of
 from agents.recovery import owner_stopped, recover
@@ -215,8 +216,14 @@ def _start_failed(lease: Lease, ticket_id: int, exc: Exception) -> str:
     parked with a person at the limit, instead of failing the task on every sweep (invariant 14)."""
     logger.exception("ticket %s: the agent could not start a run", ticket_id)
     error = f"{type(exc).__name__}: {exc}"
+    connection.close_if_unusable_or_obsolete()  # a database error may have left it unusable
     failures, counted, delay = agent_services.run_start_failed(
-        lease=lease, ticket_id=ticket_id, error=error, backoff=retry_delay
+        lease=lease,
+        ticket_id=ticket_id,
+        error=error,
+        backoff=retry_delay,
+        outage_patience=patience_seconds() if is_outage(exc) else 0,
+        outage_backoff=outage_delay,
     )
     if delay is None:
         agent_services.park_unstarted(lease=lease, ticket_id=ticket_id, error=error, failures=failures, counted=counted)
@@ -366,7 +373,9 @@ def _carry_on(p: Pass, model: ChatModel | None, person: bool = False) -> str:
 
 
 def _limit_reached(p: Pass) -> str:
-    if len(p.run_steps) >= max_steps():  # every model call counts, failed ones too
+    # Every model call counts, failed ones too, but for those the endpoint never answered (an outage:
+    # bounded by AGENT_OUTAGE_PATIENCE_SECONDS instead, and no step of the ticket's).
+    if sum(1 for s in p.run_steps if not s.outage) >= max_steps():
         return f"step limit reached ({max_steps()} steps)"
     if p.tokens_used() >= token_budget():
         return f"token budget reached ({token_budget()} tokens)"
@@ -408,8 +417,9 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
         with lease.guard():
             p.save_outcomes()
             step = agent_services.step_store(
-                **step_fields, status=StepStatus.FAILED, error=str(exc), wasted=max(wasted, wasted_tokens(streamed))
-            )
+                **step_fields, status=StepStatus.FAILED, error=str(exc), wasted=max(wasted, wasted_tokens(streamed)),
+                outage=is_outage(exc),
+            )  # fmt: skip
         p.step_stored(step)
         if streamed:
             realtime.stream_dropped(run.ticket_id, stream)  # never posted: its words leave the page now
@@ -419,6 +429,7 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
         p.save_outcomes()
         step = agent_services.step_store(**step_fields, response=response)
         p.step_stored(step)
+        agent_services.run_outage_over(lease=lease, run=run)  # the model answered: an outage is over
         if p.counted_a_stop:
             # The step the stopped worker was on is done: the stop was the worker's (a deploy, a cut
             # network), not this step's. (Other failures are reset by a call done, not by a step.)
@@ -460,11 +471,30 @@ def _failed(lease: Lease, run: AgentRun, exc: Exception) -> str:
         error = f"{type(exc).__name__}: {exc}"
     # A database error may have left the connection unusable; the next query opens a new one.
     connection.close_if_unusable_or_obsolete()
+    if is_outage(exc) and patience_seconds():
+        return _outage(lease, run, exc, error)
     failures = agent_services.run_record_failure(lease=lease, run=run, error=error)
     permanent = isinstance(exc, ModelError) and not exc.retryable
     if permanent or failures >= agent_services.max_failures():
         agent_services.park(lease=lease, run=run, error=error, failures=failures)
         return "parked"
     delay = retry_delay(failures, getattr(exc, "retry_after", None))
+    agent_services.run_retry_after(lease=lease, run=run, seconds=delay)
+    raise RetryLater(delay) from exc
+
+
+def _outage(lease: Lease, run: AgentRun, exc: Exception, error: str) -> str:
+    """A dependency out of reach (``agents.outage``): nothing is wrong with the ticket, so the step is
+    tried again with a capped backoff until AGENT_OUTAGE_PATIENCE_SECONDS have passed since the
+    outage's first failure, and only then parked with a person. The customer is told once that the
+    answer is delayed, when the outage has lasted as many tries as other failures are allowed."""
+    outage = agent_services.run_record_outage(lease=lease, run=run, error=error, patience=patience_seconds())
+    if not outage.within:
+        error = f"{error} (out of reach for {outage.lasted:.0f} s, AGENT_OUTAGE_PATIENCE_SECONDS)"
+        agent_services.park(lease=lease, run=run, error=error, failures=outage.tries)
+        return "parked"
+    if outage.tries == agent_services.max_failures():
+        agent_services.tell_delayed(lease=lease, run=run, error=error, tries=outage.tries)
+    delay = outage_delay(outage.tries, getattr(exc, "retry_after", None))
     agent_services.run_retry_after(lease=lease, run=run, seconds=delay)
     raise RetryLater(delay) from exc

@@ -174,6 +174,7 @@ def step_store(
     wasted: int = 0,
     started_at: datetime | None = None,
     read_seq: int | None = None,
+    outage: bool = False,
 ) -> ModelStep:
     """Store one model step, completed (with its ``response``) or not (failed, interrupted).
 
@@ -196,6 +197,7 @@ def step_store(
         started_at=started_at or now,
         completed_at=now,
         read_seq=read_seq,
+        outage=outage,
     )
     if response is not None:
         step.response_text = response.text
@@ -466,12 +468,81 @@ def run_retry_after(*, lease: Lease, run: AgentRun, seconds: float) -> None:
 
 
 def run_reset_failures(*, lease: Lease, run: AgentRun) -> None:
-    """Progress (a call done, a step stored after a take-over): the failures so far were not in a row."""
-    if not run.failures and run.retry_not_before is None:
+    """Progress (a call done, a step stored after a take-over): the failures so far were not in a row,
+    and an outage under way is over."""
+    if not run.failures and run.retry_not_before is None and run.outage_since is None:
         return
     with lease.guard():
-        AgentRun.objects.filter(pk=run.pk).update(failures=0, retry_not_before=None)
-    run.failures, run.retry_not_before = 0, None
+        AgentRun.objects.filter(pk=run.pk).update(
+            failures=0, retry_not_before=None, outage_since=None, outage_failures=0
+        )
+    run.failures, run.retry_not_before, run.outage_since, run.outage_failures = 0, None, None, 0
+
+
+def run_outage_over(*, lease: Lease, run: AgentRun) -> None:
+    """The dependency answered again (a model step stored): the outage under way is over; a later one
+    gets the whole patience again. The failures about the ticket stay counted.
+    Caller: inside the step's fenced transaction."""
+    if run.outage_since is None:
+        return
+    with lease.guard():
+        AgentRun.objects.filter(pk=run.pk).update(outage_since=None, outage_failures=0)
+    run.outage_since, run.outage_failures = None, 0
+
+
+@dataclass
+class Outage:
+    """An outage failure counted on a run: the tries failed in it so far, how long it has lasted (on the
+    database's clock), and whether that is still within the patience."""
+
+    tries: int
+    lasted: float
+    within: bool
+
+
+def run_record_outage(*, lease: Lease, run: AgentRun, error: str, patience: int) -> Outage:
+    """Count a failure that is an outage of a dependency (``agents.outage``): not among the failures in a
+    row about the ticket, but on the outage under way, which starts now (the database's clock) if none
+    is. Whether it is still within ``patience`` seconds of its first failure is read there too."""
+    error = clean_text(error)
+    with lease.guard():
+        [(since, tries, lasted)] = reads.fetch(
+            "UPDATE agents_agentrun SET outage_since = COALESCE(outage_since, now()), "
+            "outage_failures = outage_failures + 1, last_error = %s WHERE id = %s "
+            "RETURNING outage_since, outage_failures, extract(epoch FROM now() - outage_since)",
+            [error[:2000], run.pk],
+        )
+        run.outage_since, run.outage_failures, run.last_error = since, tries, error[:2000]
+        outage = Outage(tries=tries, lasted=float(lasted or 0), within=float(lasted or 0) < patience)
+        ticket_services.event_append(
+            ticket=run.ticket_id,
+            kind="agent_step_failed",
+            actor_kind=ActorKind.SYSTEM,
+            actor_ref=_actor(run),
+            payload={
+                "run_id": run.pk, "failures": run.failures, "outage": True, "outage_tries": tries,
+                "outage_seconds": round(outage.lasted, 1), "error": error[:500],
+            },
+        )  # fmt: skip
+    return outage
+
+
+DELAYED_NOTE = (
+    "Sorry for the wait: a service we rely on is not answering right now. Your message is not lost; "
+    "we will answer here as soon as it is back, with nothing more for you to do."
+)
+
+
+def tell_delayed(*, lease: Lease, run: AgentRun, error: str, tries: int) -> None:
+    """Tell the customer, once for the run, that the answer is delayed by an outage (not each try)."""
+    with lease.guard():
+        _tell_customer(
+            run=run,
+            body=DELAYED_NOTE,
+            key=f"delayed:{run.pk}",
+            event="agent_delayed",
+            payload={"run_id": run.pk, "outage_tries": tries, "error": clean_text(error)[:500]},
+        )
 
 
 PARKED_NOTE = "Sorry, something went wrong on our side. A person from our team will reply in this chat."
@@ -507,7 +578,13 @@ def park(*, lease: Lease, run: AgentRun, error: str, failures: int) -> None:
 
 
 def run_start_failed(
-    *, lease: Lease, ticket_id: int, error: str, backoff: Callable[[int], float]
+    *,
+    lease: Lease,
+    ticket_id: int,
+    error: str,
+    backoff: Callable[[int], float],
+    outage_patience: int = 0,
+    outage_backoff: Callable[[int], float] | None = None,
 ) -> tuple[int, TicketEvent, float | None]:
     """Starting a run failed, so there is no run to count it on: it is counted on the ticket's
     timeline, in a row since a run of the ticket last started or a person last had the ticket
@@ -516,13 +593,30 @@ def run_start_failed(
     database's clock, as ``selectors._start_waits`` reads it), and until then neither the sweeper
     nor a doorbell tries the start again (each such try counted another failure, so a brief outage
     parked the ticket within a few sweeps). ``backoff``: the wait after so many failures. Returns
-    the failures in a row, the event, and the wait (None at the limit: the caller parks the ticket)."""
+    the failures in a row, the event, and the wait (None at the limit: the caller parks the ticket).
+
+    ``outage_patience`` (seconds, 0: none): the failure is an outage of a dependency (``agents.outage``),
+    not counted among the failures in a row but on the outage under way (its first failure's time and
+    its tries, kept in the events): backed off by ``outage_backoff`` (of the tries) while the outage
+    has lasted less than that, and the tries returned in place of the failures."""
     error = clean_text(error)  # an exception's words: a failure is counted whatever they hold
     with lease.guard():
         last = start_counted_since(ticket_id).order_by("-seq").values_list("kind", "payload").first()
-        failures = 1 + (int(last[1].get("failures", 0)) if last is not None and last[0] == START_FAILED else 0)
+        before = last[1] if last is not None and last[0] == START_FAILED else {}
+        failures = int(before.get("failures", 0)) + (0 if outage_patience else 1)
         payload: dict[str, Any] = {"failures": failures, "error": error[:500]}
-        seconds = backoff(failures) if failures < max_failures() else None
+        if "outage_since" in before:  # an outage under way goes on (a failure about the ticket meanwhile)
+            payload.update(outage_since=before["outage_since"], outage_tries=before.get("outage_tries", 0))
+        if outage_patience and outage_backoff is not None:
+            [(now,)] = reads.fetch("SELECT now()", [])
+            since = datetime.fromisoformat(payload.get("outage_since") or now.isoformat())
+            tries = int(payload.get("outage_tries", 0)) + 1
+            lasted = (now - since).total_seconds()
+            payload.update(outage=True, outage_since=since.isoformat(), outage_tries=tries)
+            failures = tries
+            seconds = outage_backoff(tries) if lasted < outage_patience else None
+        else:
+            seconds = backoff(failures) if failures < max_failures() else None
         if seconds is not None:
             ends = reads.fetch("SELECT now() + make_interval(secs => %s)", [seconds])[0][0]
             payload.update(retry_in=seconds, retry_not_before=ends.isoformat())

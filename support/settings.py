@@ -501,6 +501,13 @@ AGENT_TOKEN_BUDGET = env_int("AGENT_TOKEN_BUDGET", 200_000, minimum=1)
 AGENT_MAX_CONSECUTIVE_FAILURES = env_int(
     "AGENT_MAX_CONSECUTIVE_FAILURES", env_int("AGENT_MODEL_ATTEMPTS", 3, minimum=1), minimum=1
 )
+# A failure that is an outage of something the agent depends on (the model endpoint unreachable,
+# timing out or answering 5xx/429; the database's connection lost) is not the ticket's: it is tried
+# again with a backoff (exponential, jittered, at most AGENT_OUTAGE_RETRY_MAX_SECONDS) for this long
+# from the first failure of the outage, without counting against AGENT_MAX_CONSECUTIVE_FAILURES;
+# past it the ticket is parked with a person. 0: an outage counts as any failure.
+AGENT_OUTAGE_PATIENCE_SECONDS = env_int("AGENT_OUTAGE_PATIENCE_SECONDS", 900)
+AGENT_OUTAGE_RETRY_MAX_SECONDS = env_int("AGENT_OUTAGE_RETRY_MAX_SECONDS", 30, minimum=1)
 # What the agent accepts from a model in one step (agents.llm.validate_response).
 AGENT_MAX_REPLY_CHARS = env_int("AGENT_MAX_REPLY_CHARS", 16000, minimum=1)
 AGENT_MAX_TOOL_CALLS_PER_STEP = env_int("AGENT_MAX_TOOL_CALLS_PER_STEP", 16, minimum=1)

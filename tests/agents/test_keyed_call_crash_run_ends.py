@@ -71,7 +71,10 @@ def test_a_paid_refund_is_not_recorded_not_run_when_a_person_takes_the_ticket_du
     )
 
 
-def test_a_paid_refund_is_not_recorded_not_run_when_the_run_is_parked(sandbox, monkeypatch):  # noqa: ANN001
+def test_a_paid_refund_is_not_recorded_not_run_when_the_run_is_parked(sandbox, monkeypatch, settings):  # noqa: ANN001
+    # The database's blips counted as any failure, so that the run is parked within these passes (an
+    # outage is otherwise tried again for AGENT_OUTAGE_PATIENCE_SECONDS: tests/agents/test_outage_patience.py).
+    settings.AGENT_OUTAGE_PATIENCE_SECONDS = 0
     customer = make_customer()
     order = order_for(customer, "RV-1703", 5000, sandbox)
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund $20 on RV-1703")

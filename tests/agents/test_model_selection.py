@@ -108,6 +108,9 @@ class FailingModel:
 @pytest.mark.django_db(transaction=True)
 def test_a_model_outage_is_retried_later_then_handed_to_a_person(settings):
     settings.AGENT_MAX_CONSECUTIVE_FAILURES = 3
+    settings.AGENT_OUTAGE_PATIENCE_SECONDS = (
+        0  # an outage counted as any failure (tests/agents/test_outage_patience.py)
+    )
     customer = make_customer()
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Hi", body="Hello?")
     model = FailingModel(retryable=True)
