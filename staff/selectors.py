@@ -62,7 +62,7 @@ def inbox(
     *, user: AbstractBaseUser, view: str, status: str = "", assignee: str = "", query: str = ""
 ) -> QuerySet[Ticket]:
     """The tickets of one view, oldest first (in the QUEUES, the one that has waited longest in the
-    view's state on top, by ``waiting_since``; in the others by their last change; in "rated", the
+    view's state on top, by when it came into it; in the others by their last change; in "rated", the
     latest rating first; in "all", the latest change first), filtered, each with its last message and
     the customer's rating.
 
@@ -98,13 +98,19 @@ def inbox(
     )
     # When the ticket came into its status (the last status change; never changed: since it opened).
     changed = TicketEvent.objects.filter(ticket=OuterRef("pk"), kind="status_changed").order_by("-seq")
-    tickets = tickets.annotate(waiting_since=Coalesce(Subquery(changed.values("created_at")[:1]), F("created_at")))
+    tickets = tickets.annotate(
+        waiting_since=Coalesce(Subquery(changed.values("created_at")[:1]), F("created_at")),
+        # The queue's order: which ticket came into its state first, by the change's place in the
+        # order the database numbered all events (not its time, which the writing host's clock read:
+        # a host ten minutes ahead would send the longest wait to the bottom).
+        came_in=Subquery(changed.values("id")[:1]),
+    )
     if view == "rated":
         order = ["-rating__updated_at", "-id"]
     elif view == "all":
         order = ["-updated_at", "-id"]  # looking one up: the latest first
     elif view in QUEUES:
-        order = ["waiting_since", "id"]
+        order = [F("came_in").asc(nulls_first=True), "id"]
     else:
         order = ["updated_at", "id"]
     return tickets.order_by(*order)

@@ -45,6 +45,10 @@ def inbox(person: Client, view: str) -> str:
     return person.get(reverse("staff:inbox") + f"?view={view}").content.decode()
 
 
+def listed(page: str) -> list[int]:
+    return [int(n) for n in re.findall(r'data-ticket-id="(\d+)"', page)]
+
+
 def test_a_ticket_written_on_a_host_whose_clock_runs_behind_does_not_jump_the_queue(
     person: Client, customer, monkeypatch
 ):  # noqa: ANN001
@@ -60,8 +64,10 @@ def test_a_ticket_written_on_a_host_whose_clock_runs_behind_does_not_jump_the_qu
         lambda: services.message_post(ticket=longest, author_kind=AuthorKind.CUSTOMER, body="Anyone there?"),
     )
 
-    page = inbox(person, "needs_person")
-    assert [int(n) for n in re.findall(r'data-ticket-id="(\d+)"', page)] == [since.pk, longest.pk]
+    # "All open" lists the one left alone longest on top: the other, since the customer wrote.
+    assert listed(inbox(person, "open")) == [since.pk, longest.pk]
+    # "Needs a person" lists them by when they came to need one: the customer writing moves nothing.
+    assert listed(inbox(person, "needs_person")) == [longest.pk, since.pk]
 
 
 def test_a_ticket_written_on_a_host_whose_clock_runs_ahead_is_not_left_at_the_bottom(
@@ -76,8 +82,8 @@ def test_a_ticket_written_on_a_host_whose_clock_runs_ahead_is_not_left_at_the_bo
     since, _ = services.ticket_open(customer=customer, subject="Waiting since", body="second")
     services.ticket_hand_to_person(ticket=since, reason="asked for a person")
 
-    page = inbox(person, "needs_person")
-    assert [int(n) for n in re.findall(r'data-ticket-id="(\d+)"', page)] == [longest.pk, since.pk]
+    assert listed(inbox(person, "needs_person")) == [longest.pk, since.pk]
+    assert listed(inbox(person, "open")) == [longest.pk, since.pk]
 
 
 def test_the_preview_shows_the_customers_last_message_written_on_a_host_whose_clock_runs_behind(
