@@ -72,6 +72,7 @@ from agents.models import (
     ReplayPolicy,
     ToolCall,
 )
+from agents.outage import patience_seconds
 from agents.profiles import policy_values, profile_of
 from agents.selectors import (
     customer_wrote_since_the_go_ahead,
@@ -515,6 +516,13 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                     faults.hit("after_provider_refund")  # the provider has it; our ledger does not yet
                 return _outcome(refund, found)
     except ProviderUncertain as exc:
+        if isinstance(exc, ProviderUnreachable) and patience_seconds() and not _key_may_be_forgotten(call):
+            # The provider out of reach (refused, reset, timed out): an outage, not this refund's problem.
+            # It stays submitted under its key and the run tries it again with the outage's backoff
+            # (agents.outage), asking the provider first what happened under the key, so it is paid once
+            # when the provider is back; past AGENT_OUTAGE_PATIENCE_SECONDS the run is parked and the
+            # reconciler settles it. (Each try moves its time on: the reconciler leaves it to the run.)
+            raise
         settled = _give_up(refund, RefundStatus.UNCERTAIN, f"no answer from the payment provider: {exc}")
         if settled is None:
             raise ToolEscalation(

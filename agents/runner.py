@@ -490,7 +490,7 @@ def _outage(lease: Lease, run: AgentRun, exc: Exception, error: str) -> str:
     answer is delayed, when the outage has lasted as many tries as other failures are allowed."""
     outage = agent_services.run_record_outage(lease=lease, run=run, error=error, patience=patience_seconds())
     if not outage.within:
-        error = f"{error} (out of reach for {outage.lasted:.0f} s, AGENT_OUTAGE_PATIENCE_SECONDS)"
+        error = f"out of reach for {outage.lasted:.0f} s (AGENT_OUTAGE_PATIENCE_SECONDS): {error}"
         agent_services.park(lease=lease, run=run, error=error, failures=outage.tries)
         return "parked"
     if outage.tries == agent_services.max_failures():
