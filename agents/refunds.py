@@ -94,7 +94,6 @@ from agents.tools import (
     register,
 )
 from payments.provider import (
-    IdempotencyMismatch,
     PaymentProvider,
     ProviderDeclined,
     ProviderError,
@@ -534,7 +533,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 told=functools.partial(_customer_told, refund),
             ) from None
         return _settled_meanwhile(refund, settled)
-    except (ProviderDeclined, IdempotencyMismatch, ProviderError) as exc:
+    except (ProviderDeclined, ProviderError) as exc:
         settled = _give_up(refund, RefundStatus.FAILED, f"the payment provider refused the refund: {exc}")
         if settled is None:
             raise ToolEscalation(

@@ -10,8 +10,10 @@ the SDK's errors into three answers a caller can act on:
   timeout, 5xx, another request with the same key still in flight). The refund
   may or may not exist: reconcile with ``find_refund`` before anything else, then
   retry with the same idempotency key if it does not.
-- ``IdempotencyMismatch``: the key was already used for a different request.
-  A bug in how keys are derived; never retry.
+- ``IdempotencyMismatch`` (a ``ProviderUncertain``): the key was already used, with
+  other parameters (Stripe's 400 idempotency_error). The provider holds the outcome
+  of that first request, a refund perhaps: it is not a refusal. Look the key up
+  (``find_refund``) before anything else; sent again, it changes nothing.
 
 Configuration (Django settings first, then the environment): ``STRIPE_API_KEY``
 (default ``sk_test_sandbox``), ``STRIPE_API_BASE`` (default the local sandbox,
@@ -78,8 +80,9 @@ class ProviderUnreachable(ProviderUncertain):
     the provider now is likely to meet the same silence."""
 
 
-class IdempotencyMismatch(ProviderError):
-    """The idempotency key was first used with different parameters."""
+class IdempotencyMismatch(ProviderUncertain):
+    """The idempotency key was first used with different parameters: what that first request did (a
+    refund, perhaps) is the key's outcome, unknown from this answer. Reconcile under the key."""
 
 
 @dataclass(frozen=True)
