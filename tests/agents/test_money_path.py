@@ -296,7 +296,12 @@ def test_a_thank_you_sent_right_after_a_refund_request_does_not_refund_twice(san
     worker = cluster.worker(OFFLINE_MODEL_TOKEN_DELAY_MS="30")
     wait_until(lambda: " ready." in worker.log(), timeout=60, what="the worker to start", cluster=cluster)
     ticket, _ = ticket_services.ticket_open(customer=alice, subject="Refund", body="Please refund $2 on order A-5098")
-    time.sleep(0.3)
+    # Once the refund is sent, while the answer is being written: written before the refund's last check,
+    # the thanks is words the agent never read, the refund is not sent on them, and the next turn pays it
+    # and answers both at once (tests/agents/test_customer_wrote_while_the_refund_was_decided.py).
+    wait_until(
+        lambda: Refund.objects.filter(order=order).exists(), timeout=60, what="the refund to be sent", cluster=cluster
+    )
     write(ticket, "Thank you")
     cluster.beat()
     wait_until(
