@@ -69,8 +69,8 @@ def test_a_refund_made_in_the_providers_dashboard_holds_the_same_request_for_sta
 
 
 def test_refunds_the_ledger_knows_hold_nothing_back(sandbox):  # noqa: ANN001
-    """The provider's refunds under the ledger's own keys are the ledger's: a first refund on another order
-    of the same payment account, and this order's own, pass as before."""
+    """With nothing at the provider but what the ledger has, a first refund under every threshold is paid at
+    once, as before (the payment's refunds read first serve as the look-up under its key)."""
     customer = make_customer()
     order = make_order(customer, number="P-4402", total_cents=8000)
     sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
