@@ -12,8 +12,11 @@ money refunded there that the ledger does not count holds the refund for staff.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from agents.models import ApprovalDecision, CallStatus, Refund, RunStatus, ToolCall
 from agents.runner import advance
@@ -118,3 +121,29 @@ def test_a_refund_the_customer_confirmed_is_held_too_and_not_asked_again_after_t
     call.refresh_from_db()
     assert call.status == CallStatus.SUCCEEDED, (call.status, call.error)
     assert _paid_at_the_provider(sandbox, order.payment_reference) == [3000, 3000]
+
+
+def test_a_refund_the_ledger_holds_as_failed_long_ago_that_the_provider_paid_holds_the_next_one(sandbox):  # noqa: ANN001
+    """One of ours counts once the provider shows it: a refund failed before the provider showed it (its
+    request still on its way), no longer asked about past REFUND_RECHECK_FAILED_HOURS, that landed after
+    all, is money the ledger does not count. The same request asked again is held for staff."""
+    customer = make_customer()
+    order = make_order(customer, number="P-4404", total_cents=8000)
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    first, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $30 of order P-4404, it arrived broken"
+    )
+    assert advance(first.pk).state == RunStatus.COMPLETED
+    # As the ledger holds a refund the reconciler failed (no record at the provider yet) two days ago,
+    # which the provider then paid: failed, no provider id, no longer asked about.
+    Refund.objects.filter(ticket=first).update(
+        status="failed", provider_refund_id=None, updated_at=timezone.now() - timedelta(days=2)
+    )
+
+    again, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $30 of order P-4404, it arrived broken"
+    )
+    assert advance(again.pk).state == RunStatus.WAITING_APPROVAL
+    assert _paid_at_the_provider(sandbox, order.payment_reference) == [3000]
+    call = ToolCall.objects.get(ticket=again, name="issue_refund")
+    assert "payment provider holds $30.00" in ApprovalRequest.objects.get(tool_call=call).reason
