@@ -148,10 +148,16 @@ class ApprovalCard:
     conversation: list[ConversationEntry]
     order: Order | None = None
     order_facts: str = ""
+    # The other refunds on the order, the first CARD_LISTS (paid or tried before those only asked
+    # for), and how many more there are.
     refunds: list[RefundEntry] = field(default_factory=list)
+    refunds_more: int = 0
     over_refund_warning: str = ""
-    # The other refunds asked for on the same order, in any ticket, not paid yet (read when the card is shown).
+    # The other refunds asked for on the same order, in any ticket, not paid yet (read when the card is
+    # shown): the first CARD_LISTS, and how many in all.
     others_asked: list[RefundEntry] = field(default_factory=list)
+    others_asked_count: int = 0
+    others_asked_more: int = 0
     needs_confirmation: bool = False
     confirmation_text: str = ""
     # The files the customer sent on the ticket (a photo of the damage, a receipt).
@@ -456,13 +462,21 @@ def _add_order(card: ApprovalCard, order: Order, warning: str, refunds: list[Ref
     ]
     if evidence.get("delivered_at"):
         facts.append(f"delivered {evidence['delivered_at']}")
-    card.order, card.order_facts, card.refunds = order, ", ".join(facts), refunds
+    # Each card names a few: every card of an order named all the others, so many requests on one order
+    # made a dashboard that grew with the square of their number.
+    done_or_tried, asked = [r for r in refunds if not r.asked], [r for r in refunds if r.asked]
+    card.order, card.order_facts = order, ", ".join(facts)
+    card.refunds = (done_or_tried + asked)[:CARD_LISTS]
+    card.refunds_more = len(refunds) - len(card.refunds)
     card.over_refund_warning = warning
-    card.others_asked = [r for r in refunds if r.asked]
+    card.others_asked, card.others_asked_count = asked[:CARD_LISTS], len(asked)
+    card.others_asked_more = len(asked) - len(card.others_asked)
 
 
 # Requests a warning names one by one; the rest are counted.
 WARNING_LISTS = 10
+# Refunds (paid, tried or asked for) a card names on its order; the rest are counted.
+CARD_LISTS = 10
 
 
 def _pending_refunds_on(numbers: Iterable[str]) -> dict[str, tuple[int, int, list[ApprovalRequest]]]:
