@@ -1,11 +1,13 @@
 """A staff member's ticket page says "Live": what is on the ticket reaches it without a reload, also
-what was written while its socket was still being set up, and after a read of what is new failed."""
+what was written while its socket was still being set up, and after a read of what is new failed;
+signed out on the server, it says so."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+from django.contrib.sessions.models import Session
 
 from agents.models import AgentRun, RunStatus
 from tests.browser.conftest import Stack
@@ -79,3 +81,20 @@ def test_a_read_of_what_is_new_that_failed_is_made_again(live: Stack, browser): 
     assert len(failed) == 1
     person.wait_for_selector("#live-status:text-is('Live')")
     assert person.locator("#timeline li.msg.internal").count() == 1
+
+
+def test_a_session_that_ended_on_the_server_is_said_not_retried(live: Stack, browser):  # noqa: ANN001
+    """The session ended without a sign-out (expired, cleared): the socket learns it at its next check,
+    up to 30 s later, and meanwhile rings for a colleague's note. The read of what was new led to the
+    sign-in page; the page said "Could not load what is new; retrying…", which no retry could mend."""
+    ticket = ticket_with_a_person(live)
+    make_support_staff("maria", first_name="Maria")
+    colleague = make_support_staff("li", first_name="Li")
+    person = sign_in_person(browser, live, "maria")
+    person.goto(live.url(f"/staff/tickets/{ticket.pk}/"))
+    person.wait_for_selector("#live-status:text-is('Live')")
+    Session.objects.all().delete()
+
+    services.staff_note(ticket=ticket, user=colleague, body="Li: I called the courier.", client_msg_id="li-1")
+
+    person.wait_for_selector("#live-status:text-is('You were signed out: sign in again to see what is new.')")
