@@ -192,8 +192,6 @@ def approval_decide(
     if not can_decide(user):
         raise PermissionDenied("You do not have permission to decide approvals.")
     note = (note or "").strip()
-    if not approve and not note:
-        raise ValidationError("Please say why the request is rejected; the customer will be told.", code="no_note")
     if len(note) > DECISION_NOTE_MAX_CHARS:
         raise ValidationError(
             f"A decision's note can be at most {DECISION_NOTE_MAX_CHARS} characters (this one has {len(note)}); "
@@ -231,6 +229,10 @@ def approval_decide(
             )
         if approval.expires_at <= now:
             raise ApprovalClosed("This request has expired; nothing was changed.", code="expired")
+        # Asked once the request is known to be open: on one decided meanwhile, the reason could never
+        # be used, and asking for it hid that a colleague had decided.
+        if not approve and not note:
+            raise ValidationError("Please say why the request is rejected; the customer will be told.", code="no_note")
         approval.status = wanted
         approval.decided_by = user
         approval.decided_at = now
