@@ -14,6 +14,8 @@ class ApprovalsConfig(AppConfig):
         from agents import approval as agent_approval
         from agents import calls as agent_calls
         from approvals import services
+        from tickets.models import Message
+        from tickets.signals import ticket_needs_agent
 
         services.register_kinds()
         if services.approval_request_create not in agent_approval.pause_hooks:
@@ -21,3 +23,7 @@ class ApprovalsConfig(AppConfig):
         # A run that ends with calls still waiting for staff withdraws their requests, in its transaction.
         if services.approval_requests_withdraw not in agent_calls.withdraw_hooks:
             agent_calls.withdraw_hooks.append(services.approval_requests_withdraw)
+        # The customer wrote: the open dashboards read the cards of the ticket's requests again.
+        ticket_needs_agent.connect(
+            services.tell_dashboards_the_customer_wrote, sender=Message, dispatch_uid="approvals.customer_wrote"
+        )

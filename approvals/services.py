@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +25,8 @@ from support.clock import database_now
 from tickets import realtime, timeline
 from tickets import services as ticket_services
 from tickets.models import ActorKind, AuthorKind, Message, Ticket, TicketEvent
+
+logger = logging.getLogger(__name__)
 
 STAFF_GROUP = "approvals.staff"
 DECIDE_PERMISSION = "approvals.decide_approval"
@@ -58,6 +61,20 @@ def _evidence(call: ToolCall) -> tuple[dict[str, Any], int | None, str]:
         "delivered_at": order.delivered_at.date().isoformat() if order.delivered_at else None,
     }
     return evidence, int(call.arguments.get("amount_cents", 0)), order.currency
+
+
+def tell_dashboards_the_customer_wrote(sender: object, ticket_id: int, **kwargs: object) -> None:
+    """The customer wrote on a ticket (``tickets.signals.ticket_needs_agent`` from a message, after
+    commit): open dashboards read the cards of its pending requests again, which quote what the
+    customer wrote after the agent asked ("please cancel the refund"), so the person deciding reads
+    it before pressing Approve. Best effort, as every live update: the card shows it at the next read."""
+    try:
+        pending = ApprovalRequest.objects.filter(ticket_id=ticket_id, status=ApprovalStatus.PENDING)
+        for approval_id in pending.values_list("pk", flat=True):
+            message = {"type": "approvals.changed", "approval_id": approval_id, "change": "customer_wrote"}
+            realtime.publish(STAFF_GROUP, message)
+    except Exception:  # noqa: BLE001 - the customer's message is stored; a live update is never worth failing it
+        logger.warning("could not tell the dashboards that the customer wrote on ticket %s", ticket_id, exc_info=True)
 
 
 def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:

@@ -12,8 +12,10 @@ from playwright.sync_api import expect
 
 from tests.approvals.conftest import make_staff
 from tests.browser.conftest import Stack
-from tests.browser.test_approval_dashboard import request_refund, sign_in_staff
+from tests.browser.test_approval_dashboard import decide_elsewhere, request_refund, sign_in_staff
 from tests.conftest import make_customer, make_order
+from tickets import services as ticket_services
+from tickets.models import AuthorKind
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
@@ -102,3 +104,28 @@ def test_a_session_ended_on_the_server_never_makes_the_cards_read_as_decided(liv
     expect(page.locator("#live-status")).to_have_text(
         "You were signed out: sign in again to see the list as it is now."
     )
+
+
+def test_what_the_customer_writes_while_a_card_is_open_shows_on_it_without_a_reload(live: Stack, browser):  # noqa: ANN001
+    """The dashboard read its cards again on approvals only: "please cancel the refund" written while a
+    person read the card reached it only when some other request changed (or at a reload)."""
+    customer = make_customer()
+    make_order(customer, total_cents=64900, number="R-4001")
+    make_staff("erin", can_decide=True)
+    frank = make_staff("frank", can_decide=True)
+    approval = request_refund(live, customer, "R-4001")
+    page = sign_in_staff(browser, live, "erin")
+    # The page's own catch-up read is over before the customer writes.
+    with page.expect_response(lambda response: "/staff/approvals/pending/" in response.url):
+        page.reload()
+    page.wait_for_selector("#live-status:has-text('Live')")
+    warnings = page.locator(f"#approval-{approval.pk} [data-live=warnings]")
+    expect(warnings).to_have_text("")
+
+    ticket_services.message_post(
+        ticket=approval.ticket_id, author_kind=AuthorKind.CUSTOMER, body="Please cancel the refund, it works now."
+    )
+
+    expect(warnings).to_contain_text("The customer wrote after the agent asked")
+    expect(warnings).to_contain_text("Please cancel the refund, it works now.")
+    decide_elsewhere(approval, frank)  # the agent then answers the message (the test ends with no run left)
