@@ -906,22 +906,51 @@ def tickets_with_money_in_flight() -> QuerySet[Any]:
 
 def reconcile_open_refunds(*, older_than_seconds: int | None = None) -> dict[str, int]:
     """Reconcile every refund left submitted, pending or uncertain, and ask again about those that
-    failed unseen in the last REFUND_RECHECK_FAILED_HOURS. Used by beat and a management command."""
-    counts: dict[str, int] = {}
+    failed unseen in the last REFUND_RECHECK_FAILED_HOURS. Used by beat and a management command.
+
+    One round at a time: a round holds a session-level advisory lock, and a tick that finds it held
+    returns at once. A round whose worker was frozen (SIGSTOP, a paused VM) keeps its session, and
+    the lock, for as long as it is frozen, with no transaction open for the idle-in-transaction
+    timeout to end: so a lock held by a session idle for REFUND_RECONCILE_STALLED_SECONDS is passed
+    over, and the round goes on under the next of the lock's slots. (A round is safe beside another:
+    each refund is decided under its row's lock; the lock only keeps a slow provider from holding
+    several workers.)"""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [RECONCILE_LOCK])
-        if not cursor.fetchone()[0]:
-            return counts  # a round is under way (a slow provider): this tick holds no second worker
+        for slot in range(RECONCILE_SLOTS):
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [RECONCILE_LOCK + slot])
+            if cursor.fetchone()[0]:
+                break
+            if not _round_stalled(cursor, slot):
+                return {}  # a round is under way (a slow provider): this tick holds no second worker
+            logger.warning("the reconciler's round in slot %s has stood still for a while: going on past it", slot)
+        else:
+            return {}
     try:
         return _reconcile_round(older_than_seconds=older_than_seconds)
     finally:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [RECONCILE_LOCK])
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [RECONCILE_LOCK + slot])
 
 
 # Rounds of the reconciler run one at a time: a session-level advisory lock, let go when the round
-# ends or its worker's session does. (Not in the namespace of the tickets' leases, agents.lease.)
+# ends or its worker's session does. (Not in the namespace of the tickets' leases, agents.lease.) Its
+# key is RECONCILE_LOCK + slot, for the slots passed over when their rounds stand still.
 RECONCILE_LOCK = (0x5A9F << 32) + 1
+RECONCILE_SLOTS = 8
+
+
+def _round_stalled(cursor: Any, slot: int) -> bool:
+    """Is the round in ``slot`` held by a session that has been idle, outside any transaction, for
+    REFUND_RECONCILE_STALLED_SECONDS (its worker frozen between two statements)?"""
+    cursor.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "AND l.classid = %s AND l.objid = %s "
+        "AND a.state = 'idle' AND a.state_change < now() - make_interval(secs => %s))",
+        [RECONCILE_LOCK >> 32, (RECONCILE_LOCK + slot) & 0xFFFFFFFF, settings.REFUND_RECONCILE_STALLED_SECONDS],
+    )
+    return bool(cursor.fetchone()[0])
 
 
 def _reconcile_round(*, older_than_seconds: int | None) -> dict[str, int]:

@@ -479,6 +479,9 @@ STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "http://127.0.0.1:12111")
 PAYMENTS_TIMEOUT_SECONDS = env_seconds("PAYMENTS_TIMEOUT_SECONDS", 10.0)
 # Refunds left submitted/uncertain are settled from the provider's records this often.
 REFUND_RECONCILE_SECONDS = env_int("REFUND_RECONCILE_SECONDS", 60, minimum=1)
+# A round holding the reconciler's lock on a session idle this long (far longer than a provider call,
+# PAYMENTS_TIMEOUT_SECONDS, or a statement takes) is one whose worker is frozen: the next round goes on.
+REFUND_RECONCILE_STALLED_SECONDS = env_int("REFUND_RECONCILE_STALLED_SECONDS", 120, minimum=1)
 # One execution of a refund tries the provider this many times under the same key, waiting
 # an exponential, jittered backoff between tries (from the first wait up to the longest)
 # and asking the provider what happened under the key before each retry.
