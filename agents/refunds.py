@@ -794,7 +794,10 @@ def refund_reconcile(
     try:
         found = (this_round or ReconcileRound()).find(refund)
     except ProviderError as exc:
-        if age >= bound:
+        # Decided on the row as it is now: a round reads its refunds once, and one that stood still (a
+        # frozen worker's, or one behind a slow provider) may come to a refund settled or tried since.
+        refund.refresh_from_db()
+        if refund.status in OPEN_REFUND_STATUSES and (database_now() - refund.updated_at).total_seconds() >= bound:
             refund_escalate(refund=refund, reason=f"the payment provider could not be asked about it: {exc}", by=by)
         return refund.status
     if found is not None:
@@ -839,6 +842,10 @@ def refund_escalate(*, refund: Refund, reason: str, by: AbstractBaseUser | None 
     person who has handed the ticket back is not handed it again every minute."""
     with transaction.atomic():
         locked = Refund.objects.select_for_update().select_related("order").get(pk=refund.pk)
+        if locked.status == RefundStatus.SUCCEEDED:
+            # Paid since whoever escalates read it (a worker's answer, another round): nothing to tell.
+            refund.refresh_from_db()
+            return
         note_key = f"refund-note:{locked.pk}:{locked.status}"
         if Message.objects.filter(ticket_id=locked.ticket_id, client_msg_id=note_key).exists():
             return
