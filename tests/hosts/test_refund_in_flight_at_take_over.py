@@ -16,6 +16,7 @@ import re
 import httpx
 import pytest
 
+from payments.sandbox_process import SandboxControl
 from tests.hosts.stack import Customer, Stack, wait_worker_ready
 from tests.hosts.test_worker_partition import agent_replies, refunds_of, run_state
 from tests.workers import wait_until
@@ -23,6 +24,26 @@ from tests.workers import wait_until
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(240)]
 
 HELD_MS = 15000  # longer than the take-over (about ten seconds), shorter than the new owner's tries
+
+
+def an_order_of(stack: Stack, username: str, number: str, cents: int) -> None:
+    """A delivered order of the demo customer's, paid at the provider: one no other test refunds."""
+    (order_id,), *_ = stack.sql(
+        "INSERT INTO tickets_order (customer_id, number, status, currency, total_cents, payment_reference, placed_at) "
+        "SELECT c.id, %s, 'delivered', 'usd', %s, %s, now() FROM tickets_customer c "
+        "JOIN auth_user u ON u.id = c.user_id WHERE u.username = %s RETURNING id",
+        number,
+        cents,
+        f"pi_demo_{number}",
+        username,
+    )
+    stack.sql(
+        "INSERT INTO tickets_orderline (order_id, sku, description, quantity, unit_price_cents) "
+        "VALUES (%s, 'KTL-09', 'Travel kettle', 1, %s) RETURNING id",
+        order_id,
+        cents,
+    )
+    SandboxControl(stack.sandbox_url).seed_payment(f"pi_demo_{number}", cents)
 
 
 def keys_in_flight(stack: Stack) -> list[str]:
@@ -36,15 +57,11 @@ def test_a_refund_still_at_the_provider_when_its_worker_is_cut_off_is_paid_once(
     cut_off = hosts.worker(cut_off_host)
     hosts.beat()
     wait_worker_ready(cut_off)
-    httpx.post(
-        f"{hosts.sandbox_url}/_sandbox/faults",
-        json={"mode": f"latency:{HELD_MS}", "method": "POST", "path": "/v1/refunds", "count": 1},
-        timeout=10,
-        trust_env=False,
-    ).raise_for_status()
-    before = len(refunds_of(hosts, "A-1001"))
+    an_order_of(hosts, "alice", "A-1901", 2900)
+    SandboxControl(hosts.sandbox_url).fault(f"latency:{HELD_MS}")  # the next refund request is held
+    before = len(refunds_of(hosts, "A-1901"))
     alice = Customer(hosts.base_url(hosts.web_hosts[1]), "alice").login()
-    ticket_id = alice.open_ticket("Please refund order A-1001", client_ref="refund-in-flight-1")
+    ticket_id = alice.open_ticket("Please refund order A-1901", client_ref="refund-in-flight-1")
 
     wait_until(lambda: keys_in_flight(hosts), timeout=60, what="the refund request to be held at the provider")
     hosts.net.block(cut_off_host, hosts.db)  # PostgreSQL and Redis; the provider is still reachable
@@ -64,7 +81,7 @@ def test_a_refund_still_at_the_provider_when_its_worker_is_cut_off_is_paid_once(
         what="the cut-off worker to finish its pass",
     )
 
-    refunds = refunds_of(hosts, "A-1001")
+    refunds = refunds_of(hosts, "A-1901")
     assert len(refunds) == before + 1, refunds  # one payment
     ours = hosts.sql("SELECT provider_refund_id FROM agents_refund WHERE ticket_id = %s", ticket_id)
     assert [r for (r,) in ours if r is not None] in ([], [refunds[-1]["id"]])
