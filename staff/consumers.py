@@ -12,6 +12,8 @@ and a change committed between a catch-up read then and the join rang nobody (th
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -22,6 +24,9 @@ from tickets.models import HANDLE_PERMISSION, Ticket
 
 CLOSE_NOT_ALLOWED = 4403
 CLOSE_NO_SUCH_TICKET = 4404
+# A socket that has rung nothing for this long asks the ledger whether the timeline moved: a worker
+# cut off from Redis (or whose PUBLISH was lost) writes with no word to the web server holding it.
+QUIET_CHECK_SECONDS = 10.0
 
 
 def _allowed(user: Any) -> bool:
@@ -30,6 +35,11 @@ def _allowed(user: Any) -> bool:
 
 class StaffTicketConsumer(SignedInConsumer):
     group: str | None = None
+    ticket_id: int = 0
+    # The timeline's last number as this socket last told the page of it, and when it last rang.
+    known_seq: int = 0
+    last_rung: float = 0.0
+    quiet_check: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         await self.accept()
@@ -37,16 +47,21 @@ class StaffTicketConsumer(SignedInConsumer):
             await self.close(code=CLOSE_NOT_ALLOWED)
             return
         ticket_id = int(self.scope["url_route"]["kwargs"]["ticket_id"])
-        if not await database_sync_to_async(Ticket.objects.filter(pk=ticket_id).exists)():
+        seq = await database_sync_to_async(self._last_seq)(ticket_id)
+        if seq is None:
             await self.close(code=CLOSE_NO_SUCH_TICKET)
             return
         if not await self.watch_sign_in():
             return
+        self.ticket_id, self.known_seq, self.last_rung = ticket_id, seq, time.monotonic()
         self.group = realtime.group_name(ticket_id)
         await realtime.group_join(self.channel_layer, self.group, self.channel_name)
         await self.send_json({"type": "ready"})
+        self.quiet_check = asyncio.create_task(self._check_when_quiet())
 
     async def disconnect(self, code: int) -> None:
+        if self.quiet_check is not None:
+            self.quiet_check.cancel()
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
         await self.leave_sign_in_groups()
@@ -55,8 +70,25 @@ class StaffTicketConsumer(SignedInConsumer):
         return _allowed(user)
 
     async def ticket_event(self, message: dict[str, Any]) -> None:
+        self.last_rung = time.monotonic()
         if await self.still_signed_in():
             await self.send_json({"type": "changed"})
+
+    async def _check_when_quiet(self) -> None:
+        """After every QUIET_CHECK_SECONDS without a ring, one look at the ticket's timeline number
+        (its row, by key): moved on since, the page is told as a doorbell would have."""
+        while True:
+            await asyncio.sleep(max(0.0, QUIET_CHECK_SECONDS - (time.monotonic() - self.last_rung)))
+            if time.monotonic() - self.last_rung < QUIET_CHECK_SECONDS:
+                continue
+            seq = await database_sync_to_async(self._last_seq)(self.ticket_id)
+            if seq is not None and seq > self.known_seq:
+                await self.ticket_event({"type": "ticket.event"})
+            self.known_seq, self.last_rung = max(self.known_seq, seq or 0), time.monotonic()
+
+    @staticmethod
+    def _last_seq(ticket_id: int) -> int | None:
+        return Ticket.objects.filter(pk=ticket_id).values_list("last_event_seq", flat=True).first()
 
     async def ticket_token(self, message: dict[str, Any]) -> None:
         """The agent's answer streaming: staff read the answer when it is posted."""
