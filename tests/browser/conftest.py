@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,3 +152,20 @@ def sign_in(browser, stack: Stack, customer: Customer):  # noqa: ANN001, ANN201
     page.click("main form button[type=submit]")
     page.wait_for_url(stack.url("/tickets/"))
     return page
+
+
+def fail_the_first_read(page, url_pattern: str) -> list[str]:  # noqa: ANN001
+    """Answer the page's first request whose address matches ``url_pattern`` with a 503 (a moment
+    without a database connection) and let every later one through; returns the list of the failed
+    addresses, which the test reads once the page has recovered."""
+    failed: list[str] = []
+
+    def fail_once(route) -> None:  # noqa: ANN001
+        if failed:
+            route.continue_()
+            return
+        failed.append(route.request.url)
+        route.fulfill(status=503, body="Back in a moment")
+
+    page.route(re.compile(url_pattern), fail_once)
+    return failed

@@ -11,7 +11,7 @@ from django.contrib.sessions.models import Session
 from playwright.sync_api import expect
 
 from tests.approvals.conftest import make_staff
-from tests.browser.conftest import Stack
+from tests.browser.conftest import Stack, fail_the_first_read
 from tests.browser.test_approval_dashboard import decide_elsewhere, request_refund, sign_in_staff
 from tests.conftest import make_customer, make_order
 from tickets import services as ticket_services
@@ -57,16 +57,7 @@ def test_a_list_read_that_failed_is_made_again(live: Stack, browser):  # noqa: A
     one = request_refund(live, customer, "R-2001")
     page = sign_in_staff(browser, live, "erin")
     page.wait_for_selector("#live-status:has-text('Live')")
-    failed = []
-
-    def fail_once(route):  # noqa: ANN001, ANN202
-        if failed:
-            route.continue_()
-            return
-        failed.append(route.request.url)
-        route.fulfill(status=503, body="Back in a moment")
-
-    page.route(re.compile(r"/staff/approvals/pending/"), fail_once)
+    failed = fail_the_first_read(page, r"/staff/approvals/pending/")
     two = request_refund(live, customer, "R-2002")
 
     expect(page.locator(f"li.approval[data-approval-id='{two.pk}']")).to_be_visible()

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.sessions.models import Session
 
 from agents.models import AgentRun, RunStatus
-from tests.browser.conftest import Stack
+from tests.browser.conftest import Stack, fail_the_first_read
 from tests.browser.test_staff_inbox import sign_in_person
 from tests.conftest import make_customer
 from tests.staff.conftest import make_support_staff
@@ -65,16 +65,7 @@ def test_a_read_of_what_is_new_that_failed_is_made_again(live: Stack, browser): 
     person = sign_in_person(browser, live, "maria")
     person.goto(live.url(f"/staff/tickets/{ticket.pk}/"))
     person.wait_for_selector("#live-status:text-is('Live')")
-    failed = []
-
-    def fail_once(route):  # noqa: ANN001, ANN202
-        if failed:
-            route.continue_()
-            return
-        failed.append(route.request.url)
-        route.fulfill(status=503, body="Back in a moment")
-
-    person.route(re.compile(r"/staff/tickets/\d+/timeline\?"), fail_once)
+    failed = fail_the_first_read(person, r"/staff/tickets/\d+/timeline\?")
     services.staff_note(ticket=ticket, user=colleague, body="Li: I called the courier.", client_msg_id="li-1")
 
     person.wait_for_selector("#timeline li.msg.internal:has-text('I called the courier')")
