@@ -37,6 +37,25 @@ def restore(path, **options: object) -> str:  # noqa: ANN001
     return out.getvalue()
 
 
+def edited_bundle_pays_nothing(path, ticket: Ticket, *, refused_for: str, verify_says: str, edited: str) -> None:  # noqa: ANN001
+    """An edited bundle must be reported by ``verify`` (exit 1, with the line ``verify_says``) and refused
+    by ``restore`` (its reason naming ``refused_for``) on an empty ledger. Were it restored all the same,
+    the ticket is advanced: the agent must pay nothing ("a bundle whose ``edited`` passed ...")."""
+    status, out = verify(path)
+    empty_the_ledger()
+    try:
+        restore(path)
+    except CommandError as refused:
+        assert refused_for in str(refused)
+        assert status == 1 and verify_says in out, out
+        return
+    advance(ticket.pk)
+    assert not Refund.objects.exists(), (
+        f"a bundle whose {edited} passed verify (exit {status}) and restore, and the agent paid it: "
+        f"{list(Refund.objects.values_list('amount_cents', 'status'))}"
+    )
+
+
 def ledger_counts() -> dict[str, int]:
     return {part.label: part.model.objects.count() for part in PARTS}
 

@@ -10,12 +10,11 @@ so the checksums hold), passed both; the new deployment's agent then paid it, re
 from __future__ import annotations
 
 import pytest
-from django.core.management.base import CommandError
 
 from agents.models import CallStatus, Refund, RunStatus
 from agents.runner import advance
 from tests.state.conftest import export, rewrite_part, verify
-from tests.state.test_bundle import customer_with_paid_order, empty_the_ledger, restore
+from tests.state.test_bundle import customer_with_paid_order, edited_bundle_pays_nothing
 from tickets import services as ticket_services
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
@@ -48,19 +47,12 @@ def test_a_refund_over_the_threshold_edited_to_run_unreviewed_is_reported_and_no
     rewrite_part(path, "agents.AgentRun", _running)
     rewrite_part(path, "approvals.ApprovalRequest", _withdrawn)
 
-    status, out = verify(path)
-    empty_the_ledger()
-    try:
-        restore(path)
-    except CommandError as refused:
-        assert "approval" in str(refused)
-        assert status == 1 and "no call still to run reads as needing no approval its rules ask" in out, out
-        return
-    advance(ticket.pk)
-    assert not Refund.objects.exists(), (
-        "a bundle whose $450 refund waiting for staff was edited to run unreviewed passed verify "
-        f"(exit {status}) and restore, and the agent paid it with no member of staff approving it: "
-        f"{list(Refund.objects.values_list('amount_cents', 'status'))}"
+    edited_bundle_pays_nothing(
+        path,
+        ticket,
+        refused_for="approval",
+        verify_says="no call still to run reads as needing no approval its rules ask",
+        edited="$450 refund waiting for staff was edited to run unreviewed",
     )
 
 

@@ -9,7 +9,6 @@ the customer had not confirmed.
 from __future__ import annotations
 
 import pytest
-from django.core.management.base import CommandError
 from django.test import Client
 
 from agents.models import CallStatus, Refund, RunStatus, ToolCall
@@ -18,7 +17,7 @@ from approvals import services as approval_services
 from approvals.models import ApprovalRequest
 from tests.approvals.conftest import make_staff
 from tests.state.conftest import export, rewrite_part, verify
-from tests.state.test_bundle import customer_with_paid_order, empty_the_ledger, restore
+from tests.state.test_bundle import customer_with_paid_order, edited_bundle_pays_nothing
 from tickets import services as ticket_services
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120), pytest.mark.customer_confirms]
@@ -41,19 +40,12 @@ def test_a_refund_waiting_for_the_customers_confirm_edited_to_read_confirmed_is_
     assert verify(path)[0] == 0
     rewrite_part(path, "agents.ToolCall", _confirmed_by_nobody)
 
-    status, out = verify(path)
-    empty_the_ledger()
-    try:
-        restore(path)
-    except CommandError as refused:
-        assert "confirm" in str(refused)
-        assert status == 1 and "no call carries a confirmation its customer did not give" in out, out
-        return
-    advance(ticket.pk)
-    assert not Refund.objects.exists(), (
-        "a bundle whose refund question was edited to read confirmed passed verify "
-        f"(exit {status}) and restore, and the agent paid it without the customer's Confirm: "
-        f"{list(Refund.objects.values_list('amount_cents', 'status'))}"
+    edited_bundle_pays_nothing(
+        path,
+        ticket,
+        refused_for="confirm",
+        verify_says="no call carries a confirmation its customer did not give",
+        edited="refund question was edited to read confirmed",
     )
 
 
@@ -106,19 +98,12 @@ def test_a_refund_waiting_for_the_customers_confirm_edited_to_run_unasked_is_rep
     rewrite_part(path, "agents.ToolCall", _never_asked)
     rewrite_part(path, "agents.AgentRun", _running)
 
-    status, out = verify(path)
-    empty_the_ledger()
-    try:
-        restore(path)
-    except CommandError as refused:
-        assert "Confirm" in str(refused)
-        assert status == 1 and "no refund still to run skips the customer's Confirm its rules ask" in out, out
-        return
-    advance(ticket.pk)
-    assert not Refund.objects.exists(), (
-        "a bundle whose refund question was edited away passed verify "
-        f"(exit {status}) and restore, and the agent paid it without the customer's Confirm: "
-        f"{list(Refund.objects.values_list('amount_cents', 'status'))}"
+    edited_bundle_pays_nothing(
+        path,
+        ticket,
+        refused_for="Confirm",
+        verify_says="no refund still to run skips the customer's Confirm its rules ask",
+        edited="refund question was edited away",
     )
 
 

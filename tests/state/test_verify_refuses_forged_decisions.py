@@ -9,13 +9,10 @@ ticket, and the agent paid the refund that no member of staff had approved.
 from __future__ import annotations
 
 import pytest
-from django.core.management.base import CommandError
 
 from agents.calls import arguments_digest
-from agents.models import Refund
-from agents.runner import advance
 from tests.state.conftest import export, paused_ticket, rewrite_part, verify
-from tests.state.test_bundle import empty_the_ledger, restore
+from tests.state.test_bundle import edited_bundle_pays_nothing
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
 
@@ -36,17 +33,10 @@ def test_a_paused_refund_edited_to_read_approved_is_reported_and_not_restored(tm
     assert verify(path)[0] == 0
     rewrite_part(path, "agents.ToolCall", _approved_by_nobody)
 
-    status, out = verify(path)
-    empty_the_ledger()
-    try:
-        restore(path)
-    except CommandError as refused:
-        assert "approved" in str(refused)
-        assert status == 1 and "no call carries an approval staff did not give" in out, out
-        return
-    advance(ticket.pk)
-    assert not Refund.objects.exists(), (
-        "a bundle whose paused refund was edited to read approved passed verify "
-        f"(exit {status}) and restore, and the agent paid it with no member of staff approving it: "
-        f"{list(Refund.objects.values_list('amount_cents', 'status'))}"
+    edited_bundle_pays_nothing(
+        path,
+        ticket,
+        refused_for="approved",
+        verify_says="no call carries an approval staff did not give",
+        edited="paused refund was edited to read approved",
     )
