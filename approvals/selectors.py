@@ -201,6 +201,15 @@ def approvals_pending() -> QuerySet[ApprovalRequest]:
     )
 
 
+def approvals_pending_mark() -> tuple[int, int, int]:
+    """Moves whenever what the dashboard lists does: the pending requests (how many, and the sum of their
+    ids: a request leaves and one is added, the new id is above every old one, so the sum moves) and their
+    tickets' timelines (what the customer wrote after a request, quoted on its card). One aggregate read,
+    for a dashboard's socket that has heard nothing for a while."""
+    row = approvals_pending().aggregate(count=Count("id"), ids=Sum("id"), seqs=Sum("ticket__last_event_seq"))
+    return row["count"], row["ids"] or 0, row["seqs"] or 0
+
+
 def approvals_past_expiry_ids(*, limit: int = 200) -> list[int]:
     """Requests still pending in the table but past their expiry (the sweeper has yet to mark them):
     the dashboard says a card of one that it still shows ran out of time, not that someone decided it."""

@@ -18,15 +18,12 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from support.websocket import SignedInConsumer
+from support.websocket import SignedInConsumer, check_when_quiet
 from tickets import realtime
 from tickets.models import HANDLE_PERMISSION, Ticket
 
 CLOSE_NOT_ALLOWED = 4403
 CLOSE_NO_SUCH_TICKET = 4404
-# A socket that has rung nothing for this long asks the ledger whether the timeline moved: a worker
-# cut off from Redis (or whose PUBLISH was lost) writes with no word to the web server holding it.
-QUIET_CHECK_SECONDS = 10.0
 
 
 def _allowed(user: Any) -> bool:
@@ -57,7 +54,7 @@ class StaffTicketConsumer(SignedInConsumer):
         self.group = realtime.group_name(ticket_id)
         await realtime.group_join(self.channel_layer, self.group, self.channel_name)
         await self.send_json({"type": "ready"})
-        self.quiet_check = asyncio.create_task(self._check_when_quiet())
+        self.quiet_check = asyncio.create_task(check_when_quiet(lambda: self.last_rung, self._look_when_quiet))
 
     async def disconnect(self, code: int) -> None:
         if self.quiet_check is not None:
@@ -74,17 +71,13 @@ class StaffTicketConsumer(SignedInConsumer):
         if await self.still_signed_in():
             await self.send_json({"type": "changed"})
 
-    async def _check_when_quiet(self) -> None:
-        """After every QUIET_CHECK_SECONDS without a ring, one look at the ticket's timeline number
-        (its row, by key): moved on since, the page is told as a doorbell would have."""
-        while True:
-            await asyncio.sleep(max(0.0, QUIET_CHECK_SECONDS - (time.monotonic() - self.last_rung)))
-            if time.monotonic() - self.last_rung < QUIET_CHECK_SECONDS:
-                continue
-            seq = await database_sync_to_async(self._last_seq)(self.ticket_id)
-            if seq is not None and seq > self.known_seq:
-                await self.ticket_event({"type": "ticket.event"})
-            self.known_seq, self.last_rung = max(self.known_seq, seq or 0), time.monotonic()
+    async def _look_when_quiet(self) -> None:
+        """After a quiet spell without a ring (``check_when_quiet``), one look at the ticket's timeline
+        number (its row, by key): moved on since, the page is told as a doorbell would have."""
+        seq = await database_sync_to_async(self._last_seq)(self.ticket_id)
+        if seq is not None and seq > self.known_seq:
+            self.known_seq = seq
+            await self.ticket_event({"type": "ticket.event"})
 
     @staticmethod
     def _last_seq(ticket_id: int) -> int | None:

@@ -3,8 +3,11 @@ and an answer for paths that lead nowhere."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -24,6 +27,29 @@ MAX_JSON_DEPTH = 20
 # A sign-in that ended is told to its sockets at once; this bounds how long one whose notice was lost
 # (Redis down for a moment) stays open: its next read after this long checks the session again.
 SIGN_IN_RECHECK_SECONDS = 30
+# A socket that has told its page nothing for this long looks at the ledger itself: its rings come
+# through Redis, and a writer cut off from it (or whose PUBLISH was lost) writes with no word to the
+# web server holding the socket.
+QUIET_CHECK_SECONDS = 10.0
+
+logger = logging.getLogger(__name__)
+
+
+async def check_when_quiet(last_heard: Callable[[], float], check: Callable[[], Awaitable[None]]) -> None:
+    """Run ``check`` after every ``QUIET_CHECK_SECONDS`` in which the socket heard nothing (``last_heard``:
+    when it last did, on the monotonic clock) and was not checked; until the socket's task is cancelled.
+    A check that fails (the database away for a moment) is made again after the next quiet spell."""
+    checked_at = time.monotonic()
+    while True:
+        quiet_for = time.monotonic() - max(last_heard(), checked_at)
+        if quiet_for < QUIET_CHECK_SECONDS:
+            await asyncio.sleep(QUIET_CHECK_SECONDS - quiet_for)
+            continue
+        checked_at = time.monotonic()
+        try:
+            await check()
+        except Exception:  # noqa: BLE001 - a look the next quiet spell makes again; the socket stays
+            logger.warning("a socket's look at the ledger after a quiet spell failed", exc_info=True)
 
 
 def _origin(value: str) -> tuple[str, str, int] | None:

@@ -48,7 +48,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.http import Http404
 
-from support.websocket import SignedInConsumer
+from support.websocket import SignedInConsumer, check_when_quiet
 from tickets import presenters, realtime, selectors, services
 from tickets.models import AGENT_STAYS_OUT, BIGINT_MAX, AuthorKind, Ticket, TicketEvent
 
@@ -57,10 +57,6 @@ logger = logging.getLogger(__name__)
 CLOSE_NOT_SIGNED_IN = 4403
 CLOSE_NO_SUCH_TICKET = 4404
 RESYNC_MIN_SECONDS = 0.5
-# While the customer waits on the agent, a socket that has sent nothing for this long reads the ledger
-# itself: the worker's doorbells go through Redis, and one cut off from it (or whose PUBLISH was lost)
-# stores its answer with no word to the web server that holds the socket.
-QUIET_CHECK_SECONDS = 10.0
 # How far back the timeline is read on connect to learn whether the agent is at work (the page's
 # typing indicator): the last event that turns it on or off is among the latest few.
 AT_WORK_LOOKBACK = 50
@@ -87,7 +83,7 @@ class TicketConsumer(SignedInConsumer):
     ring_again: bool = False
     read_lock: asyncio.Lock
     # Is the customer waiting on the agent (their message not answered yet, or the agent typing), and
-    # when this socket last sent them anything: see ``_check_when_quiet``.
+    # when this socket last sent them anything: see ``_look_when_quiet``.
     agent_at_work: bool = False
     status: str = ""
     last_sent: float = 0.0
@@ -120,7 +116,7 @@ class TicketConsumer(SignedInConsumer):
         await self._catch_up()
         self.agent_at_work = self.agent_at_work or await database_sync_to_async(self._agent_at_work)()
         await self.send_json({"type": "ready", "seq": self.last_seq})
-        self.quiet_check = asyncio.create_task(self._check_when_quiet())
+        self.quiet_check = asyncio.create_task(check_when_quiet(lambda: self.last_sent, self._look_when_quiet))
 
     async def disconnect(self, code: int) -> None:
         for task in (self.reading, self.quiet_check):
@@ -186,17 +182,12 @@ class TicketConsumer(SignedInConsumer):
         self.last_sent = time.monotonic()
         await super().send_json(content, close=close)
 
-    async def _check_when_quiet(self) -> None:
-        """While the customer waits on the agent, read the ledger after every QUIET_CHECK_SECONDS this
-        socket has sent nothing: an answer stored by a worker whose doorbell never came is shown. (A
-        socket whose customer waits on nobody costs nothing.)"""
-        while True:
-            quiet_for = time.monotonic() - self.last_sent
-            await asyncio.sleep(max(0.0, QUIET_CHECK_SECONDS - quiet_for))
-            waiting = self.agent_at_work and self.status not in AGENT_STAYS_OUT  # a person answers: no doorbell lost
-            if waiting and time.monotonic() - self.last_sent >= QUIET_CHECK_SECONDS:
-                self.last_sent = time.monotonic()  # checked: the next check after another quiet spell
-                await self.ticket_event({"type": "ticket.event"})
+    async def _look_when_quiet(self) -> None:
+        """After a quiet spell (``check_when_quiet``), while the customer waits on the agent: read the
+        ledger, so an answer stored by a worker whose doorbell never came is shown. (A socket whose
+        customer waits on nobody costs nothing.)"""
+        if self.agent_at_work and self.status not in AGENT_STAYS_OUT:  # a person answers: no doorbell lost
+            await self.ticket_event({"type": "ticket.event"})
 
     def _agent_at_work(self) -> bool:
         """On connect: is the customer waiting on the agent? A message of theirs no turn has taken in,
