@@ -228,6 +228,9 @@ def _start_failed(lease: Lease, ticket_id: int, exc: Exception) -> str:
     if delay is None:
         agent_services.park_unstarted(lease=lease, ticket_id=ticket_id, error=error, failures=failures, counted=counted)
         return "parked"
+    if counted.payload.get("outage") and failures == agent_services.max_failures():
+        # As a run's outage is told (``_outage``): once, when it has lasted the failure limit.
+        agent_services.tell_delayed_unstarted(lease=lease, ticket_id=ticket_id, error=error, counted=counted)
     raise RetryLater(delay) from exc
 
 

@@ -545,6 +545,30 @@ def tell_delayed(*, lease: Lease, run: AgentRun, error: str, tries: int) -> None
         )
 
 
+def tell_delayed_unstarted(*, lease: Lease, ticket_id: int, error: str, counted: TicketEvent) -> None:
+    """Tell the customer, once for the outage, that the answer is delayed when the outage keeps a run
+    from starting at all (``run_start_failed``), as ``tell_delayed`` does for one that hits a run.
+    ``counted``: the failed start's event, which names the outage by its first failure's time."""
+    since = counted.payload.get("outage_since", counted.pk)
+    with lease.guard():
+        ticket_services.message_post(
+            ticket=ticket_id,
+            author_kind=AuthorKind.SYSTEM,
+            body=DELAYED_NOTE,
+            client_msg_id=f"delayed:start:{since}"[:100],
+            actor_ref="agent",
+        )
+        ticket_services.event_append(
+            ticket=ticket_id,
+            kind="agent_delayed",
+            actor_kind=ActorKind.SYSTEM,
+            actor_ref="agent",
+            payload={
+                "run_id": None, "outage_tries": counted.payload.get("outage_tries"), "error": clean_text(error)[:500],
+            },
+        )  # fmt: skip
+
+
 PARKED_NOTE = "Sorry, something went wrong on our side. A person from our team will reply in this chat."
 
 

@@ -160,6 +160,30 @@ def test_a_run_that_cannot_start_for_a_database_outage_is_tried_for_the_patience
     assert ticket.status == TicketStatus.WITH_HUMAN and told(ticket.pk, PARKED_NOTE) == 1
 
 
+def test_a_customer_whose_run_cannot_start_for_an_outage_is_told_once_that_the_answer_is_delayed(settings, monkeypatch):
+    """As when the outage hits mid-run: told once, when it has lasted the failure limit, then answered."""
+    settings.AGENT_MAX_CONSECUTIVE_FAILURES = 3
+    settings.AGENT_OUTAGE_PATIENCE_SECONDS = 300
+    starts = []
+
+    def cut(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        starts.append(1)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("agents.services.run_start", cut)
+        ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Hi", body="Where is my order?")
+        for tries in range(1, 7):
+            assert advance(ticket.pk).state == "retry"
+            assert told(ticket.pk, DELAYED_NOTE) == (1 if tries >= 3 else 0), f"after {tries} tries"
+            retry_time_comes(ticket.pk)
+    assert len(starts) == 6
+
+    assert advance(ticket.pk).state == RunStatus.COMPLETED  # the database back: answered
+    assert told(ticket.pk, DELAYED_NOTE) == 1 and told(ticket.pk, PARKED_NOTE) == 0
+    assert Message.objects.filter(ticket=ticket, author_kind="agent").count() == 1
+
+
 @pytest.mark.parametrize(
     ("exc", "outage"),
     [
