@@ -100,6 +100,13 @@ class Lease:
     took_over_from: str = ""
     # This worker's connection holds the ticket's advisory lock.
     locked: bool = False
+    # The server process of the session that took the lock (``_Heartbeat`` checks it still holds it).
+    session_pid: int | None = None
+    # This worker's session was ended while it lived on (seen by its heartbeat): see ``session_cut``.
+    cut: bool = False
+    # The owner this lease was taken from had its session ended while it lived on: the pass it lost
+    # was cut off by an outage of the database, not stopped by a crash of its worker.
+    took_over_from_a_cut: bool = False
     lost: bool = False
     # The ticket's last timeline number as this worker knows it: read with the ticket (``watch``),
     # then moved on by each of its own fenced transactions. ``others_wrote``: someone else (a
@@ -218,14 +225,26 @@ class _Heartbeat:
     """One thread per process renews the leases its worker holds, each every third of a lease.
 
     A thread started and joined for each lease cost a turn more than half a millisecond. The
-    renewals use the thread's own connection, closed after each round (a worker holds a lease
-    for seconds; a renewal comes every 20 s by default).
+    renewals use the thread's own connection, kept while a lease is held and closed when none is.
+
+    Every ``CHECK_SECONDS`` it also asks whether the session of each pass still holds its ticket's
+    advisory lock. The database ending a session (a failover, a restart, pg_terminate_backend, the
+    idle-in-transaction timeout) drops the lock, which reads as a dead owner (invariant 15): the
+    sweeper rang the ticket and another worker took it over while this one, alive, was still
+    streaming its step, and the take-over counted a stopped worker against the ticket (a few cuts
+    parked it). A lock gone from a session whose worker lives on is marked on the lease
+    (``session_cut``): the lease is then held as a plain lease, renewed while the pass goes on and
+    released when it ends (its next statement meets the cut and waits out the outage), or taken over
+    at its expiry, as an outage, not a stop. A killed worker's heartbeat dies with it: taken over at once.
     """
+
+    CHECK_SECONDS = 0.5
 
     def __init__(self) -> None:
         self.due: dict[int, tuple[Lease, float]] = {}  # id(lease) -> (lease, when to renew it)
         self.changed = threading.Condition()
         self.wakes_at = 0.0  # when the thread wakes up next (0 while it is awake)
+        self.check_at = 0.0  # when the sessions of the passes are checked next
         self.pid = os.getpid()
         threading.Thread(target=self._run, name="lease-heartbeat", daemon=True).start()
 
@@ -249,7 +268,12 @@ class _Heartbeat:
             with self.changed:
                 now = time.monotonic()
                 next_at = min((at for _, at in self.due.values()), default=None)
+                if any(lease.session_pid and not lease.cut for lease, _ in self.due.values()):
+                    next_at = min(next_at if next_at is not None else math.inf, self.check_at)
                 if next_at is None or next_at > now:
+                    if not self.due:  # no lease held: its connection is not kept while idle
+                        with contextlib.suppress(Exception):
+                            connection.close()
                     self.wakes_at = math.inf if next_at is None else next_at
                     self.changed.wait(None if next_at is None else next_at - now)
                     self.wakes_at = 0.0  # awake: a lease added now is seen by this round
@@ -257,12 +281,54 @@ class _Heartbeat:
                 renewing = [lease for lease, at in self.due.values() if at <= now]
                 for lease in renewing:
                     self.due[id(lease)] = (lease, now + self.interval())
+                checking = []
+                if self.check_at <= now:
+                    checking = [lease for lease, _ in self.due.values() if lease.session_pid and not lease.cut]
+                    self.check_at = now + self.CHECK_SECONDS
+                holding = bool(self.due)
             try:
                 for lease in renewing:
                     self._renew(lease)
+                if checking:
+                    self._check_sessions(checking)
+            except Exception:  # noqa: BLE001 - the next round tries again, on a new connection
+                logger.warning("the lease heartbeat's round failed", exc_info=True)
+                holding = False
             finally:
-                with contextlib.suppress(Exception):
-                    connection.close()
+                if not holding:
+                    with contextlib.suppress(Exception):
+                        connection.close()
+                else:
+                    with contextlib.suppress(Exception):
+                        connection.close_if_unusable_or_obsolete()
+
+    def _check_sessions(self, leases: list[Lease]) -> None:
+        """Mark the leases whose pass's session no longer holds the ticket's lock (``session_cut``)."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE agents_ticketlease AS held SET session_locked = FALSE, session_cut = TRUE "
+                "FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::int[]) AS pass(ticket_id, epoch, owner, pid) "
+                "WHERE held.ticket_id = pass.ticket_id AND held.epoch = pass.epoch AND held.owner = pass.owner "
+                "AND held.session_locked AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' "
+                "AND l.granted AND l.objsubid = 1 AND l.pid = pass.pid AND l.classid = %s "
+                "AND l.objid::bigint = (pass.ticket_id & 4294967295) "
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())) "
+                "RETURNING held.ticket_id",
+                [
+                    [lease.ticket_id for lease in leases], [lease.epoch for lease in leases],
+                    [lease.owner for lease in leases], [lease.session_pid for lease in leases], LOCK_NAMESPACE,
+                ],
+            )  # fmt: skip
+            cut = {row[0] for row in cursor.fetchall()}
+        for lease in leases:
+            if lease.ticket_id in cut:
+                lease.cut = True
+                logger.warning(
+                    "ticket %s: the database ended the session of this worker's pass (epoch %s); the lease is "
+                    "kept until the pass ends, and the pass waits the outage out",
+                    lease.ticket_id,
+                    lease.epoch,
+                )
 
     def _renew(self, lease: Lease) -> None:
         if time.monotonic() - lease.taken_at > held_at_most():
@@ -327,36 +393,58 @@ def lease_acquire_and_read(
     # if no live session holds the lock: then a lease still marked as held by a locking owner
     # belongs to a dead one, and may be taken over before it expires. No row for a ticket that
     # does not exist (the foreign key would fail the statement, and the reads with it).
+    # A lock gone from a lease not expired is taken over only after the owner's heartbeat has had
+    # time to say its worker lives on and only its session was cut (``_Heartbeat``, ``session_cut``):
+    # the first statement leaves such a lease alone and says so, and the second, a moment later,
+    # takes it if it is still marked as held by a lock (its owner dead: no heartbeat marked it).
+    found, read = _acquire_and_read(ticket_id=ticket_id, owner=owner, then=then, take_lost_session=False)
+    if found[0][1] is None and found[0][-1]:
+        _lease_from(found[0], ticket_id=ticket_id, owner=owner)  # lets go of the advisory lock
+        time.sleep(_Heartbeat.CHECK_SECONDS * 3)
+        found, read = _acquire_and_read(ticket_id=ticket_id, owner=owner, then=then, take_lost_session=True)
+    return _lease_from(found[0], ticket_id=ticket_id, owner=owner), read
+
+
+def _acquire_and_read(
+    *, ticket_id: int, owner: str, then: Sequence[tuple[str, Sequence[Any]]], take_lost_session: bool
+) -> tuple[list[tuple[Any, ...]], list[list[tuple[Any, ...]]]]:
     acquire = (
         """
         WITH advisory AS (SELECT pg_try_advisory_lock(%s) AS locked),
+        before AS (
+            SELECT owner, session_cut, session_locked AND owner <> '' AND expires_at >= now() AS held_locked
+              FROM agents_ticketlease WHERE ticket_id = %s
+        ),
         taken AS (
             INSERT INTO agents_ticketlease
-                   (ticket_id, owner, epoch, expires_at, acquired_at, previous_owner, session_locked)
-            SELECT %s, %s, 1, now() + make_interval(secs => %s), now(), '', advisory.locked FROM advisory
+                   (ticket_id, owner, epoch, expires_at, acquired_at, previous_owner, session_locked, session_cut)
+            SELECT %s, %s, 1, now() + make_interval(secs => %s), now(), '', advisory.locked, FALSE FROM advisory
              WHERE EXISTS (SELECT 1 FROM tickets_ticket WHERE id = %s)
             ON CONFLICT (ticket_id) DO UPDATE
                SET owner = EXCLUDED.owner, epoch = agents_ticketlease.epoch + 1,
                    expires_at = EXCLUDED.expires_at, acquired_at = EXCLUDED.acquired_at,
-                   previous_owner = agents_ticketlease.owner, session_locked = EXCLUDED.session_locked
+                   previous_owner = agents_ticketlease.owner, session_locked = EXCLUDED.session_locked,
+                   session_cut = FALSE
              WHERE agents_ticketlease.owner = '' OR agents_ticketlease.expires_at < now()
-                OR (EXCLUDED.session_locked AND agents_ticketlease.session_locked)
+                OR (%s AND EXCLUDED.session_locked AND agents_ticketlease.session_locked)
             RETURNING epoch, previous_owner
         )
-        SELECT advisory.locked, taken.epoch, taken.previous_owner FROM advisory LEFT JOIN taken ON TRUE
+        SELECT advisory.locked, taken.epoch, taken.previous_owner,
+               EXISTS (SELECT 1 FROM before WHERE before.owner = taken.previous_owner AND before.session_cut),
+               taken.epoch IS NULL AND advisory.locked AND EXISTS (SELECT 1 FROM before WHERE before.held_locked)
+          FROM advisory LEFT JOIN taken ON TRUE
         """,
-        [lock_key(ticket_id), ticket_id, owner, lease_seconds(), ticket_id],
+        [lock_key(ticket_id), ticket_id, ticket_id, owner, lease_seconds(), ticket_id, take_lost_session],
     )
     if then:
         found, *read = reads.fetch_together([acquire, *then])
-    else:
-        found, read = reads.fetch(*acquire), []
-    return _lease_from(found[0], ticket_id=ticket_id, owner=owner), read
+        return found, read
+    return reads.fetch(*acquire), []
 
 
 def _lease_from(found: tuple[Any, ...], *, ticket_id: int, owner: str) -> Lease | None:
     with connection.cursor() as cursor:
-        locked, *row = found
+        locked, *row, cut, _ = found
         if row[0] is None:
             if locked:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_key(ticket_id)])
@@ -373,4 +461,12 @@ def _lease_from(found: tuple[Any, ...], *, ticket_id: int, owner: str) -> Lease 
                     )
                     break
                 time.sleep(0.01)
-    return Lease(ticket_id=ticket_id, owner=owner, epoch=int(row[0]), took_over_from=row[1] or "", locked=locked)
+    return Lease(
+        ticket_id=ticket_id,
+        owner=owner,
+        epoch=int(row[0]),
+        took_over_from=row[1] or "",
+        locked=locked,
+        session_pid=connection.connection.info.backend_pid if locked else None,
+        took_over_from_a_cut=bool(row[1]) and bool(cut),
+    )

@@ -30,6 +30,10 @@ class TicketLease(models.Model):
     # The owner also holds the ticket's session-level advisory lock (agents.lease.lock_key):
     # Postgres drops it the moment the owner's connection dies, so a dead owner is seen at once.
     session_locked = models.BooleanField(default=False)
+    # The owner's session ended while the owner lived on (the database cut it: a failover, a restart,
+    # pg_terminate_backend), as its heartbeat saw: its lease is no longer held by a lock but kept
+    # until the pass ends or the lease expires, and a take-over after it is an outage, not a stop.
+    session_cut = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return f"lease on #{self.ticket_id}: {self.owner or 'free'} (epoch {self.epoch})"

@@ -43,6 +43,7 @@ from agents.models import (
     StepStatus,
     ToolCall,
 )
+from agents.outage import patience_seconds
 from agents.pass_state import Pass, stream_position
 from agents.tools import REGISTRY, ToolContext
 from tickets import realtime
@@ -124,6 +125,9 @@ def owner_stopped(lease: Lease, run: AgentRun) -> tuple[bool, str | None]:
     """
     if not _taken_from_a_stopped_owner(lease, run) or run.status != RunStatus.RUNNING:
         return False, None
+    if lease.took_over_from_a_cut and patience_seconds():
+        _owner_cut_off(lease, run)
+        return False, None
     failures = agent_services.run_record_failure(
         lease=lease, run=run, error="the worker carrying this run on stopped before it finished"
     )
@@ -134,6 +138,23 @@ def owner_stopped(lease: Lease, run: AgentRun) -> tuple[bool, str | None]:
         agent_services.park(lease=lease, run=run, error=limit, failures=failures)
         raise Stop()
     return True, limit
+
+
+CUT_OFF = "the database ended the session of the worker carrying this run on (the worker lived on)"
+
+
+def _owner_cut_off(lease: Lease, run: AgentRun) -> None:
+    """The owner lived on but the database ended its session (``agents.lease._Heartbeat``): its pass
+    was lost to an outage of the database, not to a crash of its worker, so it is counted on the
+    outage under way (AGENT_OUTAGE_PATIENCE_SECONDS), as its own failed statement would have been,
+    and the customer is told once that the answer is delayed, as for any outage."""
+    outage = agent_services.run_record_outage(lease=lease, run=run, error=CUT_OFF, patience=patience_seconds())
+    if not outage.within:
+        error = f"out of reach for {outage.lasted:.0f} s (AGENT_OUTAGE_PATIENCE_SECONDS): {CUT_OFF}"
+        agent_services.park(lease=lease, run=run, error=error, failures=outage.tries)
+        raise Stop()
+    if outage.tries == agent_services.max_failures():
+        agent_services.tell_delayed(lease=lease, run=run, error=CUT_OFF, tries=outage.tries)
 
 
 def _taken_from_a_stopped_owner(lease: Lease, run: AgentRun) -> bool:
