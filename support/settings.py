@@ -316,8 +316,14 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": os.environ.get("CACHE_PREFIX", "support"),
-        # One connection pool per process, not one per request thread.
-        "OPTIONS": {"pool_class": "support.cache.SharedConnectionPool"},
+        # One connection pool per process, not one per request thread. A Redis that does not answer
+        # (frozen, or a network that swallows the session) fails the command after a few seconds
+        # instead of holding the request for as long as TCP waits.
+        "OPTIONS": {
+            "pool_class": "support.cache.SharedConnectionPool",
+            "socket_timeout": 3,
+            "socket_connect_timeout": 3,
+        },
     }
 }
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
+import redis
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django_ratelimit.core import get_usage
+
+logger = logging.getLogger(__name__)
 
 
 def over_limit(request: HttpRequest, *, group: str, key: str | Callable[..., str], rate_setting: str) -> int | None:
@@ -14,7 +18,14 @@ def over_limit(request: HttpRequest, *, group: str, key: str | Callable[..., str
 
     ``key`` is django-ratelimit's: ``"user"``, ``"ip"``, ``"post:email"``...
     """
-    usage = get_usage(request, group=group, key=key, rate=getattr(settings, rate_setting), increment=True)
+    try:
+        usage = get_usage(request, group=group, key=key, rate=getattr(settings, rate_setting), increment=True)
+    except redis.RedisError:
+        # The cache (Redis) is away: the request is not counted rather than refused or failed with a
+        # 500. A customer's message or new ticket is stored in PostgreSQL and answered once Redis is
+        # back; a limit left uncounted for the length of an outage costs far less than a lost message.
+        logger.warning("%s: not counted against its rate limit, the cache could not be reached", group, exc_info=True)
+        return None
     if usage is None or not usage["should_limit"]:
         return None
     return max(1, int(usage["time_left"]))

@@ -146,10 +146,10 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def beat(self) -> Proc:
+    def beat(self, **extra: str) -> Proc:
         argv = [sys.executable, "-m", "celery", "-A", "support", "beat", "-l", "info",
                 "-s", str(self.tmp_path / "celerybeat-schedule")]  # fmt: skip
-        proc = Proc("beat", argv, self.env(), self.tmp_path)
+        proc = Proc("beat", argv, self.env(**extra), self.tmp_path)
         self.procs.append(proc)
         return proc
 
