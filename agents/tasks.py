@@ -60,7 +60,9 @@ def _send_doorbell(ticket_id: int) -> None:
     """A broker that cannot be reached loses only the doorbell: what was committed stays, the
     request that committed it succeeds, and the sweeper rings the ticket once the broker is back."""
     try:
-        advance_ticket.delay(ticket_id)
+        # Tried once: Celery's publish retries (three more, each a new connection that a frozen broker
+        # accepts and never answers, each waiting out its timeout) held a customer's send for ~50 s.
+        advance_ticket.apply_async(args=[ticket_id], retry=False)
     except Exception:  # noqa: BLE001 - kombu's and the transport's errors alike; nothing to undo
         logger.exception("ticket %s: the doorbell could not be sent to the broker; the sweeper rings it", ticket_id)
 

@@ -52,7 +52,7 @@ def test_a_message_sent_during_a_pause_whose_doorbell_is_lost_is_still_acknowled
     assert advance(ticket.pk, model=model).state == RunStatus.WAITING_APPROVAL
 
     # The customer writes during the review; the doorbell of that message is lost.
-    monkeypatch.setattr(tasks.advance_ticket, "delay", lambda *args, **kwargs: None)
+    monkeypatch.setattr(tasks.advance_ticket, "apply_async", lambda *args, **kwargs: None)
     message, _ = ticket_services.message_post(
         ticket=ticket.pk, author_kind=AuthorKind.CUSTOMER, author_user=ticket.customer.user,
         body="Any news on this?", client_msg_id="c-any-news",

@@ -152,3 +152,56 @@ def test_what_a_customer_sends_while_redis_is_down_is_stored_and_answered_once_w
         assert agent_replies(each) == answers, list(Message.objects.filter(ticket=each).values_list("body", flat=True))
         assert not Message.objects.filter(ticket=each, body=PARKED_NOTE).exists()
         assert not AgentRun.objects.filter(ticket=each).exclude(status=RunStatus.COMPLETED).exists()
+
+
+RING_TWICE = """
+import sys, django
+django.setup()
+from agents.tasks import _send_doorbell
+_send_doorbell(1)  # the broker answers: the process's connection to it is made
+print("rang", flush=True)
+sys.stdin.readline()  # the broker is frozen now
+_send_doorbell(1)
+print("rang again", flush=True)
+"""
+
+
+def connections_received(redis: OwnRedis) -> int:
+    import redis as redis_py
+
+    return int(redis_py.Redis.from_url(redis.url).info("stats")["total_connections_received"])
+
+
+def test_a_doorbell_to_a_frozen_redis_is_tried_once_not_once_per_publish_retry(cluster):
+    """A customer's send rings its doorbell from the web request: with Celery's publish retries, each
+    a new connection that a frozen Redis accepts (the kernel does) and never answers, the request was
+    held for about 50 s (seen under the web server with Redis stopped by SIGSTOP). One try: the
+    doorbell is lost after the broker's timeout and the sweeper rings once Redis is back."""
+    import subprocess
+    import sys
+
+    from tests.workers import ROOT
+
+    redis = OwnRedis(cluster).start()
+    env = {**cluster.env(), "CELERY_BROKER_URL": redis.url, "REDIS_URL": redis.url}
+    ringer = subprocess.Popen(
+        [sys.executable, "-c", RING_TWICE], cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert ringer.stdout.readline().strip() == "rang", ringer.stderr.read()[-2000:]
+        before = connections_received(redis)
+        redis.go_away("frozen")
+        ringer.stdin.write("\n")
+        ringer.stdin.flush()
+        out, err = ringer.communicate(timeout=120)
+    finally:
+        redis.come_back("frozen")
+        if ringer.poll() is None:
+            ringer.kill()
+    assert "rang again" in out, err[-2000:]
+    assert "the doorbell could not be sent to the broker" in err
+    # Connections made while it was frozen wait in its backlog; it takes them in once it runs again.
+    time.sleep(1)
+    tries = connections_received(redis) - before - 1  # less this test's own INFO
+    assert tries <= 1, f"one doorbell opened {tries} connections to the frozen broker"

@@ -69,7 +69,9 @@ def rings(monkeypatch):  # noqa: ANN001, ANN201
     def count(sender: object, ticket_id: int, **kwargs: object) -> None:
         signals.append(ticket_id)
 
-    monkeypatch.setattr(agent_tasks.advance_ticket, "delay", lambda ticket_id: enqueued.append(ticket_id))
+    monkeypatch.setattr(
+        agent_tasks.advance_ticket, "apply_async", lambda args, **kwargs: enqueued.append(args[0])
+    )  # fmt: skip
     ticket_needs_agent.connect(count, dispatch_uid="test-admin-doorbell-counter")
     yield signals, enqueued
     ticket_needs_agent.disconnect(dispatch_uid="test-admin-doorbell-counter")
