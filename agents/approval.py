@@ -30,7 +30,7 @@ from agents.calls import arguments_digest
 from agents.confirmation import confirmed, needs_confirmation, pause_for_confirmation
 from agents.lease import Lease
 from agents.models import AgentRun, ApprovalDecision, CallStatus, RunStatus, ToolCall
-from agents.tools import REGISTRY, ToolContext
+from agents.tools import REGISTRY, ToolContext, ToolNeedsApproval
 from tickets import services as ticket_services
 from tickets.models import TICKET_TRANSITIONS, ActorKind, AuthorKind, Ticket, TicketStatus
 
@@ -148,5 +148,11 @@ def apply_decision(
             pause_for_confirmation(lease=lease, run=run, call=call, tool=tool, ctx=ctx)
             return RunStatus.WAITING_CONFIRMATION
         call = calls.call_cleared_to_run(lease=lease, call=call)
-    execute(lease, call, tool, ToolContext(ticket=ticket, call=call))
+    try:
+        execute(lease, call, tool, ToolContext(ticket=ticket, call=call))
+    except ToolNeedsApproval as late:
+        # Checked again next to its effect, the approved call is handed back to staff, with the reason
+        # (a refund: the payment provider holds money outside the ledger its card did not show).
+        pause_for_approval(lease=lease, run=run, call=call, reason=late.reason)
+        return RunStatus.WAITING_APPROVAL
     return None

@@ -334,6 +334,10 @@ class ToolCall(models.Model):
     approval_note = models.TextField(blank=True)
     # Digest of the arguments the decision was made on (see agents.approval.arguments_digest).
     approval_digest = models.CharField(max_length=64, blank=True)
+    # A refund's approval: the ids of the refunds the payment provider held on the payment outside the
+    # ledger, as the card staff approved showed them; None when the card showed none read. Money held
+    # there outside the ledger beyond these, when the refund is about to be sent, hands it back to staff.
+    approval_provider_seen = models.JSONField(null=True, blank=True)
     # The customer confirms some calls (a refund) in the chat before they run, after any approval:
     # the question they were asked, until when, and their decision on these exact arguments.
     confirmation_required = models.BooleanField(default=False)

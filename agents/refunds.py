@@ -432,10 +432,11 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         # The runner never gets here with such a call; this is the money path's own last door.
         raise ToolError("This refund needs a staff approval for these exact arguments before it can run.")
     reviewed = call.approval_decision == ApprovalDecision.APPROVED
-    # The payment's refunds at the provider, read before a refund nobody reviewed is first sent (outside
-    # the transaction: no request to the provider holds the ledger's locks): the provider's record wins
-    # (``_unknown_at_the_provider``), and the first try's look-up under the key reads them from here.
-    listed = None if reviewed or Refund.objects.filter(idempotency_key=key).exists() else _payment_refunds(ctx, args)
+    # The payment's refunds at the provider, read before a refund is first sent (outside the transaction:
+    # no request to the provider holds the ledger's locks): the provider's record wins, unreviewed
+    # (``_unknown_at_the_provider``) or approved on a card that did not show it (``_held_since_the_approval``),
+    # and the first try's look-up under the key reads them from here.
+    listed = None if Refund.objects.filter(idempotency_key=key).exists() else _payment_refunds(ctx, args)
     with ctx.fenced():
         existing = Refund.objects.select_for_update().select_related("order").filter(idempotency_key=key).first()
         if existing is not None and existing.status in PAID_OR_PAYING:
@@ -468,6 +469,8 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             and (late := _review_asked_since(ctx, order) or _unknown_at_the_provider(order, key, listed))
         ):
             raise ToolNeedsApproval(late)  # nothing written, nothing sent: the run pauses on it
+        elif existing is None and reviewed and (late := _held_since_the_approval(call, order, key, listed)):
+            raise ToolNeedsApproval(late)  # handed back to staff, with the reason: nothing written, nothing sent
         elif existing is None:
             refund = Refund.objects.create(
                 ticket=ctx.ticket,
@@ -574,21 +577,18 @@ def _payment_refunds(ctx: ToolContext, args: dict[str, Any]) -> list[ProviderRef
         return None
 
 
-def _unknown_at_the_provider(order: Order, key: str, listed: list[ProviderRefund] | None) -> str | None:
-    """Money the provider has refunded (or is refunding) on this order's payment that the ledger does not
-    count: a refund under no key of a refund of ours that counts (made in the provider's dashboard, by the
-    deployment a ticket was moved from, or one of ours the ledger holds as failed). The customer may have
-    been paid for this request already, so it needs a staff approval. Caller: the refund's transaction,
-    with the order held (a refund of ours sent meanwhile has its row, committed before it was sent)."""
-    if not listed:
-        return None
+def refunds_outside_the_ledger(order: Order, key: str, listed: list[ProviderRefund]) -> list[ProviderRefund]:
+    """The refunds of ``listed`` (the payment's, at the provider) the ledger does not count: money refunded
+    (or being refunded) on this order's payment under no key of a refund of ours that counts (made in the
+    provider's dashboard, by the deployment a ticket was moved from, or one of ours the ledger holds as
+    failed), besides the refund under ``key`` itself."""
     # Ours on this payment, whichever order names it (one payment may pay for several orders).
     ours = set(
         Refund.objects.filter(
             order__payment_reference=order.payment_reference, status__in=RESERVING_REFUND_STATUSES
         ).values_list("idempotency_key", flat=True)
     )
-    unknown = [
+    return [
         found
         for found in listed
         if found.status not in PROVIDER_FAILED
@@ -596,14 +596,55 @@ def _unknown_at_the_provider(order: Order, key: str, listed: list[ProviderRefund
         and found.idempotency_key != key
         and found.idempotency_key not in ours
     ]
-    if not unknown:
+
+
+def provider_refunds_outside_the_ledger(order: Order, key: str) -> list[ProviderRefund] | None:
+    """``refunds_outside_the_ledger``, read from the provider now (None when it does not answer). What a
+    refund's approval card shows staff; call it outside any transaction (a request to the provider)."""
+    if not order.payment_reference:
+        return []
+    try:
+        listed = provider().list_refunds(payment_reference=order.payment_reference)
+    except ProviderError:
+        logger.warning("could not list the refunds of order %s at the provider", order.number, exc_info=True)
         return None
-    amount = format_money(sum(found.amount_cents for found in unknown), order.currency)
-    ids = ", ".join(found.id for found in unknown)
+    return refunds_outside_the_ledger(order, key, listed)
+
+
+def _held_at_the_provider(order: Order, refunds: list[ProviderRefund]) -> str:
+    amount = format_money(sum(found.amount_cents for found in refunds), order.currency)
+    ids = ", ".join(found.id for found in refunds)
     return (
         f"the payment provider holds {amount} refunded on order {order.number} that this ledger does not have "
-        f"({ids}: made outside the agent, in the provider's dashboard or another deployment): the customer may "
-        "have been refunded for this already"
+        f"({ids}: made outside the agent, in the provider's dashboard or another deployment)"
+    )
+
+
+def _unknown_at_the_provider(order: Order, key: str, listed: list[ProviderRefund] | None) -> str | None:
+    """Money the provider holds on this order's payment that the ledger does not count
+    (``refunds_outside_the_ledger``): the customer may have been paid for this request already, so it needs
+    a staff approval. Caller: the refund's transaction, with the order held (a refund of ours sent meanwhile
+    has its row, committed before it was sent)."""
+    unknown = refunds_outside_the_ledger(order, key, listed) if listed else []
+    if not unknown:
+        return None
+    return f"{_held_at_the_provider(order, unknown)}: the customer may have been refunded for this already"
+
+
+def _held_since_the_approval(call: ToolCall, order: Order, key: str, listed: list[ProviderRefund] | None) -> str | None:
+    """An approved refund about to be first sent: money the provider holds on the payment outside the ledger
+    that the approval's card did not show (refunded in the dashboard since the request was made, or the card
+    showed the provider unread). Staff approved without knowing, so it goes back to them, with the reason.
+    Caller: the refund's transaction, with the order held. A provider that does not answer now leaves the
+    approval to decide, as the ledger does for an unreviewed refund."""
+    seen = set(call.approval_provider_seen or [])
+    new = [found for found in refunds_outside_the_ledger(order, key, listed or []) if found.id not in seen]
+    if not new:
+        return None
+    shown = "since the request was made" if call.approval_provider_seen is not None else "which its card did not show"
+    return (
+        f"not sent after the approval: {_held_at_the_provider(order, new)}, {shown}: the customer may have "
+        "been refunded for this already"
     )
 
 

@@ -170,6 +170,10 @@ class ApprovalCard:
     # conversation (an approval from a page that showed "please cancel the refund" stands).
     written_after: list[ConversationEntry] = field(default_factory=list)
     written_after_more: bool = False
+    # A refund's card: the payment provider's refunds outside the ledger it shows ("read:" and their ids,
+    # or "unread"). The Approve form sends it back, and the decision keeps what the card showed
+    # (``services.approval_decide``): money held there beyond it stops the refund next to its payment.
+    provider_seen: str = "unread"
 
 
 def approval_attachments(*, tickets: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
@@ -471,6 +475,18 @@ def _add_order(card: ApprovalCard, order: Order, warning: str, refunds: list[Ref
     ]
     if evidence.get("delivered_at"):
         facts.append(f"delivered {evidence['delivered_at']}")
+    held = evidence.get("provider")
+    if held is not None and held.get("read"):
+        card.provider_seen = "read:" + ",".join(map(str, held.get("ids", [])))
+    if held is None:
+        facts.append("the payment provider's refunds on this payment not read yet")
+    elif not held.get("read"):
+        facts.append("the payment provider's refunds could not be read (check there before approving)")
+    elif held.get("ids"):
+        facts.append(
+            f"the payment provider holds {format_money(int(held.get('cents', 0)), currency)} refunded on this "
+            f"payment outside this ledger ({', '.join(map(str, held['ids']))}): made in its dashboard or elsewhere"
+        )
     # Each card names a few: every card of an order named all the others, so many requests on one order
     # made a dashboard that grew with the square of their number.
     done_or_tried, asked = [r for r in refunds if not r.asked], [r for r in refunds if r.asked]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,6 +16,7 @@ from agents.approval import arguments_digest
 from agents.calls import call_record_decision
 from agents.models import NOT_RUN, AgentRun, ApprovalDecision, ModelStep, ToolCall
 from agents.profiles import policy_values, profile_of
+from agents.refunds import provider_refunds_outside_the_ledger
 from agents.selectors import person_took_the_ticket_since, refunded_total_cents
 from agents.tasks import ring
 from agents.tools import order_of_customer
@@ -129,7 +131,51 @@ def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:
         is_public=True,
     )
     notify_staff(approval.pk, "requested")
+    if evidence.get("order_number"):
+        # After the commit, outside the agent's transaction (a request to the provider holds no lock).
+        transaction.on_commit(functools.partial(_read_the_provider, approval.pk))
     return approval
+
+
+def _read_the_provider(approval_id: int) -> None:
+    """A refund's card shows the money the payment provider holds refunded on the order's payment outside
+    the ledger (made in its dashboard, by another deployment...), read when the request is made: staff
+    approving a $300 refund are shown the $300 a colleague refunded there. Written on the request's
+    evidence while it waits (``provider``: read or not, how much, which refunds); a decision carries what
+    it showed to the call, and the refund is checked against it again next to its payment
+    (agents.refunds). A failure leaves the card saying the provider was not read."""
+    try:
+        approval = ApprovalRequest.objects.select_related("ticket", "tool_call").get(pk=approval_id)
+        order = order_of_customer(approval.ticket.customer_id, str(approval.evidence.get("order_number", "")))
+        if order is None:
+            return
+        outside = provider_refunds_outside_the_ledger(order, approval.tool_call.idempotency_key)
+        held: dict[str, Any] = {"read": False}
+        if outside is not None:
+            held = {"read": True, "cents": sum(r.amount_cents for r in outside), "ids": [r.id for r in outside]}
+        with transaction.atomic():
+            locked = ApprovalRequest.objects.select_for_update().filter(pk=approval_id).first()
+            if locked is None or locked.status != ApprovalStatus.PENDING:
+                return  # decided meanwhile: its decision carried what its card showed
+            locked.evidence = {**locked.evidence, "provider": held}
+            locked.save(update_fields=["evidence"])
+            notify_staff(approval_id, "provider_read")
+    except Exception:  # noqa: BLE001 - the request stands; its card says the provider was not read
+        logger.warning("could not read the provider's refunds for approval %s", approval_id, exc_info=True)
+
+
+def provider_seen(approval: ApprovalRequest, shown: str | None = None) -> list[str] | None:
+    """The provider's refunds outside the ledger the deciding card showed, or None (none read): what its
+    form sent back (``shown``), never more than the request holds (a card read before the provider was,
+    approved after, showed none); without a form (a decision made in code), what the request holds."""
+    held = (approval.evidence or {}).get("provider") or {}
+    ids = [str(i) for i in held.get("ids", [])] if held.get("read") else None
+    if shown is None or ids is None:
+        return ids
+    if not shown.startswith("read:"):
+        return None
+    on_card = set(shown.removeprefix("read:").split(","))
+    return [i for i in ids if i in on_card]
 
 
 def register_kinds() -> None:
@@ -202,10 +248,13 @@ def approval_decide(
     note: str = "",
     now: datetime | None = None,
     seen_seq: int | None = None,
+    provider_shown: str | None = None,
 ) -> ApprovalRequest:
     """Record a staff decision and ring the ticket. The first decision wins; later ones change nothing.
     ``seen_seq``: the ticket's timeline number the deciding page was read at; an approval is refused
-    when the customer wrote after it (the approved call runs on resume before the agent reads it)."""
+    when the customer wrote after it (the approved call runs on resume before the agent reads it).
+    ``provider_shown``: what the deciding card showed of the payment provider's refunds outside the
+    ledger (``ApprovalCard.provider_seen``); the decision keeps it (``provider_seen``)."""
     if not can_decide(user):
         raise PermissionDenied("You do not have permission to decide approvals.")
     note = (note or "").strip()
@@ -256,7 +305,11 @@ def approval_decide(
         approval.note = note
         approval.save(update_fields=["status", "decided_by", "decided_at", "note"])
         recorded = call_record_decision(
-            call_id=approval.tool_call_id, decision=approval.status, note=note, digest=approval.arguments_digest
+            call_id=approval.tool_call_id,
+            decision=approval.status,
+            note=note,
+            digest=approval.arguments_digest,
+            provider_seen=provider_seen(approval, provider_shown),
         )
         if not recorded:
             # The call no longer waits for this decision (its run ended meanwhile): a card that says

@@ -127,6 +127,7 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
             approve=approve,
             note=request.POST.get("note", ""),
             seen_seq=int(seen) if seen.isascii() and seen.isdigit() and len(seen) < 19 else None,
+            provider_shown=request.POST.get("provider_seen"),
         )
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
