@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from support.middleware import FORM_TYPES
 from support.throttle import over_limit, too_many
 from tickets import attachments, pages, presenters, selectors, services
 from tickets.models import (
@@ -239,8 +240,11 @@ class _Refusal(Exception):
 
 
 def _message_input(request: HttpRequest) -> tuple[str, str, list[attachments.IncomingFile] | None]:
-    """(client_msg_id, body, files) from a JSON body, or from a multipart form with ``files``."""
-    if request.content_type == "multipart/form-data":
+    """(client_msg_id, body, files) from a JSON body, or from a form (multipart with ``files``).
+
+    A form is read as the form its label says, never as JSON: the input check at the door
+    (support.middleware) read it as a form, so a JSON body labelled one went unchecked."""
+    if request.content_type in FORM_TYPES:
         client_msg_id, body = request.POST.get("client_msg_id"), request.POST.get("body", "")
         uploads = request.FILES.getlist("files")
         if not isinstance(client_msg_id, str):
