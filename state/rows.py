@@ -19,6 +19,7 @@ from django.db.models import Field, Model, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 
 from state.parts import is_user_model
+from support.storable import unstorable
 
 Row = dict[str, Any]
 
@@ -171,6 +172,21 @@ def _json_kind(field: Field) -> type | None:
     )
 
 
+def _json_types(field: Field) -> tuple[type, ...] | None:
+    """The JSON types ``dump`` writes for the column's values (None: any, a JSON column). A value of
+    another type would be converted on the way in (1.5 cents to 1, true to 1, "12" to 12) or fail."""
+    if isinstance(field, models.JSONField):
+        return None
+    internal = (field.target_field if field.is_relation else field).get_internal_type()
+    if internal == "BooleanField":
+        return (bool,)
+    if internal.endswith(("IntegerField", "AutoField")):
+        return (int,)
+    if internal == "FloatField":
+        return (int, float)
+    return (str,)  # text, and what ``encode`` writes as text (dates and times, decimals, UUIDs)
+
+
 def row_problems(model: type[Model], row: Row, *, required: Iterable[str] = ()) -> list[str]:
     """Why ``row`` cannot be a row of ``model`` in this database (empty when it can): each value
     must be one its column takes (its type, length, choices, integer range), and each column of
@@ -200,6 +216,14 @@ def row_problems(model: type[Model], row: Row, *, required: Iterable[str] = ()) 
             if not isinstance(value, str):
                 problems.append(f"{where}: {f.name} must name a user")
             continue
+        types = _json_types(f)
+        if types is not None and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            problems.append(f"{where}: {f.name} = {value!r:.60} is not a value of its column")
+            continue
+        unfit = unstorable(value)
+        if unfit:
+            problems.append(f"{where}: {f.name} {unfit}, which the database cannot hold")
+            continue
         try:
             python = decode(f, value)
         except (ValidationError, ValueError, TypeError, OverflowError):
@@ -216,8 +240,10 @@ def row_problems(model: type[Model], row: Row, *, required: Iterable[str] = ()) 
         if getattr(f, "max_length", None) and isinstance(python, str) and len(python) > f.max_length:
             problems.append(f"{where}: {f.name} is longer than its {f.max_length} characters")
         internal = f.get_internal_type()
-        if isinstance(python, int) and not isinstance(python, bool) and internal.endswith("IntegerField"):
+        if isinstance(python, int) and internal.endswith(("IntegerField", "AutoField")):
             low, high = connection.ops.integer_field_range(internal)
+            if internal.endswith("AutoField"):
+                low = 1  # a key the database numbers: its sequence starts at 1
             if (low is not None and python < low) or (high is not None and python > high):
                 problems.append(f"{where}: {f.name} = {value!r:.60} is out of its column's range")
     return problems

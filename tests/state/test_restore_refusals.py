@@ -36,6 +36,18 @@ MALFORMED = {
     "a call whose arguments are a list": ("agents.ToolCall", lambda r: {**r, "arguments": ["x"]}),
     "a call whose arguments are a text": ("agents.ToolCall", lambda r: {**r, "arguments": "refund it"}),
     "an approval whose arguments are a list": ("approvals.ApprovalRequest", lambda r: {**r, "arguments": [1]}),
+    # Values of another JSON type than export writes, that a column would have taken after a silent
+    # conversion (an amount cut to whole cents, true read as 1), or not at all (restore's insert failed).
+    "an amount with a fraction": ("tickets.Order", lambda r: {**r, "total_cents": r["total_cents"] + 0.5}),
+    "an amount that is true": ("tickets.Order", lambda r: {**r, "total_cents": True}),
+    "an amount written as a text": ("tickets.Order", lambda r: {**r, "total_cents": str(r["total_cents"])}),
+    "an id that is true": ("tickets.Message", lambda r: {**r, "id": True}),
+    "a flag that is a number": ("tickets.Customer", lambda r: {**r, "requires_refund_approval": 1}),
+    "a message body that is a list": ("tickets.Message", lambda r: {**r, "body": [r["body"]]}),
+    "a message body with a NUL character": ("tickets.Message", lambda r: {**r, "body": "a\x00b"}),
+    "arguments with a NUL character": ("agents.ToolCall", lambda r: {**r, "arguments": {"order_number": "\x00"}}),
+    "an id past any key": ("tickets.Message", lambda r: {**r, "id": 2**63}),
+    "an id below one": ("tickets.Message", lambda r: {**r, "id": -1}),
 }
 
 
