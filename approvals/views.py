@@ -32,9 +32,12 @@ def approver_required(view: Any) -> Any:
     return wrapped
 
 
-def _pending_context() -> dict[str, Any]:
+def _pending_context(typed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the dashboard shows; ``typed``: the decision form sent and refused (its request, decision
+    and note), whose note is shown again in that form of the card."""
     cards, more = selectors.pending_cards()
     return {
+        "typed": typed or {},
         "cards": cards,
         "more": more,
         "past_expiry": selectors.approvals_past_expiry_ids(),
@@ -110,6 +113,8 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     if decision not in {"approve", "reject"}:
         messages.error(request, "Choose approve or reject. Nothing was changed.")
         return render(request, "approvals/dashboard.html", _pending_context(), status=400)
+    # Refused, the card comes back with the note as typed: sent again without typing it twice.
+    typed = {"approval_id": approval.pk, "decision": decision, "note": request.POST.get("note", "")}
     approve = decision == "approve"
     # A request decided meanwhile is refused by the service, which says by whom.
     if approve and approval.status == ApprovalStatus.PENDING and not _amount_confirmed(request, approval):
@@ -118,7 +123,7 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
             f"Approving {approval.amount_display} needs a confirmation: tick "
             f"“{selectors.approval_confirmation_text(approval)}” and approve again. Nothing was changed.",
         )
-        return render(request, "approvals/dashboard.html", _pending_context(), status=400)
+        return render(request, "approvals/dashboard.html", _pending_context(typed), status=400)
     try:
         seen = request.POST.get("seen_seq", "")
         services.approval_decide(
@@ -131,10 +136,10 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
         )
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
-        return _conflict(request, exc)
+        return _conflict(request, exc, typed)
     except services.OwnRequest as exc:
         messages.error(request, str(exc))
-        return render(request, "approvals/dashboard.html", _pending_context(), status=403)
+        return render(request, "approvals/dashboard.html", _pending_context(typed), status=403)
     verb = "Approved" if decision == "approve" else "Rejected"
     messages.success(request, f"{verb} request #{approval.pk} for ticket #{approval.ticket_id}.")
     return redirect("approvals:dashboard")
@@ -147,7 +152,7 @@ def _amount_confirmed(request: HttpRequest, approval: ApprovalRequest) -> bool:
     return request.POST.get("confirm_amount") == str(approval.amount_cents)
 
 
-def _conflict(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+def _conflict(request: HttpRequest, exc: ValidationError, typed: dict[str, Any]) -> HttpResponse:
     """Show the dashboard again with the reason, with a status that says nothing changed."""
     status = 409 if isinstance(exc, services.ApprovalClosed) else 400
-    return render(request, "approvals/dashboard.html", _pending_context(), status=status)
+    return render(request, "approvals/dashboard.html", _pending_context(typed), status=status)
