@@ -27,6 +27,7 @@ from typing import Any
 
 from state import signature
 from state.rows import Row
+from support.storable import KeyTwice, each_key_once
 
 FORMAT = "support-state-bundle"
 # The version export writes. 3: the bundle may carry manifest.hmac, its signature (a release that reads
@@ -71,7 +72,9 @@ def decode_rows(data: bytes, *, name: str = "a part") -> list[Row]:
         if not line:
             continue
         try:
-            rows.append(json.loads(line.decode()))
+            rows.append(json.loads(line.decode(), object_pairs_hook=each_key_once))
+        except KeyTwice as twice:
+            raise BundleError([f"{name}: line {number} names {str(twice)[:40]!r} twice"]) from None
         except (ValueError, RecursionError):  # UnicodeDecodeError too; JSON nested past the parser's depth
             raise BundleError([f"{name}: line {number} is not a JSON row (cut short, or not UTF-8)"]) from None
     return rows

@@ -7,33 +7,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 
-from support.storable import unstorable
+from support.storable import KeyTwice, each_key_once, unstorable
 
 FORM_TYPES = {"application/x-www-form-urlencoded", "multipart/form-data"}
-
-
-class _KeyTwice(ValueError):
-    pass
-
-
-def _each_key_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys differ: with a key named twice, which value counts is the parser's
-    choice and the other is lost unread (a message's body, a confirmation's answer)."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _KeyTwice(key)
-            seen.add(key)
-    return obj
 
 
 class RejectUnstorableInput:
@@ -76,8 +58,8 @@ class RejectUnstorableInput:
                 # JSON, or a body labelled otherwise (text/plain is what a fetch with a string body
                 # sends): the views read JSON whatever the label says, so it is checked the same.
                 try:
-                    data = json.loads(request.body or b"null", object_pairs_hook=_each_key_once)
-                except _KeyTwice as twice:
+                    data = json.loads(request.body or b"null", object_pairs_hook=each_key_once)
+                except KeyTwice as twice:
                     reason, where = f"names {str(twice)[:40]!r} twice", "The request body"
                 except RecursionError:
                     reason, where = "is nested too deeply", "The request body"

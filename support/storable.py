@@ -17,6 +17,24 @@ from typing import Any
 MAX_JSON_DEPTH = 32
 
 
+class KeyTwice(ValueError):
+    """A JSON object names this key twice (``each_key_once``)."""
+
+
+def each_key_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys differ (``json.loads``'s ``object_pairs_hook``): with a key named
+    twice, which value counts is the parser's choice and the other is lost unread (a message's body,
+    a confirmation's answer, a bundle row's column). Raises ``KeyTwice``."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise KeyTwice(key)
+            seen.add(key)
+    return obj
+
+
 def unstorable(value: Any, depth: int = 0) -> str | None:
     """Why PostgreSQL could not store this (text, or parsed JSON: every key and value), or None."""
     if depth > MAX_JSON_DEPTH:
