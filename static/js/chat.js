@@ -524,6 +524,54 @@
     else if (state.status !== "closed") rating.hidden = true;
   }
 
+  // The rating as the customer sends it is kept in this tab: sent after their session ended (signing
+  // in again comes back here, nothing rated), it is in the form again, not sent. Dropped once the
+  // page shows the form as it was sent (rated, or the form again with the server's reason).
+  var RATING_KEY = "chat-rating-" + config.ticketId;
+  function keepRating() {
+    var form = document.querySelector("#chat-rating form");
+    if (!form) return;
+    var comment = form.querySelector("textarea[name=comment]");
+    function shown() {
+      var checked = form.querySelector("input[name=score]:checked");
+      return { score: checked ? checked.value : "", comment: comment.value };
+    }
+    var kept = null;
+    try {
+      kept = JSON.parse(window.sessionStorage.getItem(RATING_KEY) || "null");
+    } catch (e) {
+      kept = null;
+    }
+    var now = shown();
+    var valid = kept && typeof kept.score === "string" && typeof kept.comment === "string";
+    if (!valid || (kept.score === now.score && kept.comment === now.comment)) {
+      try {
+        window.sessionStorage.removeItem(RATING_KEY);
+      } catch (e) {
+        /* storage off: nothing was kept */
+      }
+    } else {
+      var radio = form.querySelector('input[name=score][value="' + CSS.escape(kept.score) + '"]');
+      if (radio) radio.checked = true;
+      comment.value = kept.comment;
+      var note = document.createElement("p");
+      note.className = "muted kept";
+      note.id = "rating-kept";
+      note.setAttribute("role", "status");
+      note.textContent = "Your rating is back in the form, not sent yet: press " +
+        form.querySelector("button[type=submit]").textContent + " to send it.";
+      form.querySelector("fieldset").appendChild(note);
+    }
+    form.addEventListener("submit", function () {
+      try {
+        window.sessionStorage.setItem(RATING_KEY, JSON.stringify(shown()));
+      } catch (e) {
+        /* storage off: the form still goes */
+      }
+    });
+  }
+  keepRating();
+
   // Replies shown while the page is visible are read: tell the server (My tickets' unread marker).
   var seenSent = config.afterSeq;
   function markSeen() {
