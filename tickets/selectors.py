@@ -112,7 +112,11 @@ def ticket_with_customer(*, ticket_id: int) -> Ticket | None:
 def customer_for_user(*, user: AbstractBaseUser | AnonymousUser) -> Customer | None:
     if not user.is_authenticated:
         return None
-    return Customer.objects.filter(user=user).first()
+    customer = Customer.objects.filter(user=user).first()
+    if customer is not None:
+        # Its user is the one asked about: ``customer.user`` (the author of what it opens) is not read again.
+        customer.user = user
+    return customer
 
 
 def tickets_for_customer(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Ticket]:

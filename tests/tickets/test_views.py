@@ -188,6 +188,24 @@ def test_opening_a_ticket_looks_its_reference_up_once_and_its_first_message_not_
     assert [s for s in reads if "client_msg_id" in s.split("WHERE")[-1]] == []
 
 
+def test_opening_a_ticket_reads_the_signed_in_user_once(signed_in, customer):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    form = {"subject": "Lid", "body": "The lid is missing", "client_ref": "form-user"}
+    with CaptureQueriesContext(connection) as queries:
+        response = signed_in.post(reverse("tickets:new"), form)
+
+    assert response.status_code == 302
+    opened = Ticket.objects.get(client_ref="form-user")
+    assert set(opened.events.values_list("actor_user", flat=True)) == {customer.user.pk}
+    assert opened.messages.get().author_user == customer.user
+    # Read with the session; the customer's own login, who opens the ticket and writes its first
+    # message, is that same user, not read again.
+    users = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('SELECT "auth_user"')]
+    assert len(users) == 1, users
+
+
 def test_a_new_ticket_without_a_message_is_refused_with_the_reason(signed_in, customer):
     response = signed_in.post(reverse("tickets:new"), {"subject": "Hi", "body": "   ", "client_ref": "form-empty"})
 
