@@ -73,9 +73,10 @@ class _Held(threading.local):
         self.depth = 0
         self.flushing = False
         self.ctes: list[SqlValue] = []
-        # Beside each held write: the table it writes, and for an update of one row, (its model,
-        # key, and the fields it writes), so that a later statement writing that row may take it in.
-        self.targets: list[tuple[str, tuple[type[Model], Any, tuple[str, ...], Model] | None]] = []
+        # Beside each held write: the table it writes, and for a write of one row, (its model, key,
+        # the fields an update writes or None for an insert, and the object), so that a later
+        # statement writing that row may take it in.
+        self.targets: list[tuple[str, tuple[type[Model], Any, tuple[str, ...] | None, Model] | None]] = []
 
 
 _held = _Held()
@@ -136,6 +137,16 @@ def new_key(model: type[Model]) -> int:
 def new_key_sql(model: type[Model]) -> tuple[str, list[Any]]:
     """``new_key`` as a query (one row, one value), to send along with other reads."""
     return "SELECT nextval(pg_get_serial_sequence(%s, %s))", [model._meta.db_table, model._meta.pk.column]
+
+
+def new_keys(*models: type[Model]) -> list[int]:
+    """A fresh primary key of each model's table (as ``new_key``), all taken in one statement."""
+    queries = [new_key_sql(model) for model in models]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT " + ", ".join(f"({sql})" for sql, _ in queries), [p for _, params in queries for p in params]
+        )
+        return list(cursor.fetchone())
 
 
 @functools.cache
@@ -289,7 +300,14 @@ def insert(
     for obj in objs:
         obj._state.adding = False
         obj._state.db = connection.alias
-    _hold(_insert_cte(objs, computed or {}), type(objs[0]))
+    # An insert of one row is marked (no fields) so that a statement writing that row may take it in.
+    one_row = (type(objs[0]), objs[0].pk, None, objs[0]) if len(objs) == 1 else None
+    _hold(_insert_cte(objs, computed or {}), type(objs[0]), one_row)
+
+
+def insert_sql(objs: Sequence[Model], *, computed: dict[str, SqlValue] | None = None) -> SqlValue:
+    """The INSERT of the objects (their keys set) as ``insert`` holds it, for a caller's own statement."""
+    return _insert_cte(objs, computed or {})
 
 
 def update(
@@ -337,9 +355,19 @@ def take_update(model: type[Model], pk: Any) -> tuple[tuple[str, ...], Model] | 
     a caller whose own statement updates that row and writes these fields with it (PostgreSQL
     changes a row at most once per statement). None if there is no such held update alone."""
     for at, (_, one_row) in enumerate(_held.targets):
-        if one_row is not None and one_row[0] is model and one_row[1] == pk:
+        if one_row is not None and one_row[2] is not None and one_row[0] is model and one_row[1] == pk:
             del _held.ctes[at], _held.targets[at]
             return one_row[2], one_row[3]
+    return None
+
+
+def take_insert(model: type[Model], pk: Any) -> Model | None:
+    """Take back the held insert of the one row ``model``/``pk`` (the object), for a caller whose own
+    statement inserts that row (with values of its own). None if there is no such held insert alone."""
+    for at, (_, one_row) in enumerate(_held.targets):
+        if one_row is not None and one_row[2] is None and one_row[0] is model and one_row[1] == pk:
+            del _held.ctes[at], _held.targets[at]
+            return one_row[3]
     return None
 
 

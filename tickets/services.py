@@ -142,6 +142,9 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None, whol
     # A held change of a ticket row whose events this writes (its status) is written by the same
     # UPDATE that moves the ticket's counter on.
     changes = {ticket_id: rows.take_update(Ticket, ticket_id) for ticket_id in per_ticket}
+    # A ticket this transaction opens (its held insert) is inserted by that statement, its counter
+    # starting at its events' number: no UPDATE of a row the statement could not see yet.
+    opened = {ticket_id: rows.take_insert(Ticket, ticket_id) for ticket_id in per_ticket}
     held = rows.take()
     if per_ticket and any(rows.updates(cte, Ticket) for cte in held):
         # A held change of a ticket row (its status) and the counter's UPDATE of that row cannot
@@ -159,10 +162,10 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None, whol
             if not cursor.fetchone()[0]:
                 raise FenceRefused()
         held = []
-    alone = whole_transaction and len(per_ticket) == 1 and fence is not None and fence.ticket_id in per_ticket
+    alone = whole_transaction and len(per_ticket) == 1 and (fence is None or fence.ticket_id in per_ticket)
     for ticket_id, events in per_ticket.items():
         guard = fence if fence is not None and fence.ticket_id == ticket_id else None
-        sql, params = _numbered_insert(ticket_id, events, guard, held, changes[ticket_id])
+        sql, params = _numbered_insert(ticket_id, events, guard, held, changes[ticket_id], opened[ticket_id])
         held = []
         try:
             with connection.cursor() as cursor, rows.whole_transaction(alone):
@@ -203,11 +206,13 @@ def _numbered_insert(
     fence: Fence | None,
     held: list[rows.SqlValue],
     change: tuple[tuple[str, ...], Ticket] | None = None,
+    opened: Ticket | None = None,
 ) -> tuple[str, list[Any]]:
     """One statement: the held rows, (the fence,) the ticket's counter moved on by len(events) (with
     the ``change`` of its fields, if any), the events inserted with their numbers. Returns (fence
     held, last number, the events' keys in order). The events travel as one JSON parameter, so the
-    statement's text does not depend on their number."""
+    statement's text does not depend on their number. ``opened``: the ticket is new, inserted by
+    this statement with its counter at len(events) (the held rows may point at it)."""
     columns, values = _event_columns()
     head, params = rows.with_clause(held)
     checked, checked_params = rows.checks(held)
@@ -216,20 +221,30 @@ def _numbered_insert(
         head = (head or "WITH ") + f"fence AS ({fence.sql}), "
         params.extend(fence.params)
         condition = " AND EXISTS (SELECT 1 FROM fence)"
-    params.append(len(events))
-    changed, source = "", ""
-    if change is not None:
-        names, ticket = change
-        quote = connection.ops.quote_name
-        changed = "".join(f", {c} = m.{c}" for c in (quote(Ticket._meta.get_field(n).column) for n in names))
-        source = " FROM jsonb_populate_record(NULL::tickets_ticket, (%s::jsonb) -> 0) m"
-        params.append(rows.json_rows([ticket], names))
-    params.extend([ticket_id, len(events), rows.json_rows(events, _EVENT_FIELDS), *checked_params])
+    # The last change on the database's clock: the inbox orders tickets by it, whichever host wrote.
+    if opened is not None:
+        opened.last_event_seq = len(events)
+        insert, insert_params = rows.insert_sql([opened], computed={"updated_at": ("statement_timestamp()", [])})
+        counter = f"{insert} RETURNING tickets_ticket.last_event_seq"
+        params.extend(insert_params)
+    else:
+        params.append(len(events))
+        changed, source = "", ""
+        if change is not None:
+            names, ticket = change
+            quote = connection.ops.quote_name
+            changed = "".join(f", {c} = m.{c}" for c in (quote(Ticket._meta.get_field(n).column) for n in names))
+            source = " FROM jsonb_populate_record(NULL::tickets_ticket, (%s::jsonb) -> 0) m"
+            params.append(rows.json_rows([ticket], names))
+        params.append(ticket_id)
+        counter = (
+            "UPDATE tickets_ticket SET last_event_seq = tickets_ticket.last_event_seq + %s, "
+            f"updated_at = statement_timestamp(){changed}{source} WHERE tickets_ticket.id = %s{condition} "
+            "RETURNING tickets_ticket.last_event_seq"
+        )
+    params.extend([len(events), rows.json_rows(events, _EVENT_FIELDS), *checked_params])
     sql = (
-        f"{head or 'WITH '}seq AS (UPDATE tickets_ticket SET last_event_seq = tickets_ticket.last_event_seq + %s, "
-        # The last change on the database's clock: the inbox orders tickets by it, whichever host wrote.
-        f"updated_at = statement_timestamp(){changed}{source} WHERE tickets_ticket.id = %s{condition} "
-        "RETURNING tickets_ticket.last_event_seq), "
+        f"{head or 'WITH '}seq AS ({counter}), "
         f"new AS (INSERT INTO tickets_ticketevent (seq, {columns}) "
         f"SELECT seq.last_event_seq - %s + e.n, {values} "
         "FROM seq, jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(doc, n), "
@@ -337,6 +352,7 @@ def message_post(
     key: int | None = None,
     files: list[IncomingFile] | None = None,
     unseen_client_msg_id: bool = False,
+    opening: bool = False,
 ) -> tuple[Message, bool]:
     """Post a message on a ticket; returns (message, created).
 
@@ -356,6 +372,8 @@ def message_post(
     ``unseen_client_msg_id``: the caller has just looked for a message with this ID on the ticket
     and found none, so it is not looked for again; a concurrent request that wins the insert is
     still caught by the unique constraint, and its message returned.
+    ``opening``: the customer's first message of a ticket the caller's transaction opens (``ticket_open``,
+    inside ``support.rows.write_behind``): written as ``first_time``, with no ticket to reopen.
     """
     checked = inspect_all(files or [])
     if checked and not shows_something(body or ""):
@@ -363,18 +381,22 @@ def message_post(
     text = _clean_body(body)
     ticket_id = _ticket_id(ticket)
     author = (author_kind, author_user.pk if author_user is not None else None)
-    if first_time and author_kind != AuthorKind.CUSTOMER:
+    if opening and client_msg_id is not None:
+        client_msg_id = _client_msg_id_checked(client_msg_id)
+    if opening or (first_time and author_kind != AuthorKind.CUSTOMER):
         message = Message(
             pk=key, ticket_id=ticket_id, author_kind=author_kind, author_user=author_user, body=text,
             is_public=is_public, client_msg_id=client_msg_id,
         )  # fmt: skip
         rows.insert([message])
         _message_event(message, actor_ref, stream)
+        if opening:
+            # Sent as from the ticket: no approval request can wait on a ticket opened just now, so the
+            # dashboards (told of a customer's message on a ticket with one) are not asked.
+            transaction.on_commit(lambda: ticket_needs_agent.send(sender=Ticket, ticket_id=ticket_id))
         return message, True
     if client_msg_id is not None:
-        client_msg_id = client_msg_id.strip()
-        if not client_msg_id or len(client_msg_id) > 100:
-            raise ValidationError("A client message ID must be 1 to 100 characters.", code="bad_client_msg_id")
+        client_msg_id = _client_msg_id_checked(client_msg_id)
         existing = None
         if not unseen_client_msg_id:
             existing = Message.objects.filter(ticket_id=ticket_id, client_msg_id=client_msg_id).first()
@@ -408,6 +430,13 @@ def message_post(
             raise
         return _same_message(existing, text, checked if files is not None else None, author=author), False
     return message, True
+
+
+def _client_msg_id_checked(client_msg_id: str) -> str:
+    client_msg_id = client_msg_id.strip()
+    if not client_msg_id or len(client_msg_id) > 100:
+        raise ValidationError("A client message ID must be 1 to 100 characters.", code="bad_client_msg_id")
+    return client_msg_id
 
 
 def _store_files(ticket_id: int, checked: list[CheckedFile], stored: list[str]) -> None:
@@ -559,9 +588,20 @@ def ticket_open(
             if other is None:
                 return existing, False
             return ticket_open(customer=customer, subject=subject, body=body, client_ref=other)
+    _clean_body(body)  # refused before any key is taken
+    # The ticket, its first message and their events are one statement; their keys are taken
+    # before it (outside any transaction of ours, with no BEGIN), and when nothing of a caller's
+    # transaction comes before it, it is the whole transaction (no BEGIN, no COMMIT).
+    outermost = not connection.in_atomic_block
+    ticket_key, message_key = rows.new_keys(Ticket, Message)
     try:
-        with transaction.atomic():
-            ticket = Ticket.objects.create(customer=customer, subject=subject, client_ref=client_ref)
+        with (
+            transaction.atomic(),
+            rows.write_behind(),
+            events_batched(whole_transaction=outermost),
+        ):
+            ticket = rows.new(Ticket, id=ticket_key, customer=customer, subject=subject, client_ref=client_ref)
+            rows.insert([ticket])
             event_append(
                 ticket=ticket,
                 kind="ticket_opened",
@@ -576,7 +616,8 @@ def ticket_open(
                 author_user=customer.user,
                 body=body,
                 client_msg_id=f"open:{client_ref}" if client_ref else None,
-                unseen_client_msg_id=True,  # the ticket is this transaction's: no message is on it yet
+                key=message_key,
+                opening=True,  # the ticket is this transaction's: no message is on it yet
             )
     except IntegrityError:
         if client_ref is None:

@@ -516,3 +516,49 @@ def test_approval_events_without_a_label_get_plain_words(ticket):
     assert presenters.present_event(_event(ticket, "approval_expired"))["text"] == "The review of your request expired."
     approved = presenters.present_event(_event(ticket, "approval_decided", decision="approved"))
     assert (approved["text"], approved["tone"]) == ("Our team approved your request.", "ok")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_opening_a_ticket_writes_it_in_one_statement_that_is_its_whole_transaction(signed_in, customer, doorbells):
+    import psycopg
+    from django.db import connection
+
+    sent: list[str] = []
+    exec_command = psycopg.Connection._exec_command
+
+    def counting(conn, command, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        sent.append((command if isinstance(command, bytes) else str(command).encode()).split(b" ")[0].decode())
+        return exec_command(conn, command, *args, **kwargs)
+
+    statements: list[str] = []
+
+    def recording(execute, sql, params, many, context):  # noqa: ANN001, ANN202
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    form = {"subject": "", "body": "Where is my order A-1?", "client_ref": "form-one"}
+    psycopg.Connection._exec_command = counting
+    try:
+        with connection.execute_wrapper(recording):
+            response = signed_in.post(reverse("tickets:new"), form)
+    finally:
+        psycopg.Connection._exec_command = exec_command
+
+    ticket = Ticket.objects.get(customer=customer)
+    assert response.status_code == 302 and response.url == reverse("tickets:chat", args=[ticket.pk])
+    assert (ticket.subject, ticket.status, ticket.last_event_seq) == ("Where is my order A-1?", "open", 2)
+    events = list(ticket.events.order_by("seq").values_list("seq", "kind", "actor_user", "is_public"))
+    assert events == [(1, "ticket_opened", customer.user.pk, True), (2, "message", customer.user.pk, True)]
+    message = ticket.messages.get()
+    assert (message.author_kind, message.body, message.client_msg_id) == (
+        "customer", "Where is my order A-1?", "open:form-one"
+    )  # fmt: skip
+    assert ticket.events.get(seq=2).payload["message_id"] == message.pk
+    assert doorbells == [ticket.pk]  # the agent is rung once it is committed
+    # The keys are taken first, then the ticket, its message and their events are one statement,
+    # sent as the whole transaction: no BEGIN, no COMMIT, no other write.
+    writes = [s for s in statements if not s.startswith("SELECT")]
+    assert len(writes) == 1, writes
+    assert "BEGIN" not in sent and "COMMIT" not in sent, sent
+    # No approval request can wait on a ticket opened just now: the dashboards are not asked about one.
+    assert [s for s in statements if "approvals_approvalrequest" in s] == []
