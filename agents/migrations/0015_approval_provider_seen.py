@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0013_outage_patience'),
+        ('agents', '0014_lease_session_cut'),
     ]
 
     operations = [
