@@ -46,6 +46,7 @@ from agents.models import (
     RunStatus,
     ToolCall,
 )
+from agents.outage import is_outage
 from agents.pass_state import Pass
 from agents.policy import approval_reason
 from agents.profiles import enabled_tools_now, not_enabled
@@ -296,7 +297,8 @@ def _run_handler(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext) -> 
         logger.exception("tool %s failed on ticket %s", call.name, call.ticket_id)
         connection.close_if_unusable_or_obsolete()
         error = f"{type(exc).__name__}: {exc}"
-        calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=error)
+        if not is_outage(exc):  # an outage leaves the call to run again (as in ``execute_now``)
+            calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=error)
         raise ToolCrashed(f"the tool {call.name} failed: {error}") from exc
 
 
@@ -403,8 +405,14 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
             # time is counted each time, and parks the ticket with a person (the call then uncertain).
             calls.call_note_crash(lease=lease, call=call, error=error)
             raise ToolCrashed(f"the tool {call.name} failed: {error}") from exc
-        status = CallStatus.UNCERTAIN if call.replay_policy == ReplayPolicy.NEVER else CallStatus.FAILED
-        calls.call_finish(lease=lease, call=call, status=status, result=None, error=error)
+        if call.replay_policy == ReplayPolicy.NEVER:
+            calls.call_finish(lease=lease, call=call, status=CallStatus.UNCERTAIN, result=None, error=error)
+        elif not is_outage(exc):
+            calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=error)
+        # A safe call cut off by an outage (the database's connection lost, Redis out of reach) is not
+        # its result: recorded failed, the model was given the error and answered the customer without
+        # what the call was to read (an order, a refund then never paid). It stays to run, and the
+        # pass is tried again after the outage's backoff (agents.outage), when the loop runs it.
         raise ToolCrashed(f"the tool {call.name} failed: {error}") from exc
     if call.replay_policy == ReplayPolicy.KEYED:
         faults.hit("after_keyed_effect")
