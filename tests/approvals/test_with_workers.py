@@ -113,3 +113,52 @@ def test_a_deploy_while_paused_neither_loses_nor_breaks_the_pending_approval(san
     assert run.profile.version == 1
     assert new_prompt not in steps[0].request_messages[0]["content"]  # asked before the deploy
     assert all(new_prompt not in str(m) for m in request_of(steps[-1]))  # and after it
+
+
+def _approve_as_the_card_shows(approver, approval: ApprovalRequest) -> str:  # noqa: ANN001
+    """Read the dashboard, then press the card's Approve, sending back what the card showed of the payment
+    provider's refunds. Returns the card's page."""
+    client = Client()
+    client.force_login(approver)
+    page = client.get("/staff/approvals/").content.decode()
+    card = page.split(f'id="approval-{approval.pk}"', 1)[1]
+    shown = card.split('name="provider_seen" value="', 1)[1].split('"', 1)[0]
+    data = {"decision": "approve", "provider_seen": shown, "confirm_amount": str(approval.amount_cents)}
+    assert client.post(f"/staff/approvals/{approval.pk}/decide/", data).status_code == 302
+    return card
+
+
+def test_money_refunded_at_the_provider_while_a_refund_waits_is_shown_before_it_is_paid(
+    sandbox, provider, cluster, approver
+):  # noqa: ANN001
+    """With a real worker: a $300 refund waits for staff; meanwhile a colleague refunds $300 of the same
+    payment in the provider's dashboard. The approval, from a card read before, does not pay it: it comes
+    back to staff saying what the provider holds, and is paid once approved knowing it."""
+    cluster.worker()
+    customer = make_customer()
+    order = make_order(customer, total_cents=60000, number="W-3001")
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $300 of order W-3001, it arrived broken"
+    )
+    read = ApprovalRequest.objects.filter(ticket=ticket, status=ApprovalStatus.PENDING, evidence__has_key="provider")
+    wait_until(read.exists, timeout=60, what="the request, the provider read", cluster=cluster)
+    first = read.get()
+    provider.create_refund(
+        payment_reference=order.payment_reference, amount_cents=30000, currency="usd",
+        idempotency_key="dashboard-w-3001", metadata={},
+    )  # fmt: skip
+
+    card = _approve_as_the_card_shows(approver, first)
+    assert "payment provider holds" not in card
+    again = read.exclude(pk=first.pk)
+    wait_until(again.exists, timeout=60, what="the refund handed back to staff", cluster=cluster)
+    assert [r["amount"] for r in provider_refunds(sandbox, order)] == [30000], "paid on top of the dashboard's"
+    second = again.get()
+    assert "$300.00" in second.reason and "since the request" in second.reason, second.reason
+
+    card = _approve_as_the_card_shows(approver, second)
+    assert "payment provider holds $300.00" in card
+    call = ToolCall.objects.filter(ticket=ticket, name="issue_refund")
+    wait_until(lambda: call.get().status == CallStatus.SUCCEEDED, timeout=60, what="the refund paid", cluster=cluster)
+    assert sorted(r["amount"] for r in provider_refunds(sandbox, order)) == [30000, 30000]
