@@ -24,7 +24,9 @@ Whether a refund needs a staff approval is decided with its intent
   above the per-customer limit;
 - asked next to the payment, for a refund nobody reviewed: money the payment
   provider has refunded on the order's payment that the ledger does not count
-  (``_unknown_at_the_provider``: the provider's record wins).
+  (``_unknown_at_the_provider``: the provider's record wins); for a refund staff
+  approved, such money its card did not show them hands it back to staff
+  (``_held_since_the_approval``; the card reads it when the request is made).
 
 The provider call carries the tool call's idempotency key. The provider is asked
 what happened under the key before every try, the first included (Stripe forgets

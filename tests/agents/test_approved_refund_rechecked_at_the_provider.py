@@ -18,6 +18,7 @@ from agents.models import ApprovalDecision, CallStatus, Refund, RunStatus, ToolC
 from agents.runner import advance
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest
+from tests.agents.test_confirmation import answer, signed_in
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer, make_order
 from tickets import services as ticket_services
@@ -143,4 +144,39 @@ def test_an_approval_keeps_what_its_card_showed_of_the_provider(sandbox, provide
     assert shown.startswith("read:re_"), shown
     _approve_from_the_card(client, again, shown)
     advance(ticket.pk)
+    assert _paid_at_the_provider(sandbox, order.payment_reference) == [30000, 30000]
+
+
+@pytest.mark.customer_confirms
+@pytest.mark.usefixtures("quick_provider_retries")
+def test_money_refunded_at_the_provider_while_the_customer_confirms_hands_the_approved_refund_back(sandbox, provider):  # noqa: ANN001
+    """Approved, then asked of the customer: the dashboard refund made before their Confirm is checked next to
+    the payment, as after an approval alone. Approved again, it is paid once without asking them again."""
+    customer = make_customer()
+    order = make_order(customer, number="P-5504", total_cents=60000)
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $300 of order P-5504, it arrived broken"
+    )
+    advance(ticket.pk)
+    staff = make_staff("decides", can_decide=True)
+    request = ApprovalRequest.objects.get(ticket=ticket, status="pending")
+    approval_services.approval_decide(approval_id=request.pk, user=staff, approve=True)
+    advance(ticket.pk)
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    assert call.status == CallStatus.AWAITING_CONFIRMATION
+
+    _dashboard_refund(provider, order, 30000, "dashboard-5504")
+    assert answer(signed_in(customer), ticket, call, "confirm").status_code == 200
+    assert advance(ticket.pk).state == RunStatus.WAITING_APPROVAL
+    assert _paid_at_the_provider(sandbox, order.payment_reference) == [30000], (
+        "the refund the customer confirmed was paid on top of the $300 refunded at the provider after the approval"
+    )
+    again = ApprovalRequest.objects.get(ticket=ticket, status="pending")
+    assert "$300.00" in again.reason, again.reason
+
+    approval_services.approval_decide(approval_id=again.pk, user=staff, approve=True)
+    advance(ticket.pk)
+    call.refresh_from_db()
+    assert call.status == CallStatus.SUCCEEDED
     assert _paid_at_the_provider(sandbox, order.payment_reference) == [30000, 30000]
