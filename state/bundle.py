@@ -168,6 +168,9 @@ def _read_files(path: Path) -> dict[str, bytes]:
             for member in tar.getmembers():
                 if not member.isfile():
                     raise BundleError([f"{path}: {member.name} is not a plain file"])
+                if member.name in files:  # which copy counts would be the reader's choice
+                    copies = sum(1 for other in tar.getmembers() if other.name == member.name)
+                    raise BundleError([f"{path}: {member.name} is in the archive {copies} times"])
                 extracted = tar.extractfile(member)
                 files[member.name] = extracted.read() if extracted else b""
             return files
