@@ -91,6 +91,7 @@ RECORD_COLUMNS: dict[str, frozenset[str]] = {
 }
 CODE_COLUMNS: dict[str, frozenset[str]] = {
     "agents.AgentRun": frozenset({"input_message_ids", "epochs", "recovery_notes"}),
+    "agents.ToolCall": frozenset({"approval_provider_seen"}),  # the provider's refund ids an approval's card showed
 }
 # What the product writes into its records and finds them by again (agents.refunds, agents.calls,
 # agents.confirmation, approvals.services): never changed, whatever the customer wrote.
