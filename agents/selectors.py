@@ -407,6 +407,28 @@ def orders_with_refunded_total(orders: QuerySet[Order]) -> QuerySet[Order]:
     return orders.annotate(refunded_cents=Coalesce(Subquery(total), 0))
 
 
+_refunded_total = reads.Kept(
+    lambda order_id: (
+        _reserving_refunds()
+        .filter(order_id=order_id)
+        .order_by()
+        .values("order")
+        .annotate(total=Sum("amount_cents"))
+        .values("total")
+    )
+)
+
+
+def refunded_total_sql(order_id: int) -> tuple[str, list[Any]]:
+    """``refunded_total_cents`` of the order as a query (no row when nothing counts, else its total),
+    to send along with other reads (``support.reads.fetch_together``; ``refunded_total_from``)."""
+    return _refunded_total.sql(order_id)
+
+
+def refunded_total_from(found: list[tuple[Any, ...]]) -> int:
+    return int(found[0][0] or 0) if found else 0
+
+
 def refunded_total_cents(order: Order, *, exclude_key: str | None = None) -> int:
     """What has been (or may have been) refunded on this order: refunds done, pending or uncertain."""
     if exclude_key is None and hasattr(order, "refunded_cents"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,10 +33,14 @@ from agents.selectors import (
     person_answered_after_step_read,
     person_took_the_ticket_since,
     refunded_total_cents,
+    refunded_total_from,
+    refunded_total_sql,
 )
+from support import reads, rows
 from tickets import services as ticket_services
 from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, HelpArticle, Message, Order, Ticket, TicketStatus
 from tickets.money import format_money
+from tickets.selectors import order_lines_sql
 
 
 class ToolError(Exception):
@@ -249,8 +253,9 @@ def parse_arguments(name: str, raw: str | dict[str, Any]) -> tuple[Tool, dict[st
 # --- Orders -------------------------------------------------------------------------
 
 
-def order_summary(order: Order) -> dict[str, Any]:
-    refunded = refunded_total_cents(order)
+def order_summary(order: Order, *, refunded: int, lines: Iterable[tuple[str, int, int]]) -> dict[str, Any]:
+    """The order as the model reads it; ``refunded``: its ``refunded_total_cents``, ``lines``: its
+    lines as (description, quantity, unit price in cents)."""
     refundable = max(0, order.total_cents - refunded)
     return {
         "order_number": order.number,
@@ -267,8 +272,8 @@ def order_summary(order: Order) -> dict[str, Any]:
         "refunded": format_money(refunded, order.currency),
         "refundable": format_money(refundable, order.currency),
         "lines": [
-            {"description": line.description, "quantity": line.quantity, "unit_price_cents": line.unit_price_cents}
-            for line in order.lines.all()
+            {"description": description, "quantity": quantity, "unit_price_cents": unit_price_cents}
+            for description, quantity, unit_price_cents in lines
         ],
     }
 
@@ -305,13 +310,26 @@ def customer_order(ticket: Ticket, order_number: str) -> Order:
 
 
 def lookup_order(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    return order_summary(customer_order(ctx.ticket, args["order_number"]))
+    order = customer_order(ctx.ticket, args["order_number"])
+    rows.flush()  # (what a step holds is written first, as before any read)
+    # What was refunded and the lines: one round trip, their SQL kept (no query compiler).
+    refunded, lines = reads.fetch_together([refunded_total_sql(order.pk), order_lines_sql(order.pk)])
+    return order_summary(order, refunded=refunded_total_from(refunded), lines=lines)
 
 
 def list_orders(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     orders = orders_with_refunded_total(Order.objects.filter(customer_id=ctx.ticket.customer_id))
     orders = orders.prefetch_related("lines")[:20]
-    return {"orders": [order_summary(order) for order in orders]}
+    return {
+        "orders": [
+            order_summary(
+                order,
+                refunded=refunded_total_cents(order),
+                lines=[(line.description, line.quantity, line.unit_price_cents) for line in order.lines.all()],
+            )
+            for order in orders
+        ]
+    }
 
 
 def search_help(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:

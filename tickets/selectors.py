@@ -19,6 +19,7 @@ from tickets.models import (
     AuthorKind,
     Customer,
     Message,
+    OrderLine,
     Ticket,
     TicketEvent,
     TicketRating,
@@ -182,6 +183,19 @@ def public_messages(*, ticket: Ticket) -> QuerySet[Message]:
 def ticket_for_client_ref(*, customer: Customer, client_ref: str) -> Ticket | None:
     """The ticket a retried "open ticket" submit already opened, if any."""
     return Ticket.objects.filter(customer=customer, client_ref=client_ref).first()
+
+
+_order_lines = reads.Kept(
+    lambda order_id: OrderLine.objects.filter(order_id=order_id).values_list(
+        "description", "quantity", "unit_price_cents"
+    )
+)
+
+
+def order_lines_sql(order_id: int) -> tuple[str, list[Any]]:
+    """The order's lines as (description, quantity, unit price in cents), as a query to send along
+    with other reads (``support.reads.fetch_together``)."""
+    return _order_lines.sql(order_id)
 
 
 def ticket_rating(*, ticket: Ticket) -> TicketRating | None:
