@@ -7,6 +7,7 @@ as it was, and each guards something no other test does.
   two at most goes unreviewed.
 - The threshold and the per-customer limit at their edge: a refund bringing the total exactly to the
   limit is not reviewed for it, one cent more is.
+- An amount written as a decimal number (4999.0), which the tool's schema lets through, is refused.
 
 Each test reads the payment sandbox's own records (a separate process, over HTTP).
 """
@@ -143,3 +144,18 @@ def test_the_customers_limit_counts_another_orders_refund_to_the_cent(sandbox, m
     assert call.approval_required is reviewed, call.approval_reason
     assert (reviewed and "refunds to one customer above $200.00 in 30 days" in call.approval_reason) or not reviewed
     assert [r["amount"] for r in paid(sandbox, second)] == ([] if reviewed else [more])
+
+
+@pytest.mark.parametrize("amount", [4999.0, 1e3])
+def test_an_amount_written_as_a_decimal_number_is_refused_not_paid(sandbox, amount):  # noqa: ANN001
+    """4999.0 passes the tool's schema (JSON Schema counts it an integer); the rules refuse it before
+    anything is recorded, as the count of refunds still to happen would read it as nothing."""
+    customer = make_customer()
+    order = order_for(customer, "E-5001", 4999, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund E-5001")
+    advance(ticket.pk, model=Refunds(("E-5001", amount)))
+
+    (call,) = refund_calls(ticket)
+    assert call.status == CallStatus.FAILED, (call.status, call.error)
+    assert "positive whole number of cents" in call.error
+    assert paid(sandbox, order) == []
