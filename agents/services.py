@@ -405,14 +405,17 @@ def hand_off(*, lease: Lease, run: AgentRun, reason: str) -> None:
         _unanswered_again(run)
 
 
-def _tell_customer(*, run: AgentRun, body: str, key: str, event: str, payload: dict[str, Any]) -> None:
-    """A plain sentence for the customer (once per key) and the system event that says why.
-    Caller: inside ``lease.guard()``."""
+def _tell_customer(
+    *, run: AgentRun | None = None, ticket_id: int = 0, body: str, key: str, event: str, payload: dict[str, Any]
+) -> None:
+    """A plain sentence for the customer (once per key) and the system event that says why: about
+    ``run``, or about ``ticket_id`` when no run started. Caller: inside ``lease.guard()``."""
+    ticket, actor = (run.ticket_id, _actor(run)) if run is not None else (ticket_id, "agent")
     ticket_services.message_post(
-        ticket=run.ticket_id, author_kind=AuthorKind.SYSTEM, body=body, client_msg_id=key, actor_ref=_actor(run)
+        ticket=ticket, author_kind=AuthorKind.SYSTEM, body=body, client_msg_id=key, actor_ref=actor
     )
     ticket_services.event_append(
-        ticket=run.ticket_id, kind=event, actor_kind=ActorKind.SYSTEM, actor_ref=_actor(run), payload=payload
+        ticket=ticket, kind=event, actor_kind=ActorKind.SYSTEM, actor_ref=actor, payload=payload
     )
 
 
@@ -551,18 +554,11 @@ def tell_delayed_unstarted(*, lease: Lease, ticket_id: int, error: str, counted:
     ``counted``: the failed start's event, which names the outage by its first failure's time."""
     since = counted.payload.get("outage_since", counted.pk)
     with lease.guard():
-        ticket_services.message_post(
-            ticket=ticket_id,
-            author_kind=AuthorKind.SYSTEM,
+        _tell_customer(
+            ticket_id=ticket_id,
             body=DELAYED_NOTE,
-            client_msg_id=f"delayed:start:{since}"[:100],
-            actor_ref="agent",
-        )
-        ticket_services.event_append(
-            ticket=ticket_id,
-            kind="agent_delayed",
-            actor_kind=ActorKind.SYSTEM,
-            actor_ref="agent",
+            key=f"delayed:start:{since}"[:100],
+            event="agent_delayed",
             payload={
                 "run_id": None, "outage_tries": counted.payload.get("outage_tries"), "error": clean_text(error)[:500],
             },
@@ -665,18 +661,11 @@ def park_unstarted(*, lease: Lease, ticket_id: int, error: str, failures: int, c
             client_msg_id=f"parked-note:start:{counted.pk}",
             actor_ref="agent",
         )
-        ticket_services.message_post(
-            ticket=ticket_id,
-            author_kind=AuthorKind.SYSTEM,
+        _tell_customer(
+            ticket_id=ticket_id,
             body=PARKED_NOTE,
-            client_msg_id=f"parked:start:{counted.pk}",
-            actor_ref="agent",
-        )
-        ticket_services.event_append(
-            ticket=ticket_id,
-            kind="agent_parked",
-            actor_kind=ActorKind.SYSTEM,
-            actor_ref="agent",
+            key=f"parked:start:{counted.pk}",
+            event="agent_parked",
             payload={"run_id": None, "failures": failures, "error": error[:500]},
         )
         ticket_services.ticket_hand_to_person(ticket=ticket_id, reason=f"the agent could not start: {error[:200]}")
