@@ -281,6 +281,9 @@
       if (event.code === 4403) {
         denied = true;
         if (!signedOutSaid) status.textContent = "Not allowed: sign in again to see live updates.";
+        // Refused after a sign-in that ended (expired, cleared: the socket learns it at a check, then
+        // its reconnect is refused): one read of the list tells which, a sign-in page says so.
+        refresh();
         return;
       }
       status.textContent = "Reconnecting…";

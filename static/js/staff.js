@@ -103,6 +103,7 @@
       if (event.code === 4403) {
         if (!denied) live.textContent = "Not allowed: sign in again.";
         denied = true;
+        refresh(); // signed out, or no longer allowed? The timeline's address tells (a sign-in page)
         return;
       }
       live.textContent = "Reconnecting…";

@@ -97,6 +97,29 @@ def test_a_session_ended_on_the_server_never_makes_the_cards_read_as_decided(liv
     )
 
 
+def test_a_socket_that_finds_the_session_ended_says_signed_out_not_refused(live: Stack, browser):  # noqa: ANN001
+    """The socket's own check found the session gone (its account was rung: a name changed); it closed,
+    its reconnect was refused, and the page said "Not allowed", as to someone who never could, though
+    a sign-in was all it needed. The page now reads the list once to tell which; cards stay as they were."""
+    customer = make_customer()
+    make_order(customer, total_cents=64900, number="R-5001")
+    erin = make_staff("erin", can_decide=True)
+    approval = request_refund(live, customer, "R-5001")
+    page = sign_in_staff(browser, live, "erin")
+    page.wait_for_selector("#live-status:has-text('Live')")
+    Session.objects.all().delete()
+
+    erin.first_name = "Erin"
+    erin.save()
+
+    expect(page.locator("#live-status")).to_have_text(
+        "You were signed out: sign in again to see the list as it is now."
+    )
+    card = page.locator(f"#approval-{approval.pk}")
+    assert card.locator("[data-state]").inner_text() == "pending"
+    assert card.locator(".gone-notice").inner_text() == ""
+
+
 def test_what_the_customer_writes_while_a_card_is_open_shows_on_it_without_a_reload(live: Stack, browser):  # noqa: ANN001
     """The dashboard read its cards again on approvals only: "please cancel the refund" written while a
     person read the card reached it only when some other request changed (or at a reload)."""

@@ -89,3 +89,20 @@ def test_a_session_that_ended_on_the_server_is_said_not_retried(live: Stack, bro
     services.staff_note(ticket=ticket, user=colleague, body="Li: I called the courier.", client_msg_id="li-1")
 
     person.wait_for_selector("#live-status:text-is('You were signed out: sign in again to see what is new.')")
+
+
+def test_a_socket_that_finds_the_session_ended_says_signed_out_not_refused(live: Stack, browser):  # noqa: ANN001
+    """The socket's own check found the session gone (its account was rung: a name changed); its
+    reconnect was refused and the page said "Not allowed: sign in again." as to someone without access.
+    One read of what is new now tells which: the sign-in page it leads to says signed out."""
+    ticket = ticket_with_a_person(live)
+    maria = make_support_staff("maria", first_name="Maria")
+    person = sign_in_person(browser, live, "maria")
+    person.goto(live.url(f"/staff/tickets/{ticket.pk}/"))
+    person.wait_for_selector("#live-status:text-is('Live')")
+    Session.objects.all().delete()
+
+    maria.last_name = "Rossi"
+    maria.save()
+
+    person.wait_for_selector("#live-status:text-is('You were signed out: sign in again to see what is new.')")
