@@ -275,7 +275,8 @@ def _message_input(request: HttpRequest) -> tuple[str, str, list[attachments.Inc
 @require_POST
 def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
     """POST {client_msg_id, body} as JSON, or as a multipart form that may carry ``files``
-    (attachments): 201 first time, 200 with the original on a retry, 400, 409, 413; 401 with a
+    (attachments): 201 first time, 200 with the original on a retry, 400, 409 (a client message ID used for
+    other words, or a closed ticket: ``"code": "ticket_closed"``), 413; 401 with a
     sign-in link back to the ticket when the session has ended."""
     if not request.user.is_authenticated:
         # Told before the ticket is looked up: whether it exists is nobody's business yet.
@@ -311,6 +312,10 @@ def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
     except attachments.AttachmentRefused as exc:
         return JsonResponse({"error": exc.messages[0]}, status=413 if exc.code == "too_large" else 400)
     except ValidationError as exc:
+        # A closed ticket is no fault of the message: the ticket's state refuses it (409, as HTTP
+        # says of a request that conflicts with the resource's state); a client can tell by the code.
+        if exc.code == "ticket_closed":
+            return JsonResponse({"error": exc.messages[0], "code": exc.code}, status=409)
         return JsonResponse({"error": exc.messages[0]}, status=400)
     # A message just written without files has none: no query to learn it.
     known = [] if created and not files else None

@@ -386,8 +386,9 @@ def test_a_message_on_a_closed_ticket_is_refused(signed_in, ticket):
 
     response = send(signed_in, ticket, "Hello?", client_msg_id="c-closed")
 
-    assert response.status_code == 400
-    assert "closed" in response.json()["error"]
+    # The ticket's state refuses it, not the message's words: 409, with a code a client can read.
+    assert response.status_code == 409
+    assert response.json() == {"error": "This ticket is closed; please open a new one.", "code": "ticket_closed"}
     assert not Message.objects.filter(client_msg_id="c-closed").exists()
 
 
