@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from agents.models import AgentRun, RunStatus
 from tests.workers import ROOT, Cluster, free_port, purge_broker, purge_stream_buffers, wait_for_http, wait_until
@@ -41,6 +42,11 @@ class Stack:
 
     def ws_url(self, path: str) -> str:
         return "ws" + self.base_url.removeprefix("http") + path
+
+
+# An ``expect(...)`` assertion waits 5 s by default: a page's live update (a ring through Redis, a
+# worker's step, a read over HTTP) can take longer on a busy host. It waits as long as a page action.
+expect.set_options(timeout=20_000)
 
 
 @pytest.fixture(autouse=True)

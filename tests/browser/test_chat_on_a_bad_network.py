@@ -94,7 +94,7 @@ def test_a_send_whose_request_hangs_is_sent_again_and_stored_once(live: Stack, b
     page.press("#chat-input", "Enter")
 
     page.locator(SENT, has_text=text).wait_for(timeout=30_000)
-    wait_until(lambda: stored(ticket, text) == 1, timeout=10, what="the message to be stored")
+    wait_until(lambda: stored(ticket, text) == 1, timeout=30, what="the message to be stored")
     page.wait_for_timeout(500)
     assert stored(ticket, text) == 1
     assert page.locator("#chat-log li.msg.from-customer", has_text=text).count() == 1

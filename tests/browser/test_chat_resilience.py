@@ -144,7 +144,7 @@ def test_a_send_after_the_session_ended_says_so_and_signing_in_comes_back_to_the
     assert page.input_value("#chat-input") == text  # what they wrote waits in the box
     page.press("#chat-input", "Enter")
     page.locator(SENT, has_text=text).wait_for()
-    wait_until(lambda: stored(ticket, text) == 1, timeout=10, what="the message to be stored")
+    wait_until(lambda: stored(ticket, text) == 1, timeout=30, what="the message to be stored")
     page.context.close()
 
 
@@ -158,7 +158,7 @@ def test_a_message_of_emoji_is_held_to_the_servers_limit_in_characters(live: Sta
     assert page.evaluate("() => Array.from(document.getElementById('chat-input').value).length") == 2500
     page.press("#chat-input", "Enter")
     page.locator(SENT).last.wait_for()
-    wait_until(lambda: stored(ticket, "🙂" * 2500) == 1, timeout=10, what="the 2,500 emoji to be stored")
+    wait_until(lambda: stored(ticket, "🙂" * 2500) == 1, timeout=30, what="the 2,500 emoji to be stored")
 
     page.focus("#chat-input")
     page.keyboard.insert_text("🙂" * 4001)
@@ -167,7 +167,7 @@ def test_a_message_of_emoji_is_held_to_the_servers_limit_in_characters(live: Sta
     page.press("#chat-input", "Backspace")  # one emoji less: within the limit, the note goes
     page.wait_for_function("() => document.getElementById('chat-note').textContent === ''")
     page.press("#chat-input", "Enter")
-    wait_until(lambda: stored(ticket, "🙂" * 4000) == 1, timeout=10, what="the 4,000 emoji to be stored")
+    wait_until(lambda: stored(ticket, "🙂" * 4000) == 1, timeout=30, what="the 4,000 emoji to be stored")
     page.context.close()
 
 
@@ -233,7 +233,7 @@ def test_a_reply_that_came_while_the_page_was_hidden_and_the_socket_dropped_is_r
     page.wait_for_function("() => window.__chat.state().connected && window.__chat.state().reconnects >= 1")
     wait_until(
         lambda: not tickets_for_customer(user=ticket.customer.user).get(pk=ticket.pk).unread,
-        timeout=10,
+        timeout=30,
         what="the reply read on screen to be marked read",
     )
     page.context.close()

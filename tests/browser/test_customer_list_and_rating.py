@@ -77,7 +77,7 @@ def test_unread_marker_live_day_separator_and_rating_in_a_real_browser(live: Sta
     )
     wait_until(
         lambda: Ticket.objects.get(pk=ticket.pk).customer_seen_seq >= last_reply,
-        timeout=10,
+        timeout=30,
         what="the open chat to mark the answer seen",
         cluster=live.cluster,
     )
