@@ -44,9 +44,11 @@ class Stack:
         return "ws" + self.base_url.removeprefix("http") + path
 
 
-# An ``expect(...)`` assertion waits 5 s by default: a page's live update (a ring through Redis, a
-# worker's step, a read over HTTP) can take longer on a busy host. It waits as long as a page action.
-expect.set_options(timeout=20_000)
+# How long a page action or an ``expect(...)`` assertion waits (Playwright's default for an assertion is
+# 5 s): a page's live update (a ring through Redis, a worker's step, a read over HTTP) can take far
+# longer on a busy host, and a check that is met returns at once.
+PAGE_TIMEOUT_MS = 30_000
+expect.set_options(timeout=PAGE_TIMEOUT_MS)
 
 
 @pytest.fixture(autouse=True)
@@ -145,7 +147,7 @@ def _lease_locks_held() -> bool:
 def sign_in(browser, stack: Stack, customer: Customer):  # noqa: ANN001, ANN201
     """A fresh browser context signed in as ``customer`` through the login form; returns its page."""
     context = browser.new_context(viewport={"width": 1100, "height": 820})
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(PAGE_TIMEOUT_MS)
     # Every page records what its Content-Security-Policy blocked (tests assert it stays empty).
     context.add_init_script(
         "window.__csp = []; document.addEventListener('securitypolicyviolation', "

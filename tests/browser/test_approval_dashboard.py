@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from approvals import services
 from approvals.models import ApprovalRequest, ApprovalStatus
 from tests.approvals.conftest import make_staff
-from tests.browser.conftest import SCREENSHOTS, Stack
+from tests.browser.conftest import PAGE_TIMEOUT_MS, SCREENSHOTS, Stack
 from tests.browser.test_accessibility import check_page
 from tests.conftest import make_customer, make_order
 from tests.workers import wait_until
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pyte
 
 def sign_in_staff(browser, stack: Stack, username: str):  # noqa: ANN001, ANN201
     context = browser.new_context(viewport={"width": 1200, "height": 900})
-    context.set_default_timeout(20_000)
+    context.set_default_timeout(PAGE_TIMEOUT_MS)
     context.add_init_script(
         "window.__csp = []; document.addEventListener('securitypolicyviolation', "
         "e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));"

@@ -11,7 +11,7 @@ import pytest
 from agents.models import Refund, RefundStatus
 from approvals.models import ApprovalRequest, ApprovalStatus
 from tests.approvals.conftest import make_staff
-from tests.browser.conftest import SCREENSHOTS, Stack, running_stack, sign_in
+from tests.browser.conftest import PAGE_TIMEOUT_MS, SCREENSHOTS, Stack, running_stack, sign_in
 from tests.conftest import make_customer, make_order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
@@ -29,7 +29,7 @@ def payments_stack(
 
 def sign_in_staff(browser, stack: Stack, username: str):  # noqa: ANN001, ANN201
     context = browser.new_context(viewport={"width": 1200, "height": 900})
-    context.set_default_timeout(20_000)
+    context.set_default_timeout(PAGE_TIMEOUT_MS)
     page = context.new_page()
     page.goto(stack.url("/accounts/login/?next=/staff/approvals/"))
     page.fill("#id_username", username)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import SCREENSHOTS, Stack, sign_in
+from tests.browser.conftest import PAGE_TIMEOUT_MS, SCREENSHOTS, Stack, sign_in
 from tests.browser.test_customer_chat import wait_for_agent_messages
 from tests.conftest import make_customer
 from tests.staff.conftest import make_support_staff
@@ -60,7 +60,7 @@ def chat_on(live: Stack, browser):  # noqa: ANN001
         context = browser.new_context(
             storage_state=signed_in, viewport=viewport, is_mobile=touch, has_touch=touch, device_scale_factor=2
         )
-        context.set_default_timeout(15_000)
+        context.set_default_timeout(PAGE_TIMEOUT_MS)
         contexts.append(context)
         page = context.new_page()
         page.goto(live.url(f"/tickets/{ticket.pk}/"))

@@ -9,7 +9,7 @@ import re
 import pytest
 from django.contrib.sessions.models import Session
 
-from tests.browser.conftest import SCREENSHOTS, Stack, sign_in
+from tests.browser.conftest import PAGE_TIMEOUT_MS, SCREENSHOTS, Stack, sign_in
 from tests.conftest import make_customer
 from tests.staff.conftest import STAFF_PASSWORD, make_support_staff
 from tests.workers import wait_until
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pyte
 
 def sign_in_person(browser, stack: Stack, username: str):  # noqa: ANN001, ANN201
     context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(20_000)
+    context.set_default_timeout(PAGE_TIMEOUT_MS)
     context.add_init_script(
         "window.__csp = []; document.addEventListener('securitypolicyviolation', "
         "e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));"
