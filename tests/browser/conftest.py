@@ -108,22 +108,22 @@ def stack(_orm_beside_playwright, django_db_setup, tmp_path_factory) -> Iterator
         yield started
 
 
+def agent_at_rest() -> bool:
+    """No run going on, and no customer message the agent has yet to handle on a ticket it may answer."""
+    return (
+        not AgentRun.objects.filter(status=RunStatus.RUNNING).exists()
+        and not Message.objects.filter(author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True)
+        .exclude(ticket__status__in=[TicketStatus.WITH_HUMAN, TicketStatus.CLOSED])
+        .exists()
+    )
+
+
 @pytest.fixture
 def live(stack, transactional_db) -> Iterator[Stack]:  # noqa: ANN001
     """The stack, for a test whose rows the servers must see (committed, emptied afterwards)."""
     yield stack
     # Let the worker finish what the test started before the tables are emptied under it.
-    wait_until(
-        lambda: (
-            not AgentRun.objects.filter(status=RunStatus.RUNNING).exists()
-            and not Message.objects.filter(author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True)
-            .exclude(ticket__status__in=[TicketStatus.WITH_HUMAN, TicketStatus.CLOSED])
-            .exists()
-        ),
-        timeout=30,
-        what="the agent to finish its runs",
-        cluster=stack.cluster,
-    )
+    wait_until(agent_at_rest, timeout=30, what="the agent to finish its runs", cluster=stack.cluster)
     # No doorbell left to ring, and no worker inside a ticket's lease (it holds the ticket's
     # advisory lock there): emptying the tables then cannot deadlock with a worker's writes.
     purge_broker()

@@ -10,14 +10,14 @@ import json
 import pytest
 
 from agents.models import AgentRun, RunStatus
-from tests.browser.conftest import Stack, sign_in
+from tests.browser.conftest import Stack
+from tests.browser.test_chat_resilience import open_chat, stored
 from tests.browser.test_customer_chat import (
     LONG_POLICY,
     agent_replies,
     in_another_thread,
     wait_for_agent_messages,
 )
-from tests.conftest import make_customer
 from tests.staff.conftest import make_support_staff
 from tests.workers import wait_until
 from tickets import services as ticket_services
@@ -26,20 +26,6 @@ from tickets.models import AuthorKind, HelpArticle, Message, Ticket
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
 SENT = "#chat-log li.msg.from-customer[data-seq]:not(.failed):not(.sending)"
-
-
-def open_chat(live: Stack, browser, subject: str):  # noqa: ANN001, ANN201
-    customer = make_customer()
-    ticket, _ = ticket_services.ticket_open(customer=customer, subject=subject, body="Hello there")
-    page = sign_in(browser, live, customer)
-    page.goto(live.url(f"/tickets/{ticket.pk}/"))
-    wait_for_agent_messages(page, 1)
-    page.wait_for_function("() => !window.__chat.state().typing")
-    return page, ticket
-
-
-def stored(ticket: Ticket, text: str) -> int:
-    return Message.objects.filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER, body=text).count()
 
 
 def run_over(ticket: Ticket) -> None:

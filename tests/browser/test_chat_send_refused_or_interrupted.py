@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from agents.models import AgentRun, RunStatus
 from tests.browser.conftest import (  # noqa: F401 - fixtures
     Stack,
     _fast_password_hashing,
     _lease_locks_held,
     _orm_beside_playwright,
+    agent_at_rest,
     browser,
     running_stack,
     sign_in,
@@ -21,7 +21,7 @@ from tests.browser.test_customer_chat import wait_for_agent_messages
 from tests.conftest import make_customer
 from tests.workers import purge_broker, wait_until
 from tickets import services as ticket_services
-from tickets.models import AuthorKind, Message, TicketStatus
+from tickets.models import AuthorKind, Message
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -40,16 +40,7 @@ def slow_rate_stack(_orm_beside_playwright, django_db_setup, tmp_path_factory) -
 def rate_live(slow_rate_stack, transactional_db) -> Iterator[Stack]:  # noqa: ANN001
     """As tests.browser.conftest.live: the worker finishes what the test started before the tables go."""
     yield slow_rate_stack
-    wait_until(
-        lambda: (
-            not AgentRun.objects.filter(status=RunStatus.RUNNING).exists()
-            and not Message.objects.filter(author_kind=AuthorKind.CUSTOMER, agent_handled_at__isnull=True)
-            .exclude(ticket__status__in=[TicketStatus.WITH_HUMAN, TicketStatus.CLOSED])
-            .exists()
-        ),
-        timeout=30,
-        what="the agent to finish its runs",
-    )
+    wait_until(agent_at_rest, timeout=30, what="the agent to finish its runs")
     purge_broker()
     wait_until(lambda: not _lease_locks_held(), timeout=30, what="the workers to let go of every lease")
 
