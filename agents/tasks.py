@@ -15,9 +15,12 @@ from agents.refunds import reconcile_open_refunds
 from agents.runner import advance
 from agents.selectors import backoffs_ending, tickets_with_agent_work
 from agents.services import runs_note_stopped
+from support.pauses import Pause
 from tickets.signals import ticket_given_back, ticket_needs_agent
 
 logger = logging.getLogger(__name__)
+
+doorbell_pause = Pause("doorbells", 5.0)
 
 
 class NoResultTask(Task):
@@ -58,12 +61,20 @@ def ring(ticket_id: int) -> None:
 
 def _send_doorbell(ticket_id: int) -> None:
     """A broker that cannot be reached loses only the doorbell: what was committed stays, the
-    request that committed it succeeds, and the sweeper rings the ticket once the broker is back."""
+    request that committed it succeeds, and the sweeper rings the ticket once the broker is back.
+    After a doorbell failed, the broker is not asked for a few seconds (``doorbell_pause``): a broker
+    that stalls holds one customer's request for its timeout, not every request meanwhile."""
+    if doorbell_pause.paused():
+        logger.warning(
+            "ticket %s: the doorbell is not sent, the broker failed a moment ago; the sweeper rings it", ticket_id
+        )
+        return
     try:
         # Tried once: Celery's publish retries (three more, each a new connection that a frozen broker
         # accepts and never answers, each waiting out its timeout) held a customer's send for ~50 s.
         advance_ticket.apply_async(args=[ticket_id], retry=False)
     except Exception:  # noqa: BLE001 - kombu's and the transport's errors alike; nothing to undo
+        doorbell_pause.failed()
         logger.exception("ticket %s: the doorbell could not be sent to the broker; the sweeper rings it", ticket_id)
 
 

@@ -52,11 +52,12 @@ def _customer_confirmation(request, settings):  # noqa: ANN001
 
 
 @pytest.fixture(autouse=True)
-def _live_updates_on() -> None:
-    """A test that made Redis fail leaves no pause of live updates to the next one."""
-    from tickets import realtime
+def _no_pause_after_a_failure() -> None:
+    """A test that made Redis or the broker fail leaves no pause (live updates, doorbells, the rate
+    limits' cache: ``support.pauses``) to the next one."""
+    from support import pauses
 
-    realtime._paused_until = 0.0
+    pauses.lift_all()
 
 
 @pytest.fixture(autouse=True)

@@ -37,6 +37,8 @@ from channels.layers import get_channel_layer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.conf import settings
 
+from support.pauses import Pause
+
 logger = logging.getLogger(__name__)
 STREAM_TTL_SECONDS = 3600
 # A connection for live updates idle this long is checked before it is written to (see _Writer).
@@ -160,20 +162,19 @@ _writer_lock = threading.Lock()
 # (stopped, overloaded, cut off without a reset) costs a worker one timeout, not one per streamed
 # word. Live updates are best effort; the answer is in the ledger.
 LIVE_UPDATES_PAUSE_SECONDS = 5.0
-_paused_until = 0.0
+live_updates_pause = Pause("live updates", LIVE_UPDATES_PAUSE_SECONDS)
 
 
 def _write(commands: list[Command]) -> None:
     """Send the commands in one write on the no-reply connection (with replies, on a server that
     refuses to turn them off). Raises at once, sending nothing, while live updates are paused after
     a failure."""
-    global _paused_until
-    if time.monotonic() < _paused_until:
+    if live_updates_pause.paused():
         raise redis.ConnectionError("live updates are paused after Redis failed to answer")
     try:
         _write_now(commands)
     except redis.RedisError:
-        _paused_until = time.monotonic() + LIVE_UPDATES_PAUSE_SECONDS
+        live_updates_pause.failed()
         raise
 
 

@@ -43,9 +43,11 @@ def stalled_redis(settings) -> Iterator[list[socket.socket]]:  # noqa: ANN001
     """A Redis that accepts connections and never answers; yields the connections it was asked for."""
     with silent_server(backlog=128) as (port, accepted):
         settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
-        realtime._redis, realtime._writer, realtime._paused_until = None, None, 0.0
+        realtime._redis, realtime._writer = None, None
+        realtime.live_updates_pause.lift()
         yield accepted
-    realtime._redis, realtime._writer, realtime._paused_until = None, None, 0.0
+    realtime._redis, realtime._writer = None, None
+    realtime.live_updates_pause.lift()
 
 
 def test_an_answer_is_stored_while_redis_stalls_and_the_worker_waits_on_it_once(stalled_redis):  # noqa: ANN001
