@@ -568,7 +568,7 @@ def _stopped_for_the_customer(messages: list[Message]) -> Done | None:
             for call in message["tool_calls"]:
                 try:
                     args = json.loads(call["function"].get("arguments") or "{}")
-                except json.JSONDecodeError:
+                except ValueError:  # not JSON, or a number too long to read
                     args = {}
                 pending[call["id"]] = (call["function"]["name"], args if isinstance(args, dict) else {})
         elif role == "tool":
@@ -658,7 +658,7 @@ class OfflineDeterministicModel:
                     fn = call["function"]
                     try:
                         args = json.loads(fn.get("arguments") or "{}")
-                    except json.JSONDecodeError:
+                    except ValueError:  # not JSON, or a number too long to read
                         args = {}
                     pending[call["id"]] = (fn["name"], args)
             elif role == "tool":
@@ -678,7 +678,7 @@ class OfflineDeterministicModel:
             for call in message.get("tool_calls") or []:
                 try:
                     args = json.loads(call["function"].get("arguments") or "{}")
-                except json.JSONDecodeError:
+                except ValueError:  # not JSON, or a number too long to read
                     args = {}
                 pending[call["id"]] = (call["function"]["name"], args)
             if message["role"] == "tool":

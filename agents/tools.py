@@ -237,6 +237,9 @@ def parse_arguments(name: str, raw: str | dict[str, Any]) -> tuple[Tool, dict[st
             args = json.loads(raw or "{}")
         except json.JSONDecodeError as exc:
             raise ToolError(f"Arguments for {name} are not valid JSON: {exc.msg}.") from None
+        except ValueError:
+            # Valid JSON Python will not read: an integer of more than 4300 digits (int_max_str_digits).
+            raise ToolError(f"Arguments for {name} hold a number too long to read.") from None
         except RecursionError:
             raise ToolError(f"Arguments for {name} are nested too deeply.") from None
     if not isinstance(args, dict):

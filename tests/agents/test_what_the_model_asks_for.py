@@ -16,12 +16,12 @@ from __future__ import annotations
 import pytest
 
 from agents.llm import ModelResponse, ToolCallRequest
-from agents.models import CallStatus
+from agents.models import AgentRun, CallStatus, RunStatus
 from agents.runner import advance
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest, ApprovalStatus
 from tests.agents.test_money_gates import THRESHOLD, refund_calls
-from tests.agents.test_money_path import assert_money_invariants, order_for, paid
+from tests.agents.test_money_path import assert_money_invariants, order_for, paid, write
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer
 from tickets import services as ticket_services
@@ -67,6 +67,7 @@ def refund(number: str, cents: int) -> str:
         '{"order_number": "S-1001", "amount_cents": -5000}',
         '{"order_number": "S-1001", "amount_cents": 18446744073709551617}',
         '{"order_number": "S-1001", "amount_cents": 1e400}',
+        '{"order_number": "S-1001", "amount_cents": ' + "9" * 5000 + "}",
         '{"order_number": "S-1001", "amount_cents": NaN}',
         '{"order_number": "S-1001", "amount_cents": true}',
         '{"order_number": "S-1001"}',
@@ -82,6 +83,7 @@ def refund(number: str, cents: int) -> str:
         "negative",
         "huge",
         "infinite",
+        "five-thousand-digits",
         "nan",
         "boolean",
         "missing",
@@ -104,6 +106,25 @@ def test_a_refund_asked_with_arguments_of_odd_shape_is_refused_and_nothing_is_pa
     (call,) = refund_calls(ticket)
     assert call.status == CallStatus.FAILED, (call.status, call.arguments, call.error)
     assert paid(sandbox, order) == [] and paid(sandbox, stranger) == []
+
+
+def test_an_amount_too_long_to_read_is_refused_to_the_model_and_the_next_model_reads_past_it(sandbox):  # noqa: ANN001
+    """5000 digits are valid JSON that Python will not read (ValueError, not a JSONDecodeError): the call
+    is refused as an error the model sees, and the offline model, answering the customer's next
+    message over a conversation that holds it, answers rather than failing every step."""
+    customer = make_customer()
+    order = order_for(customer, "S-1501", 30000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund S-1501")
+    advance(ticket.pk, model=Steps([("r1", '{"order_number": "S-1501", "amount_cents": ' + "9" * 5000 + "}")]))
+    (call,) = refund_calls(ticket)
+    assert call.status == CallStatus.FAILED and "too long" in call.error, call.error
+
+    write(ticket, "Where is my order S-1501?")
+    advance(ticket.pk)
+
+    runs = list(AgentRun.objects.filter(ticket=ticket).order_by("pk"))
+    assert [(run.status, run.failures) for run in runs] == [(RunStatus.COMPLETED, 0)] * 2
+    assert paid(sandbox, order) == []
 
 
 def test_an_amount_written_twice_is_judged_and_shown_to_staff_as_the_amount_that_would_be_paid(sandbox, approver):  # noqa: ANN001
