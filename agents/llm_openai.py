@@ -57,7 +57,8 @@ _RETRYABLE_STATUSES = frozenset({408, 409, 429})
 
 @dataclass
 class _ToolCallParts:
-    """Pieces of one streamed tool call, keyed in the stream by its ``index``.
+    """Pieces of one streamed tool call, keyed in the stream by its ``index`` (and by its id where a
+    server, Ollama's, streams every call of an answer under index 0).
 
     The id and the name come whole, once; some servers (llama.cpp's) repeat them
     in every delta of the call, so only the first is kept. Only the argument
@@ -68,6 +69,7 @@ class _ToolCallParts:
     name: str = ""
     arguments: list[str] = field(default_factory=list)
     length: int = 0  # characters in ``arguments``
+    number: int = 0  # the call's place in the answer, from 1
 
     def build(self) -> ToolCallRequest:
         # Some compatible servers omit the id; the loop needs one to pair the
@@ -192,7 +194,10 @@ class OpenAIChatModel:
         meter: StreamMeter,
     ) -> ModelResponse:
         text_parts: list[str] = []
-        calls: dict[int, _ToolCallParts] = {}
+        # Each call with the stream index it came under, in the order the calls began; ``open_at`` holds the
+        # call that index's deltas add to now.
+        calls: list[tuple[int, _ToolCallParts]] = []
+        open_at: dict[int, _ToolCallParts] = {}
         usage = Usage()
         model = self.model
         finish_reason: str | None = None
@@ -227,7 +232,12 @@ class OpenAIChatModel:
                             except BaseException as exc:
                                 raise _CallerRaised(exc) from exc
                 for call in delta.tool_calls or ():
-                    parts = calls.setdefault(call.index, _ToolCallParts())
+                    parts = open_at.get(call.index)
+                    if parts is None or (call.id and parts.id and call.id != parts.id):
+                        # Another id under an index in use is another call: Ollama streams every call of
+                        # an answer under index 0. Joined, two refunds would be one call of both arguments.
+                        parts = open_at[call.index] = _ToolCallParts(number=len(calls) + 1)
+                        calls.append((call.index, parts))
                     meter.add_call(len(calls))
                     if call.id and not parts.id:
                         parts.id = call.id
@@ -237,7 +247,7 @@ class OpenAIChatModel:
                         if call.function.arguments:
                             parts.arguments.append(call.function.arguments)
                             parts.length += len(call.function.arguments)
-                            meter.add_arguments(call.index + 1, call.function.arguments, parts.length)
+                            meter.add_arguments(parts.number, call.function.arguments, parts.length)
                 if choice.finish_reason is not None:
                     finish_reason = choice.finish_reason
 
@@ -247,7 +257,7 @@ class OpenAIChatModel:
             raise ModelError(f"{self.name}: stream ended before a finish_reason", retryable=True)
 
         text = "".join(text_parts)
-        tool_calls = [calls[index].build() for index in sorted(calls)]
+        tool_calls = [parts.build() for _, parts in sorted(calls, key=lambda call: call[0])]  # stable: in order begun
         if not reported:
             # The server sent no usage (llama.cpp, even when asked): estimate it, so the
             # token budget still advances, and say so on the step.

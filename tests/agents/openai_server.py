@@ -18,6 +18,8 @@ rather than an ordinary end of body.
   a 500 to an assistant message with tool calls and ``content: null``.
 - ``"litellm"``: as LiteLLM's proxy: no ``finish_reason`` key on non-final
   chunks, usage on the finishing chunk itself, errors with ``type: null``.
+- ``"ollama"``: as Ollama's: every tool call of an answer streamed with
+  ``index`` 0, told apart only by its ``id``.
 """
 
 from __future__ import annotations
@@ -396,7 +398,8 @@ class _Chunks:
         yield from self.text_deltas(item.text)
         pieces = len(split_text(item.text))
         if isinstance(item, _ToolCalls):
-            for index, (call_id, name, arguments) in enumerate(item.calls):
+            for n, (call_id, name, arguments) in enumerate(item.calls):
+                index = 0 if self.dialect == "ollama" else n
                 yield self.chunk(
                     {
                         "tool_calls": [

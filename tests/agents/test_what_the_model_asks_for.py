@@ -7,6 +7,8 @@ whatever shape the model's refund calls take.
 - Several refunds in one step, and in consecutive steps of one turn under one reused call id:
   each counts for the next, whatever order and whatever id.
 - Asked again after staff said no, for less, in the same ticket: reviewed again.
+- Two refunds in one answer of an endpoint that streams every call under index 0 (Ollama), over
+  real HTTP: two calls, each judged, not one call of both arguments run together.
 
 Each test reads the payment sandbox's own records (a separate process, over HTTP).
 """
@@ -16,10 +18,12 @@ from __future__ import annotations
 import pytest
 
 from agents.llm import ModelResponse, ToolCallRequest
+from agents.llm_openai import OpenAIChatModel
 from agents.models import AgentRun, CallStatus, RunStatus
 from agents.runner import advance
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest, ApprovalStatus
+from tests.agents.openai_server import OpenAIServer
 from tests.agents.test_money_gates import THRESHOLD, refund_calls
 from tests.agents.test_money_path import assert_money_invariants, order_for, paid, write
 from tests.approvals.conftest import make_staff
@@ -233,4 +237,32 @@ def test_a_refund_asked_next_to_a_hand_off_is_paid_only_before_it_and_never_afte
     else:
         assert call.status == CallStatus.FAILED and "not run" in call.error, (call.status, call.error)
     assert [r["amount"] for r in paid(sandbox, order)] == ([5000] if first == "refund" else [])
+    assert_money_invariants(sandbox)
+
+
+@pytest.mark.parametrize("dialect", ["openai", "ollama"])
+def test_two_refunds_streamed_in_one_answer_are_two_calls_whatever_index_the_server_gives(sandbox, approver, dialect):  # noqa: ANN001
+    """$150.00 on each of two orders, in one streamed answer: the first is paid, the second (past the
+    customer's limit) waits for staff and is not paid when they say no."""
+    customer = make_customer()
+    orders = [order_for(customer, number, 30000, sandbox) for number in ("S-6001", "S-6002")]
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund both")
+    server = OpenAIServer(dialect=dialect).start()
+    try:
+        model = OpenAIChatModel(model="test-model", api_key="sk-test", base_url=server.url, timeout=5.0)
+        asked = [("issue_refund", {"order_number": o.number, "amount_cents": 15000}) for o in orders]
+        ids = server.enqueue_tool_calls(asked)
+        advance(ticket.pk, model=model)
+        first, second = refund_calls(ticket)
+        assert [first.model_call_id, second.model_call_id] == ids
+        assert second.approval_required and "refunds to one customer above" in second.approval_reason
+        card = ApprovalRequest.objects.get(tool_call=second)
+        approval_services.approval_decide(approval_id=card.pk, user=approver, approve=False, note="No.")
+        server.enqueue_text("The first refund is done; the second was declined.")
+        advance(ticket.pk, model=model)
+    finally:
+        server.stop()
+
+    assert [r["amount"] for r in paid(sandbox, orders[0])] == [15000]
+    assert paid(sandbox, orders[1]) == []
     assert_money_invariants(sandbox)
