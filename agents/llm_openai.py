@@ -233,9 +233,11 @@ class OpenAIChatModel:
                                 raise _CallerRaised(exc) from exc
                 for call in delta.tool_calls or ():
                     parts = open_at.get(call.index)
-                    if parts is None or (call.id and parts.id and call.id != parts.id):
-                        # Another id under an index in use is another call: Ollama streams every call of
-                        # an answer under index 0. Joined, two refunds would be one call of both arguments.
+                    begins = bool(call.function and call.function.name)  # a call's first delta names it
+                    if parts is None or (begins and call.id and parts.id and call.id != parts.id):
+                        # Another call named under an index in use, with another id, is another call: Ollama
+                        # streams every call of an answer under index 0. Joined, two refunds would be one call
+                        # of both arguments. (Poolside gives a call's later deltas, unnamed, an id of their own.)
                         parts = open_at[call.index] = _ToolCallParts(number=len(calls) + 1)
                         calls.append((call.index, parts))
                     meter.add_call(len(calls))

@@ -19,7 +19,9 @@ rather than an ordinary end of body.
 - ``"litellm"``: as LiteLLM's proxy: no ``finish_reason`` key on non-final
   chunks, usage on the finishing chunk itself, errors with ``type: null``.
 - ``"ollama"``: as Ollama's: every tool call of an answer streamed with
-  ``index`` 0, told apart only by its ``id``.
+  ``index`` 0, told apart only by its ``id`` (and its name, sent with it).
+- ``"poolside"``: as Poolside's: the deltas after a tool call's first carry
+  an ``id`` other than the first's, and no name.
 """
 
 from __future__ import annotations
@@ -418,6 +420,8 @@ class _Chunks:
                     if self.dialect == "llama.cpp":  # the id and the name again, in every delta
                         fragment = {"index": index, "id": call_id, "type": "function",
                                     "function": {"name": name, "arguments": piece}}  # fmt: skip
+                    elif self.dialect == "poolside":  # an id of its own on every delta after the first
+                        fragment = {"index": index, "id": f"{call_id}-more", "function": {"arguments": piece}}
                     yield self.chunk({"tool_calls": [fragment]})
         finish = "tool_calls" if isinstance(item, _ToolCalls) else "stop"
         completion_tokens = item.completion_tokens if item.completion_tokens is not None else pieces
