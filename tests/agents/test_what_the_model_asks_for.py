@@ -6,7 +6,9 @@ whatever shape the model's refund calls take.
   what is recorded, never paid on what the model may have meant.
 - Several refunds in one step, and in consecutive steps of one turn under one reused call id:
   each counts for the next, whatever order and whatever id.
-- Asked again after staff said no, for less, in the same ticket: reviewed again.
+- Asked again after staff said no, for less, in the same ticket: reviewed again; asked again after
+  staff said yes: reviewed again, and more than the order has left is refused before any card.
+- An amount of 5000 digits (valid JSON Python will not read) is refused to the model, not a failed step.
 - Two refunds in one answer of an endpoint that streams every call under index 0 (Ollama), over
   real HTTP: two calls, each judged, not one call of both arguments run together.
 
@@ -266,3 +268,30 @@ def test_two_refunds_streamed_in_one_answer_are_two_calls_whatever_index_the_ser
     assert [r["amount"] for r in paid(sandbox, orders[0])] == [15000]
     assert paid(sandbox, orders[1]) == []
     assert_money_invariants(sandbox)
+
+
+def test_a_refund_asked_again_after_staff_approved_one_is_reviewed_again_and_more_than_is_left_is_refused(
+    sandbox, approver
+):  # noqa: ANN001
+    """One turn, one call id: $250.00 on S-7001 (staff approve; paid), $200.00 more in the next step (a
+    second refund: reviewed, staff approve it too; paid), then $100.00 where $50.00 is left (refused
+    before any card)."""
+    customer = make_customer()
+    order = order_for(customer, "S-7001", 50000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund S-7001")
+    model = Steps(
+        [("c1", refund("S-7001", 25000))], [("c1", refund("S-7001", 20000))], [("c1", refund("S-7001", 10000))]
+    )
+
+    advance(ticket.pk, model=model)
+    for _ in range(2):
+        card = ApprovalRequest.objects.get(ticket=ticket, status=ApprovalStatus.PENDING)
+        approval_services.approval_decide(approval_id=card.pk, user=approver, approve=True)
+        advance(ticket.pk, model=model)
+
+    first, second, third = refund_calls(ticket)
+    assert second.approval_required and "already has $250.00 refunded or pending" in second.approval_reason
+    assert third.status == CallStatus.FAILED and "$50.00 left to refund" in third.error, third.error
+    assert not ApprovalRequest.objects.filter(tool_call=third).exists()
+    assert sorted(r["amount"] for r in paid(sandbox, order)) == [20000, 25000]
+    assert_money_invariants(sandbox, needed_approval={"S-7001"})
