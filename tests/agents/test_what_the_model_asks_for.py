@@ -162,8 +162,10 @@ def test_an_amount_written_twice_is_judged_and_shown_to_staff_as_the_amount_that
         ((("S-3001", THRESHOLD + 1), ("S-3002", 5000)), []),
         ((("S-3002", 5000), ("S-3001", THRESHOLD + 1)), [5000]),
         ((("S-3001", 5000), ("s-3001", 5000)), [5000]),  # one order, written twice
+        # Written with a long s, which Postgres and Python both read as S: the same order, counted so.
+        ((("S-3001", 5000), ("\u017f-3001", 5000)), [5000]),
     ],
-    ids=["two-orders-past-the-limit", "above-then-below", "below-then-above", "one-order-twice"],
+    ids=["two-orders-past-the-limit", "above-then-below", "below-then-above", "one-order-twice", "long-s"],
 )
 def test_several_refunds_of_one_step_each_count_for_the_next(sandbox, approver, asked, unreviewed):  # noqa: ANN001
     customer = make_customer()
