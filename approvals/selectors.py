@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import BigIntegerField, Count, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models import BigIntegerField, Count, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Now
 
@@ -25,7 +25,7 @@ from agents.selectors import (
 from agents.tools import REGISTRY
 from approvals.models import ApprovalRequest, ApprovalStatus
 from tickets import selectors as ticket_selectors
-from tickets.models import ActorKind, AuthorKind, Message, Order, TicketEvent
+from tickets.models import ActorKind, AuthorKind, Message, Order, Ticket, TicketEvent
 from tickets.money import format_money
 from tickets.presenters import attachment_item, attachment_items
 
@@ -192,6 +192,17 @@ def approval_needs_confirmation(approval: ApprovalRequest) -> bool:
 def approval_confirmation_text(approval: ApprovalRequest) -> str:
     what = "a refund of " if approval.tool_name == "issue_refund" else ""
     return f"I confirm {what}{approval.amount_display}"
+
+
+def own_tickets(*, user: AbstractBaseUser, ticket_ids: Iterable[int]) -> set[int]:
+    """The tickets among ``ticket_ids`` whose customer is this member of staff: the customer profile of
+    their login, or one under their email address (the same person shopping under a second login, who
+    would otherwise approve their own refund). Their requests are a colleague's to decide."""
+    mine = Q(customer__user_id=user.pk)
+    email = (getattr(user, "email", "") or "").strip()
+    if email:
+        mine |= Q(customer__email__iexact=email)
+    return set(Ticket.objects.filter(mine, pk__in=list(ticket_ids)).values_list("pk", flat=True))
 
 
 def approvals_pending() -> QuerySet[ApprovalRequest]:

@@ -21,7 +21,7 @@ from agents.selectors import person_took_the_ticket_since, refunded_total_cents
 from agents.tasks import ring
 from agents.tools import order_of_customer
 from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
-from approvals.selectors import agent_words
+from approvals.selectors import agent_words, own_tickets
 from support import rounds
 from support.clock import database_now
 from tickets import realtime, timeline
@@ -225,8 +225,8 @@ DECISION_NOTE_MAX_CHARS = 500
 
 
 class OwnRequest(PermissionDenied):
-    """A member of staff who is also a customer asked to decide a request on their own ticket: the
-    review the policy asks for is a second person's."""
+    """A member of staff who is also a customer (this login's profile, or one under their email address)
+    asked to decide a request on their own ticket: the review the policy asks for is a second person's."""
 
 
 def can_decide(user: AbstractBaseUser) -> bool:
@@ -268,7 +268,7 @@ def approval_decide(
     with transaction.atomic():
         # No join here: a row re-read after waiting for the lock would come with the join as it was.
         approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
-        if Ticket.objects.filter(pk=approval.ticket_id, customer__user_id=user.pk).exists():
+        if own_tickets(user=user, ticket_ids=[approval.ticket_id]):
             raise OwnRequest("This request is on your own ticket: a colleague decides it. Nothing was changed.")
         wanted = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
         if approval.status == wanted and approval.decided_by_id == user.pk:

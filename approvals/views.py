@@ -32,13 +32,15 @@ def approver_required(view: Any) -> Any:
     return wrapped
 
 
-def _pending_context(typed: dict[str, Any] | None = None) -> dict[str, Any]:
+def _pending_context(request: HttpRequest, typed: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the dashboard shows; ``typed``: the decision form sent and refused (its request, decision
     and note), whose note is shown again in that form of the card."""
     cards, more = selectors.pending_cards()
     return {
         "typed": typed or {},
         "cards": cards,
+        # Their cards offer no buttons: the service refuses the decision anyway (OwnRequest).
+        "own_tickets": selectors.own_tickets(user=request.user, ticket_ids={c.approval.ticket_id for c in cards}),
         "more": more,
         "past_expiry": selectors.approvals_past_expiry_ids(),
         "now": timezone.now(),
@@ -49,13 +51,13 @@ def _pending_context(typed: dict[str, Any] | None = None) -> dict[str, Any]:
 @require_GET
 @approver_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    return render(request, "approvals/dashboard.html", _pending_context())
+    return render(request, "approvals/dashboard.html", _pending_context(request))
 
 
 @require_GET
 @approver_required
 def pending_fragment(request: HttpRequest) -> HttpResponse:
-    return render(request, "approvals/_pending.html", _pending_context())
+    return render(request, "approvals/_pending.html", _pending_context(request))
 
 
 HISTORY_PAGE_SIZE = 100
@@ -112,7 +114,7 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     decision = request.POST.get("decision")
     if decision not in {"approve", "reject"}:
         messages.error(request, "Choose approve or reject. Nothing was changed.")
-        return render(request, "approvals/dashboard.html", _pending_context(), status=400)
+        return render(request, "approvals/dashboard.html", _pending_context(request), status=400)
     # Refused, the card comes back with the note as typed: sent again without typing it twice.
     typed = {"approval_id": approval.pk, "decision": decision, "note": request.POST.get("note", "")}
     approve = decision == "approve"
@@ -123,7 +125,7 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
             f"Approving {approval.amount_display} needs a confirmation: tick "
             f"“{selectors.approval_confirmation_text(approval)}” and approve again. Nothing was changed.",
         )
-        return render(request, "approvals/dashboard.html", _pending_context(typed), status=400)
+        return render(request, "approvals/dashboard.html", _pending_context(request, typed), status=400)
     try:
         seen = request.POST.get("seen_seq", "")
         services.approval_decide(
@@ -139,7 +141,7 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
         return _conflict(request, exc, typed)
     except services.OwnRequest as exc:
         messages.error(request, str(exc))
-        return render(request, "approvals/dashboard.html", _pending_context(typed), status=403)
+        return render(request, "approvals/dashboard.html", _pending_context(request, typed), status=403)
     verb = "Approved" if decision == "approve" else "Rejected"
     messages.success(request, f"{verb} request #{approval.pk} for ticket #{approval.ticket_id}.")
     return redirect("approvals:dashboard")
@@ -155,4 +157,4 @@ def _amount_confirmed(request: HttpRequest, approval: ApprovalRequest) -> bool:
 def _conflict(request: HttpRequest, exc: ValidationError, typed: dict[str, Any]) -> HttpResponse:
     """Show the dashboard again with the reason, with a status that says nothing changed."""
     status = 409 if isinstance(exc, services.ApprovalClosed) else 400
-    return render(request, "approvals/dashboard.html", _pending_context(typed), status=status)
+    return render(request, "approvals/dashboard.html", _pending_context(request, typed), status=status)
