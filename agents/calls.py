@@ -301,12 +301,13 @@ def call_pause(*, lease: Lease, call: ToolCall, reason: str) -> ToolCall:
             approval_note="",
             approval_digest="",
             approval_provider_seen=None,
+            approval_order_number="",
         )
         if not written:
             raise DecisionLanded(f"call {call.pk} was decided since it was read")
     call.status, call.approval_required, call.approval_reason = CallStatus.AWAITING_APPROVAL, True, reason
     call.approval_decision, call.approval_note, call.approval_digest = None, "", ""
-    call.approval_provider_seen = None
+    call.approval_provider_seen, call.approval_order_number = None, ""
     return call
 
 
@@ -349,15 +350,27 @@ def call_record_confirmation(*, call_id: int, decision: str) -> int:
 
 
 def call_record_decision(
-    *, call_id: int, decision: str, note: str = "", digest: str = "", provider_seen: list[str] | None = None
+    *,
+    call_id: int,
+    decision: str,
+    note: str = "",
+    digest: str = "",
+    provider_seen: list[str] | None = None,
+    order_number: str = "",
 ) -> int:
     """A staff decision (or an expiry) on a call waiting for approval, for the lease holder to apply.
     Caller: the approvals app, in the transaction that records its request's decision. ``provider_seen``:
     a refund's approval, the ids of the refunds the card showed held at the provider outside the ledger
-    (None: the card showed none read). Returns the rows written (0 if the call no longer waits)."""
+    (None: the card showed none read). ``order_number``: a refund's approval, the order its card showed.
+    Returns the rows written (0 if the call no longer waits)."""
     if decision not in ApprovalDecision.values:
         raise ValueError(f"{decision!r} is not an approval decision")
     changes: dict[str, Any] = {"approval_decision": decision}
     if decision != ApprovalDecision.EXPIRED:
-        changes.update(approval_note=note, approval_digest=digest, approval_provider_seen=provider_seen)
+        changes.update(
+            approval_note=note,
+            approval_digest=digest,
+            approval_provider_seen=provider_seen,
+            approval_order_number=order_number,
+        )
     return ToolCall.objects.filter(pk=call_id, status=CallStatus.AWAITING_APPROVAL).update(**changes)

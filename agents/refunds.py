@@ -457,6 +457,14 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 told=functools.partial(_customer_told, existing),
             )
         order, amount, currency = _check_guardrails(ctx, args, key)
+        if existing is None and reviewed and call.approval_order_number not in {"", order.number}:
+            # The number is read in any case: an order numbered exactly as the model wrote it, added since
+            # the card showed another, is named now. Staff approved a refund on that other one only.
+            raise ToolError(
+                f"Order number {args['order_number']} now names order {order.number}, not order "
+                f"{call.approval_order_number} on which staff approved this refund; nothing was refunded. "
+                "Ask the customer which order they mean, and give its number exactly as written."
+            )
         person = not _agent_still_has_the_ticket(ctx)
         # Read with the ticket's row held (as a person's take-over is): a customer message in flight
         # lands first and is seen, or comes after this refund is submitted. Never sent before, it is

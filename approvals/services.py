@@ -310,6 +310,7 @@ def approval_decide(
             note=note,
             digest=approval.arguments_digest,
             provider_seen=provider_seen(approval, provider_shown),
+            order_number=str((approval.evidence or {}).get("order_number") or ""),
         )
         if not recorded:
             # The call no longer waits for this decision (its run ended meanwhile): a card that says
