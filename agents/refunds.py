@@ -465,6 +465,13 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 f"{call.approval_order_number} on which staff approved this refund; nothing was refunded. "
                 "Ask the customer which order they mean, and give its number exactly as written."
             )
+        if existing is None and _confirmed_another_order(call, ctx, args):
+            # As for an approval: the customer's Confirm was given to a question that named another order.
+            raise ToolError(
+                f"Order number {args['order_number']} now names order {order.number}, not the order the customer "
+                f"confirmed this refund for (they were asked: {call.confirmation_text}); nothing was refunded. "
+                "Ask the customer which order they mean, and give its number exactly as written."
+            )
         person = not _agent_still_has_the_ticket(ctx)
         # Read with the ticket's row held (as a person's take-over is): a customer message in flight
         # lands first and is seen, or comes after this refund is submitted. Never sent before, it is
@@ -656,6 +663,14 @@ def _held_since_the_approval(call: ToolCall, order: Order, key: str, listed: lis
         f"not sent after the approval: {_held_at_the_provider(order, new)}, {shown}: the customer may have "
         "been refunded for this already"
     )
+
+
+def _confirmed_another_order(call: ToolCall, ctx: ToolContext, args: dict[str, Any]) -> bool:
+    """Did the customer confirm a question that the same arguments no longer ask (its order number
+    names another order now)? Caller: the refund's transaction, the guardrails passed."""
+    if call.confirmation_decision != ConfirmationDecision.CONFIRMED or not call.confirmation_text:
+        return False
+    return refund_question(ctx, args) != call.confirmation_text
 
 
 def _agent_still_has_the_ticket(ctx: ToolContext) -> bool:
