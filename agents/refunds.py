@@ -213,9 +213,12 @@ def _stopped_before(*, customer_id: int, order: Order) -> str | None:
     return None
 
 
-def _check_guardrails(ctx: ToolContext, args: dict[str, Any], key: str | None) -> tuple[Order, int, str]:
-    """Raise ToolError with a reason the model can explain, or return (locked order, amount, currency)."""
-    order = customer_order(ctx.ticket, args["order_number"])
+def _check_guardrails(
+    ctx: ToolContext, args: dict[str, Any], key: str | None, *, order: Order | None = None
+) -> tuple[Order, int, str]:
+    """Raise ToolError with a reason the model can explain, or return (locked order, amount, currency).
+    ``order``: a refund tried again, its own (the model's number may name another order by now)."""
+    order = order or customer_order(ctx.ticket, args["order_number"])
     order = Order.objects.select_for_update().get(pk=order.pk)  # serialises refunds of one order
     if order.status not in REFUNDABLE_ORDER_STATUSES:
         raise ToolError(f"Order {order.number} is {order.status}; only paid, shipped or delivered orders are refunded.")
@@ -456,7 +459,9 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 settled=functools.partial(_paid_since_given_up, existing),
                 told=functools.partial(_customer_told, existing),
             )
-        order, amount, currency = _check_guardrails(ctx, args, key)
+        # Tried again, a refund goes where its first try went: the number is read in any case, and an order
+        # numbered exactly as the model wrote it, added since, is the one it names now.
+        order, amount, currency = _check_guardrails(ctx, args, key, order=existing.order if existing else None)
         if existing is None and reviewed and call.approval_order_number not in {"", order.number}:
             # The number is read in any case: an order numbered exactly as the model wrote it, added since
             # the card showed another, is named now. Staff approved a refund on that other one only.
