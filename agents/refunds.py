@@ -462,20 +462,10 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         # Tried again, a refund goes where its first try went: the number is read in any case, and an order
         # numbered exactly as the model wrote it, added since, is the one it names now.
         order, amount, currency = _check_guardrails(ctx, args, key, order=existing.order if existing else None)
-        if existing is None and reviewed and call.approval_order_number not in {"", order.number}:
-            # The number is read in any case: an order numbered exactly as the model wrote it, added since
-            # the card showed another, is named now. Staff approved a refund on that other one only.
+        if existing is None and (given_to := _go_ahead_given_to_another_order(call, ctx, args, order)):
             raise ToolError(
-                f"Order number {args['order_number']} now names order {order.number}, not order "
-                f"{call.approval_order_number} on which staff approved this refund; nothing was refunded. "
-                "Ask the customer which order they mean, and give its number exactly as written."
-            )
-        if existing is None and _confirmed_another_order(call, ctx, args):
-            # As for an approval: the customer's Confirm was given to a question that named another order.
-            raise ToolError(
-                f"Order number {args['order_number']} now names order {order.number}, not the order the customer "
-                f"confirmed this refund for (they were asked: {call.confirmation_text}); nothing was refunded. "
-                "Ask the customer which order they mean, and give its number exactly as written."
+                f"Order number {args['order_number']} now names order {order.number}, not {given_to}; nothing was "
+                "refunded. Ask the customer which order they mean, and give its number exactly as written."
             )
         person = not _agent_still_has_the_ticket(ctx)
         # Read with the ticket's row held (as a person's take-over is): a customer message in flight
@@ -670,12 +660,18 @@ def _held_since_the_approval(call: ToolCall, order: Order, key: str, listed: lis
     )
 
 
-def _confirmed_another_order(call: ToolCall, ctx: ToolContext, args: dict[str, Any]) -> bool:
-    """Did the customer confirm a question that the same arguments no longer ask (its order number
-    names another order now)? Caller: the refund's transaction, the guardrails passed."""
-    if call.confirmation_decision != ConfirmationDecision.CONFIRMED or not call.confirmation_text:
-        return False
-    return refund_question(ctx, args) != call.confirmation_text
+def _go_ahead_given_to_another_order(call: ToolCall, ctx: ToolContext, args: dict[str, Any], order: Order) -> str:
+    """The order staff's approval or the customer's Confirm was given to, when the model's number names
+    another one now (""): the number is read in any case, and an order numbered exactly as the model
+    wrote it, added since the card or the question showed another, is the one it names. Caller: the
+    refund's transaction, the guardrails passed, before its first send."""
+    approved = call.approval_decision == ApprovalDecision.APPROVED
+    if approved and call.approval_order_number not in {"", order.number}:
+        return f"order {call.approval_order_number} on which staff approved this refund"
+    confirmed = call.confirmation_decision == ConfirmationDecision.CONFIRMED and call.confirmation_text
+    if confirmed and refund_question(ctx, args) != call.confirmation_text:
+        return f"the order the customer confirmed this refund for (they were asked: {call.confirmation_text})"
+    return ""
 
 
 def _agent_still_has_the_ticket(ctx: ToolContext) -> bool:

@@ -30,20 +30,30 @@ pytestmark = [
 ]
 
 
-def test_an_approved_refund_is_not_paid_on_an_order_the_card_did_not_show(sandbox):  # noqa: ANN001
+def refund_on_k100_waiting(sandbox):  # noqa: ANN001, ANN201
+    """The model asks $300.00 on "k-100"; the customer's only order of that number is K-100, which the
+    card shows. Returns (customer, K-100, ticket, the model, the approval request)."""
     only_the_order_threshold()
     customer = make_customer()
     shown = order_for(customer, "K-100", 64900, sandbox)
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund k-100")
     model = Refunds(("k-100", 30000))
     advance(ticket.pk, model=model)
-    approval = ApprovalRequest.objects.get(ticket=ticket)
-    assert approval.evidence["order_number"] == "K-100"
+    return customer, shown, ticket, model, ApprovalRequest.objects.get(ticket=ticket)
 
-    other = order_for(customer, "k-100", 64900, sandbox)  # recorded by the shop while the card waited
+
+def approve(approval: ApprovalRequest) -> None:
     approval_services.approval_decide(
         approval_id=approval.pk, user=make_staff("k-approver", can_decide=True), approve=True
     )
+
+
+def test_an_approved_refund_is_not_paid_on_an_order_the_card_did_not_show(sandbox):  # noqa: ANN001
+    customer, shown, ticket, model, approval = refund_on_k100_waiting(sandbox)
+    assert approval.evidence["order_number"] == "K-100"
+
+    other = order_for(customer, "k-100", 64900, sandbox)  # recorded by the shop while the card waited
+    approve(approval)
     advance(ticket.pk, model=model)
 
     assert paid(sandbox, other) == [], "a refund nobody approved was paid on k-100"

@@ -17,14 +17,9 @@ import pytest
 
 from agents.models import AgentRun, Refund, RefundStatus
 from agents.runner import advance
-from approvals import services as approval_services
-from approvals.models import ApprovalRequest
-from tests.agents.test_money_gates import Refunds, only_the_order_threshold
+from tests.agents.test_approval_pays_the_order_its_card_showed import approve, refund_on_k100_waiting
 from tests.agents.test_money_path import order_for, paid
-from tests.approvals.conftest import make_staff
-from tests.conftest import make_customer
 from tests.workers import TcpProxy
-from tickets import services as ticket_services
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -48,16 +43,8 @@ def provider_proxy(sandbox, settings):  # noqa: ANN001, ANN201
 
 
 def test_a_refund_tried_again_is_sent_for_its_own_order_not_the_one_its_number_names_now(sandbox, provider_proxy):  # noqa: ANN001
-    only_the_order_threshold()
-    customer = make_customer()
-    shown = order_for(customer, "K-100", 64900, sandbox)
-    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund k-100")
-    model = Refunds(("k-100", 30000))
-    advance(ticket.pk, model=model)
-    approval = ApprovalRequest.objects.get(ticket=ticket)
-    approval_services.approval_decide(
-        approval_id=approval.pk, user=make_staff("k-approver", can_decide=True), approve=True
-    )
+    customer, shown, ticket, model, approval = refund_on_k100_waiting(sandbox)
+    approve(approval)
 
     provider_proxy.down()
     advance(ticket.pk, model=model)  # the first send: the provider is out of reach
