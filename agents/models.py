@@ -195,7 +195,9 @@ class StepStatus(models.TextChoices):
 class ModelStep(models.Model):
     """One call to the model. Stored once complete and reused on recovery, never regenerated."""
 
-    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="steps")
+    # No index of its own: model_step_unique_attempt (run, index, attempt) serves a run's steps. Every
+    # index is written by every step; one that repeats another only costs the turn.
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="steps", db_index=False)
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="model_steps")
     index = models.PositiveIntegerField()
     attempt = models.PositiveIntegerField(default=1)
@@ -313,13 +315,16 @@ class ToolCall(models.Model):
 
     ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="tool_calls")
     run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="tool_calls")
-    step = models.ForeignKey(ModelStep, on_delete=models.PROTECT, related_name="calls")
+    # Served by tool_call_unique_position (step, index), as ModelStep.run is.
+    step = models.ForeignKey(ModelStep, on_delete=models.PROTECT, related_name="calls", db_index=False)
     index = models.PositiveIntegerField(help_text="Position among the calls the step requested")
     model_call_id = models.CharField(max_length=100)
     name = models.CharField(max_length=100)
     arguments = models.JSONField(default=dict, blank=True)
     # Derived from ticket, run, step and position: the same across every retry.
-    idempotency_key = models.CharField(max_length=120, unique=True)
+    # Unique by a constraint (tool_call_unique_key), not ``unique=True``: that adds a second index for
+    # LIKE searches, which nothing makes.
+    idempotency_key = models.CharField(max_length=120)
     replay_policy = models.CharField(max_length=8, choices=ReplayPolicy.choices)
     status = models.CharField(max_length=24, choices=CallStatus.choices, default=CallStatus.STARTED)
     result = models.JSONField(null=True, blank=True)
@@ -355,8 +360,15 @@ class ToolCall(models.Model):
 
     class Meta:
         ordering = ["run", "step__index", "index"]
-        constraints = [models.UniqueConstraint(fields=["step", "index"], name="tool_call_unique_position")]
-        indexes = [models.Index(fields=["status"], name="tool_call_status")]
+        constraints = [
+            models.UniqueConstraint(fields=["step", "index"], name="tool_call_unique_position"),
+            models.UniqueConstraint(fields=["idempotency_key"], name="tool_call_unique_key"),
+        ]
+        # The sweeps across tickets look for paused calls only (a decision to apply, a question to
+        # expire); a call that starts and finishes in one pass never enters this index.
+        indexes = [
+            models.Index(fields=["status"], condition=Q(status__in=PAUSED_CALL_STATUSES), name="tool_call_paused")
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status}) on #{self.ticket_id}"

@@ -41,6 +41,7 @@ from state.rows import (
     instance,
     is_user_column,
     key_of,
+    unique_columns,
     user_rights,
 )
 from state.verify import active_profile_rules, bundle_row_problems, ledger_checks, references
@@ -271,9 +272,7 @@ def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreR
                 lacking.setdefault(ticket, []).append(f"{part.label} {pk}")
             to_insert.append(row)
         # Unique columns other than the primary key (idempotency keys, order numbers, a customer's login).
-        for f in columns(model):
-            if not f.unique or f.primary_key:
-                continue
+        for f in unique_columns(model):
             key = key_of(f)
             wanted = {}
             for row in to_insert:

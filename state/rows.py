@@ -28,6 +28,17 @@ def columns(model: type[Model]) -> list[Field]:
     return [f for f in model._meta.concrete_fields if not getattr(f, "generated", False)]
 
 
+def unique_columns(model: type[Model]) -> list[Field]:
+    """The columns no two rows may share, other than the primary key: ``unique=True`` fields and
+    fields a unique constraint of their own (no condition) covers alone."""
+    alone = {
+        c.fields[0]
+        for c in model._meta.constraints
+        if isinstance(c, models.UniqueConstraint) and len(c.fields) == 1 and c.condition is None
+    }
+    return [f for f in columns(model) if not f.primary_key and (f.unique or f.name in alone)]
+
+
 def is_user_column(field: Field) -> bool:
     return bool(field.is_relation and is_user_model(field.related_model))
 

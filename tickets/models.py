@@ -234,7 +234,8 @@ class Attachment(models.Model):
     is the one sniffed from the content, never the one the name or the browser claimed.
     """
 
-    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="attachments")
+    # Served by attachment_position_unique_per_message (message, position).
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="attachments", db_index=False)
     # As the customer named it (cleaned of paths and control characters); shown, never trusted.
     original_name = models.CharField(max_length=200)
     content_type = models.CharField(max_length=64)
@@ -267,10 +268,15 @@ class ActorKind(models.TextChoices):
 class TicketEvent(models.Model):
     """The append-only timeline. One row per change, numbered per ticket without gaps."""
 
-    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="events")
+    # Every index here is written by every event, the busiest insert there is: a ticket's events are
+    # found by ticket_event_seq_unique (ticket, seq), and only events a person made are indexed by
+    # that person (for deleting a user), not the agent's and the system's.
+    ticket = models.ForeignKey(Ticket, on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()
     actor_kind = models.CharField(max_length=8, choices=ActorKind.choices)
-    actor_user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, db_index=False
+    )
     # A free reference for non-user actors, e.g. "run:17".
     actor_ref = models.CharField(max_length=64, blank=True)
     kind = models.CharField(max_length=48)
@@ -284,6 +290,9 @@ class TicketEvent(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["ticket", "seq"], name="ticket_event_seq_unique"),
             models.CheckConstraint(condition=Q(seq__gt=0), name="ticket_event_seq_positive"),
+        ]
+        indexes = [
+            models.Index(fields=["actor_user"], condition=Q(actor_user__isnull=False), name="ticket_event_by_person")
         ]
 
     def __str__(self) -> str:
