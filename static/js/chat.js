@@ -903,17 +903,17 @@
   }
 
   // One after another, oldest first, so they arrive in the order they were written; one pass at a
-  // time (the browser coming online and the socket's return both ask for one).
-  var retrying = false;
+  // time (the browser coming online, the socket's return and a new send all ask for one). Settles
+  // when the pass (and any asked for during it) is over.
+  var retrying = null;
   var retryAgain = false;
   function retryFailed() {
     if (retrying) {
       retryAgain = true;
-      return;
+      return retrying;
     }
-    retrying = true;
     var failed = log.querySelectorAll("li.msg.failed[data-retry]");
-    Array.prototype.reduce
+    retrying = Array.prototype.reduce
       .call(
         failed,
         function (previous, el) {
@@ -924,12 +924,13 @@
         Promise.resolve()
       )
       .then(function () {
-        retrying = false;
+        retrying = null;
         if (retryAgain) {
           retryAgain = false;
-          retryFailed();
+          return retryFailed();
         }
       });
+    return retrying;
   }
 
   // The last send begun: the next waits for it (in the order written; see send).
@@ -971,14 +972,16 @@
     // In the order written: a message waits for the one before it to be sent or shown not sent
     // (a photo's upload is slow; a quick text after it overtook it, and the agent read them
     // reversed), but never more than SEND_ORDER_WAIT_MS behind a send that hangs, nor less than
-    // it takes to give up a text's request that hangs and send it again (see sendTimeout).
+    // it takes to give up a text's request that hangs and send it again (see sendTimeout). Messages
+    // shown "Not sent. Retry" go first: sending this one says the connection is back (the socket
+    // may never have dropped, nor the browser said "offline"), and they were written before it.
     var before = lastSend;
     var wait = Math.max(SEND_ORDER_WAIT_MS, state.sendTimeoutMs + 1000);
-    lastSend = Promise.race([before, new Promise(function (done) { setTimeout(done, wait); })]).then(
-      function () {
+    lastSend = Promise.race([before, new Promise(function (done) { setTimeout(done, wait); })])
+      .then(retryFailed)
+      .then(function () {
         return post(clientMsgId, text, el, 0);
-      }
-    );
+      });
   }
 
   function autosize() {

@@ -117,6 +117,32 @@ def test_sends_that_failed_offline_go_out_in_order_when_the_connection_returns(l
     page.context.close()
 
 
+def test_a_send_that_failed_while_the_page_stayed_online_goes_out_before_the_next_message(live: Stack, browser):  # noqa: ANN001
+    """The network failed the send (no "offline" from the browser, the socket stayed up): after the
+    quick tries it read "Not sent. Retry". The customer then wrote again, and that went through: the
+    connection is back, so the earlier message goes out first, once, not left unsent behind it."""
+    page, ticket = open_chat(live, browser, "Flaky mobile data")
+    page.route("**/messages", lambda route: route.abort("connectionreset"))
+    first, second = "My parcel never came.", "Hello? Are you there?"
+    page.fill("#chat-input", first)
+    page.press("#chat-input", "Enter")
+    page.locator(NOT_SENT).wait_for()
+    assert stored(ticket, first) == 0
+
+    page.unroute("**/messages")
+    page.fill("#chat-input", second)
+    page.press("#chat-input", "Enter")
+    page.locator(SENT, has_text=second).wait_for()
+
+    assert stored(ticket, first) == 1, page.inner_text("#chat-log")
+    sent = Message.objects.filter(ticket=ticket, body__in=[first, second]).order_by("created_at", "id")
+    assert [m.body for m in sent] == [first, second]  # in the order they were written
+    page.locator(SENT, has_text=first).wait_for()
+    assert page.locator(NOT_SENT).count() == 0
+    assert [page.inner_text("#chat-log").count(text) for text in (first, second)] == [1, 1]
+    page.context.close()
+
+
 def test_a_send_after_the_session_ended_says_so_and_signing_in_comes_back_to_the_ticket(live: Stack, browser):  # noqa: ANN001
     page, ticket = open_chat(live, browser, "Signed out")
     Session.objects.all().delete()  # the session ended on the server (expiry, a sign-out elsewhere)
