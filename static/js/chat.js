@@ -728,11 +728,12 @@
       state.pending[clientMsgId] = el;
       state.unsent[clientMsgId] = text;
       log.appendChild(el);
-      // Its files, if it had any, go again with it (kept in IndexedDB until it was stored).
-      (attach() ? attach().takeBack(clientMsgId) : Promise.resolve([])).then(function (files) {
+      // Its files, if it had any, go again with it (kept in IndexedDB until it was stored); in the
+      // order written, as when they were first sent.
+      var ready = (attach() ? attach().takeBack(clientMsgId) : Promise.resolve([])).then(function (files) {
         if (files.length) attach().pending(el, files);
-        post(clientMsgId, text, el, 0);
       });
+      sendInOrder(clientMsgId, text, el, ready);
     });
     if (storedAlready) keepUnsent();
   }
@@ -969,18 +970,28 @@
     input.value = "";
     autosize();
     scroller.scrollTop = scroller.scrollHeight;
-    // In the order written: a message waits for the one before it to be sent or shown not sent
-    // (a photo's upload is slow; a quick text after it overtook it, and the agent read them
-    // reversed), but never more than SEND_ORDER_WAIT_MS behind a send that hangs, nor less than
-    // it takes to give up a text's request that hangs and send it again (see sendTimeout). Messages
-    // shown "Not sent. Retry" go first: sending this one says the connection is back (the socket
-    // may never have dropped, nor the browser said "offline"), and they were written before it.
-    var before = lastSend;
-    var wait = Math.max(SEND_ORDER_WAIT_MS, state.sendTimeoutMs + 1000);
-    lastSend = Promise.race([before, new Promise(function (done) { setTimeout(done, wait); })])
+    sendInOrder(clientMsgId, text, el, Promise.resolve());
+  }
+
+  // In the order written: a message waits for the one before it to be sent or shown not sent
+  // (a photo's upload is slow; a quick text after it overtook it, and the agent read them
+  // reversed), but never more than SEND_ORDER_WAIT_MS after that one's request began, nor less
+  // than it takes to give up a text's request that hangs and send it again (see sendTimeout).
+  // Messages shown "Not sent. Retry" go first: sending this one says the connection is back (the
+  // socket may never have dropped, nor the browser said "offline"), and they were written before
+  // it. ``ready``: settles when the message can be posted (its files are back).
+  function sendInOrder(clientMsgId, text, el, ready) {
+    lastSend = Promise.all([lastSend, ready])
       .then(retryFailed)
       .then(function () {
-        return post(clientMsgId, text, el, 0);
+        var wait = Math.max(SEND_ORDER_WAIT_MS, state.sendTimeoutMs + 1000);
+        return Promise.race([
+          post(clientMsgId, text, el, 0),
+          new Promise(function (done) { setTimeout(done, wait); }),
+        ]);
+      })
+      .catch(function () {
+        /* one send that broke (its files not found again) never holds back the ones after it */
       });
   }
 

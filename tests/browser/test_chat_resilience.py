@@ -143,6 +143,38 @@ def test_a_send_that_failed_while_the_page_stayed_online_goes_out_before_the_nex
     page.context.close()
 
 
+def test_messages_left_unsent_at_a_reload_are_sent_again_in_the_order_they_were_written(live: Stack, browser):  # noqa: ANN001
+    """Messages kept over a reload were all sent again at once: one whose request failed on the
+    first try (a server busy for a moment) was stored after the ones written after it."""
+    page, ticket = open_chat(live, browser, "Reload with three unsent")
+    page.route("**/messages", lambda route: route.abort("connectionreset"))
+    texts = ["My parcel is late.", "It was due on Monday.", "Can you look?"]
+    for text in texts:
+        page.fill("#chat-input", text)
+        page.press("#chat-input", "Enter")
+    page.locator(NOT_SENT).nth(2).wait_for()
+    page.unroute("**/messages")
+    tries: list[str] = []
+
+    def first_try_of_the_first_fails(route) -> None:  # noqa: ANN001
+        tries.append(route.request.post_data_json["body"])
+        if tries[-1] == texts[0] and tries.count(texts[0]) == 1:
+            route.fulfill(status=503, body="")
+        else:
+            route.continue_()
+
+    page.route("**/messages", first_try_of_the_first_fails)
+    page.reload()
+    for text in texts:
+        page.locator(SENT, has_text=text).wait_for(timeout=30_000)
+
+    sent = Message.objects.filter(ticket=ticket, body__in=texts).order_by("created_at", "id")
+    assert [m.body for m in sent] == texts, tries  # in the order they were written
+    assert [page.inner_text("#chat-log").count(text) for text in texts] == [1, 1, 1]
+    page.unroute("**/messages")
+    page.context.close()
+
+
 def test_a_send_after_the_session_ended_says_so_and_signing_in_comes_back_to_the_ticket(live: Stack, browser):  # noqa: ANN001
     page, ticket = open_chat(live, browser, "Signed out")
     Session.objects.all().delete()  # the session ended on the server (expiry, a sign-out elsewhere)
