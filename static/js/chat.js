@@ -400,13 +400,21 @@
     var note = card.querySelector(".confirm-note");
     card.querySelectorAll("button[data-answer]").forEach(function (b) { b.disabled = true; });
     note.textContent = "Sending…";
+    // Given up unanswered as a message's send is (a request lost on a half-open connection), so
+    // the buttons come back: pressed again, the same answer is the first one's result.
+    var giveUp = new AbortController();
+    var timer = setTimeout(function () {
+      giveUp.abort();
+    }, state.sendTimeoutMs);
     fetch("/tickets/" + config.ticketId + "/confirmations/" + card.getAttribute("data-call-id"), {
       method: "POST",
       credentials: "same-origin",
       headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
       body: JSON.stringify({ answer: button.getAttribute("data-answer"), digest: card.getAttribute("data-digest") }),
+      signal: giveUp.signal,
     })
       .then(function (r) {
+        clearTimeout(timer); // answered: its body is read however long it takes
         return r.json().then(
           function (body) { return { ok: r.ok, status: r.status, body: body }; },
           function () { return { ok: false, status: r.status, body: null }; } // not JSON: an error page
@@ -431,6 +439,7 @@
         }
       })
       .catch(function () {
+        clearTimeout(timer);
         delete card.dataset.sending;
         if (card.classList.contains("answered")) return;
         card.querySelectorAll("button[data-answer]").forEach(function (b) { b.disabled = false; });

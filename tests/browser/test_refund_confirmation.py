@@ -157,3 +157,22 @@ def test_confirm_pressed_after_the_question_expired_pays_nothing_and_says_so(
     page.wait_for_timeout(1000)
     assert paid(payment_sandbox, order) == [] and not Refund.objects.filter(order=order).exists()
     page.context.close()
+
+
+def test_a_confirm_whose_request_hangs_can_be_pressed_again_and_pays(confirm_stack: Stack, browser, payment_sandbox):  # noqa: ANN001
+    """Confirm's request never got an answer (a half-open connection on a phone): the card said
+    "Sending…" with its buttons off for as long as the page stayed open, and the refund waited
+    until the question expired."""
+    page, order, card = ask_for_a_refund(browser, confirm_stack, payment_sandbox, "P-2002")
+    page.evaluate("() => window.__chat.sendTimeout(1500)")
+    held = []
+    page.route("**/confirmations/**", lambda route: held.append(route))  # never answered
+    card.locator("button[data-answer=confirm]").click()
+    note = card.locator(".confirm-note")
+    note.filter(has_text="Not sent").wait_for(timeout=15_000)
+    assert len(held) == 1 and paid(payment_sandbox, order) == []
+
+    page.unroute("**/confirmations/**")
+    card.locator("button[data-answer=confirm]").click()
+    page.wait_for_selector("#chat-log li.msg.from-agent:has-text('refunded $49.99')", timeout=30_000)
+    assert [r["amount"] for r in paid(payment_sandbox, order)] == [4999]
