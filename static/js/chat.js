@@ -61,6 +61,8 @@
   var note = document.getElementById("chat-note");
 
   var SEND_TIMEOUT_MS = 20000; // see sendTimeout
+  var QUIET_SOCKET_MS = 25000; // see watchSocket
+  var PONG_WAIT_MS = 10000;
   var SLOW_UPLINK_BYTES_PER_SECOND = 16384;
 
   var state = {
@@ -81,6 +83,9 @@
     resyncAsked: false,
     streamedSinceConnect: false, // a token came on this connection (its catch-up's, or live)
     sendTimeoutMs: SEND_TIMEOUT_MS,
+    lastHeard: 0, // when the socket last brought a frame (Date.now())
+    quietSocketMs: QUIET_SOCKET_MS,
+    pongWaitMs: PONG_WAIT_MS,
     pending: {}, // client_msg_id -> element, until its event arrives
     unsent: {}, // client_msg_id -> text, until the server has it
   };
@@ -627,10 +632,13 @@
     state.socket = socket;
     state.resyncAsked = false;
     state.streamedSinceConnect = false;
+    state.lastHeard = Date.now();
     socket.onmessage = function (message) {
       if (state.socket !== socket) return;
+      state.lastHeard = Date.now();
       onFrame(JSON.parse(message.data));
     };
+    watchSocket(socket);
     socket.onclose = function (closed) {
       if (state.socket !== socket) return;
       state.socket = null;
@@ -650,6 +658,35 @@
       setConnected(false);
       scheduleReconnect();
     };
+  }
+
+  // A socket can stop carrying anything without closing (a phone that changed networks leaves a
+  // half-open connection the browser may not see end for many minutes), while replies wait unseen.
+  // Quiet for quietSocketMs, it is asked for a pong; nothing back within pongWaitMs, it is given up
+  // and a new one opened (its catch-up brings what the old one missed).
+  function watchSocket(socket) {
+    var askedAt = null;
+    (function check() {
+      if (state.socket !== socket) return;
+      var now = Date.now();
+      if (socket.readyState === WebSocket.OPEN) {
+        if (askedAt !== null && state.lastHeard < askedAt) {
+          if (now - askedAt >= state.pongWaitMs) {
+            state.socket = null;
+            socket.close();
+            setConnected(false);
+            scheduleReconnect();
+            return;
+          }
+        } else if (now - state.lastHeard >= state.quietSocketMs) {
+          askedAt = now;
+          socket.send(JSON.stringify({ type: "ping" }));
+        } else {
+          askedAt = null;
+        }
+      }
+      setTimeout(check, Math.min(state.quietSocketMs, state.pongWaitMs) / 4);
+    })();
   }
 
   // The socket ended with a sign-out, and a send has just been taken: signed in again (in another
@@ -1053,6 +1090,12 @@
     // Give up a send unanswered after ms (tests of a request that hangs).
     sendTimeout: function (ms) {
       state.sendTimeoutMs = ms;
+    },
+    // Ask a socket quiet for quietMs for a pong, and give it up after waitMs without one (tests of a
+    // socket that stops carrying anything without closing); from the next check on.
+    heartbeat: function (quietMs, waitMs) {
+      state.quietSocketMs = quietMs;
+      state.pongWaitMs = waitMs;
     },
     // Handle a frame as if the server had sent it (tests of the frame logic).
     receive: function (frame) {

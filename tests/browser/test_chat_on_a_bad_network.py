@@ -6,11 +6,12 @@ and markup in every kind of frame."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from agents.models import AgentRun, RunStatus
-from tests.browser.conftest import Stack
+from tests.browser.conftest import Stack, sign_in
 from tests.browser.test_chat_resilience import open_chat, stored
 from tests.browser.test_customer_chat import (
     LONG_POLICY,
@@ -18,6 +19,7 @@ from tests.browser.test_customer_chat import (
     in_another_thread,
     wait_for_agent_messages,
 )
+from tests.conftest import make_customer
 from tests.staff.conftest import make_support_staff
 from tests.workers import wait_until
 from tickets import services as ticket_services
@@ -104,6 +106,38 @@ def test_a_message_written_after_one_whose_request_hangs_does_not_overtake_it(li
     sent = Message.objects.filter(ticket=ticket, body__in=texts).order_by("created_at", "id")
     assert [m.body for m in sent] == texts  # in the order they were written
     page.unroute("**/messages")
+    page.context.close()
+
+
+def test_a_socket_that_went_silent_without_closing_is_opened_again_and_the_reply_shown(live: Stack, browser):  # noqa: ANN001
+    """A phone that changed networks leaves a half-open socket: nothing more arrives on it, and the
+    browser does not see it close for many minutes. A reply that came meanwhile was not shown, and
+    the page still said it was connected."""
+    customer = make_customer()
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Half-open", body="Hello there")
+    page = sign_in(browser, live, customer)
+    links: list[dict[str, bool]] = []
+
+    def relay(ws) -> None:  # noqa: ANN001
+        server = ws.connect_to_server()
+        link = {"up": True}
+        ws.on_message(lambda frame: server.send(frame) if link["up"] else None)
+        server.on_message(lambda frame: ws.send(frame) if link["up"] else None)
+        links.append(link)
+
+    page.route_web_socket(re.compile(r"/ws/tickets/"), relay)
+    page.goto(live.url(f"/tickets/{ticket.pk}/"))
+    wait_for_agent_messages(page, 1)
+    page.wait_for_function("() => window.__chat.state().connected && !window.__chat.state().typing")
+    page.evaluate("() => window.__chat.heartbeat && window.__chat.heartbeat(1000, 1000)")
+    links[0]["up"] = False  # from now on the socket carries nothing either way, and never closes
+
+    reply = "Your parcel is with the courier and arrives tomorrow."
+    ticket_services.message_post(ticket=ticket, author_kind=AuthorKind.AGENT, body=reply)
+    page.locator("#chat-log li.msg.from-agent[data-seq]", has_text=reply).wait_for(timeout=30_000)
+
+    assert len(links) >= 2  # a socket of its own brought it
+    assert page.locator("#chat-log li.msg.from-agent", has_text=reply).count() == 1
     page.context.close()
 
 
