@@ -79,6 +79,7 @@ from agents.profiles import policy_values, profile_of
 from agents.selectors import (
     customer_wrote_since_the_go_ahead,
     failed_unseen,
+    payment_left_cents,
     person_took_the_ticket_since,
     refund_call_order_number,
     refund_calls_still_to_happen,
@@ -214,10 +215,18 @@ def _stopped_before(*, customer_id: int, order: Order) -> str | None:
 
 
 def _check_guardrails(
-    ctx: ToolContext, args: dict[str, Any], key: str | None, *, order: Order | None = None
+    ctx: ToolContext,
+    args: dict[str, Any],
+    key: str | None,
+    *,
+    order: Order | None = None,
+    listed: list[ProviderRefund] | None = None,
 ) -> tuple[Order, int, str]:
     """Raise ToolError with a reason the model can explain, or return (locked order, amount, currency).
-    ``order``: a refund tried again, its own (the model's number may name another order by now)."""
+    ``order``: a refund tried again, its own (the model's number may name another order by now).
+    ``listed``: the payment's refunds at the provider, read just before a refund is first sent: money
+    refunded there outside the ledger (``refunds_outside_the_ledger``) counts against what the payment
+    has left, as the provider counts it (a payment may pay for several orders)."""
     order = order or customer_order(ctx.ticket, args["order_number"])
     order = Order.objects.select_for_update().get(pk=order.pk)  # serialises refunds of one order
     if order.status not in REFUNDABLE_ORDER_STATUSES:
@@ -231,9 +240,15 @@ def _check_guardrails(
     if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
         raise ToolError("A refund amount must be a positive whole number of cents.")
     remaining = order.total_cents - refunded_total_cents(order, exclude_key=key)
+    held = refunds_outside_the_ledger(order, key, listed) if listed and key else []
+    outside = sum(found.amount_cents for found in held)
+    if outside:
+        remaining = min(remaining, payment_left_cents(order, exclude_key=key) - outside)
     if amount > remaining:
+        counted = f" (counting {format_money(outside, order.currency)} refunded at the payment provider)"
         raise ToolError(
-            f"Order {order.number} has {format_money(max(0, remaining), order.currency)} left to refund; "
+            f"Order {order.number} has {format_money(max(0, remaining), order.currency)} left to refund"
+            f"{counted if outside else ''}; "
             f"{format_money(min(amount, MAX_REFUND_CENTS), order.currency)} is more than that."
         )
     return order, amount, currency
@@ -461,7 +476,9 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             )
         # Tried again, a refund goes where its first try went: the number is read in any case, and an order
         # numbered exactly as the model wrote it, added since, is the one it names now.
-        order, amount, currency = _check_guardrails(ctx, args, key, order=existing.order if existing else None)
+        order, amount, currency = _check_guardrails(
+            ctx, args, key, order=existing.order if existing else None, listed=listed
+        )
         if existing is None and (given_to := _go_ahead_given_to_another_order(call, ctx, args, order)):
             raise ToolError(
                 f"Order number {args['order_number']} now names order {order.number}, not {given_to}; nothing was "

@@ -439,6 +439,17 @@ def refunded_total_cents(order: Order, *, exclude_key: str | None = None) -> int
     return int(refunds.aggregate(total=Sum("amount_cents"))["total"] or 0)
 
 
+def payment_left_cents(order: Order, *, exclude_key: str | None = None) -> int:
+    """What the payment of ``order`` has left to refund by the ledger: what the orders it paid for cost
+    (one payment may pay for several), less their refunds done, pending or uncertain."""
+    together = Order.objects.filter(payment_reference=order.payment_reference)
+    refunds = _reserving_refunds().filter(order__in=together)
+    if exclude_key:
+        refunds = refunds.exclude(idempotency_key=exclude_key)
+    paid = int(together.aggregate(total=Sum("total_cents"))["total"] or 0)
+    return paid - int(refunds.aggregate(total=Sum("amount_cents"))["total"] or 0)
+
+
 def refund_call_order_number(arguments: dict[str, Any]) -> str:
     """The order a refund call names, as order numbers are compared (trimmed, in capitals)."""
     return str(arguments.get("order_number", "")).strip().upper()

@@ -25,6 +25,7 @@ from approvals.models import ApprovalRequest
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer, make_order
 from tickets import services as ticket_services
+from tickets.models import Order
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -147,3 +148,90 @@ def test_a_refund_the_ledger_holds_as_failed_long_ago_that_the_provider_paid_hol
     assert _paid_at_the_provider(sandbox, order.payment_reference) == [3000]
     call = ToolCall.objects.get(ticket=again, name="issue_refund")
     assert "payment provider holds $30.00" in ApprovalRequest.objects.get(tool_call=call).reason
+
+
+def test_money_refunded_in_the_providers_dashboard_counts_against_what_is_left_before_staff_are_asked(
+    sandbox, provider
+):  # noqa: ANN001
+    """What is left to refund counts the provider's record: $30 of an $80 order refunded in the dashboard
+    leaves $50. A request for the whole $80 is refused with what is left, as one beyond the ledger's
+    remainder is, never put to staff for a refund the provider must decline."""
+    customer = make_customer()
+    order = make_order(customer, number="P-4405", total_cents=8000)
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    provider.create_refund(
+        payment_reference=order.payment_reference,
+        amount_cents=3000,
+        currency="usd",
+        idempotency_key="dashboard-refund-5",
+        metadata={},
+    )
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $80 of order P-4405, it arrived broken"
+    )
+    advance(ticket.pk)
+
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    assert call.arguments["amount_cents"] == 8000
+    assert not ApprovalRequest.objects.exists(), ApprovalRequest.objects.values_list("reason", flat=True)
+    assert call.status == CallStatus.FAILED and "$50.00 left to refund" in call.error, (call.status, call.error)
+    assert _paid_at_the_provider(sandbox, order.payment_reference) == [3000]
+    assert not Refund.objects.exists()
+
+
+def test_an_approved_refund_beyond_what_the_provider_leaves_is_refused_with_what_is_left_not_sent(sandbox, provider):  # noqa: ANN001
+    """Reviewed for its amount, the card showing the $300 refunded in the dashboard: approved, the $300 is
+    checked again against what is left ($200) and refused with it before it is sent, as after any approval,
+    rather than declined by the provider and handed to a person as a refund that could not be completed."""
+    customer = make_customer()
+    order = make_order(customer, number="P-4406", total_cents=50000)
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    provider.create_refund(
+        payment_reference=order.payment_reference,
+        amount_cents=30000,
+        currency="usd",
+        idempotency_key="dashboard-refund-6",
+        metadata={},
+    )
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $300 of order P-4406, it arrived broken"
+    )
+    assert advance(ticket.pk).state == RunStatus.WAITING_APPROVAL
+    request = ApprovalRequest.objects.get(status="pending")
+    approval_services.approval_decide(
+        approval_id=request.pk, user=make_staff("approves", can_decide=True), approve=True
+    )
+    advance(ticket.pk)
+
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    assert call.status == CallStatus.FAILED and "$200.00 left to refund" in call.error, (call.status, call.error)
+    assert _paid_at_the_provider(sandbox, order.payment_reference) == [30000]
+    assert not Refund.objects.exists()
+
+
+def test_money_refunded_outside_on_a_payment_for_two_orders_counts_against_the_payment_not_each_order(
+    sandbox, provider
+):  # noqa: ANN001
+    """One $100 payment for two $50 orders, $50 of it refunded in the dashboard: the payment still has
+    $50, so $50 asked on the other order is not refused as beyond what is left (it is held for staff,
+    who see the dashboard's refund)."""
+    customer = make_customer()
+    first = make_order(customer, number="P-4407", total_cents=5000)
+    second = make_order(customer, number="P-4408", total_cents=5000)
+    Order.objects.filter(pk=second.pk).update(payment_reference=first.payment_reference)
+    sandbox.seed_payment(first.payment_reference, 10000, first.currency)
+    provider.create_refund(
+        payment_reference=first.payment_reference,
+        amount_cents=5000,
+        currency="usd",
+        idempotency_key="dashboard-refund-7",
+        metadata={},
+    )
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $50 of order P-4407, it arrived broken"
+    )
+
+    assert advance(ticket.pk).state == RunStatus.WAITING_APPROVAL
+    request = ApprovalRequest.objects.get(status="pending")
+    assert "payment provider holds $50.00" in request.reason, request.reason
+    assert _paid_at_the_provider(sandbox, first.payment_reference) == [5000]
