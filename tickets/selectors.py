@@ -8,7 +8,8 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Exists, JSONField, Max, OuterRef, QuerySet, Subquery
+from django.db.models import Exists, F, JSONField, Max, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import Http404
 
 from support import reads, rows
@@ -126,21 +127,28 @@ def tickets_for_customer(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[
     - ``last_message``: the payload of its last public message event (author and text as the
       chat shows them), or None;
     - ``unread``: whether someone other than the customer wrote publicly after the last event the
-      customer saw (``Ticket.customer_seen_seq``).
+      customer saw (``Ticket.customer_seen_seq``);
+    - ``changed_at``: when the last event the customer can see happened (the ticket's ``updated_at``
+      also moves with an internal note, an assignment, a reminder: what staff do out of the
+      customer's sight neither says "updated just now" nor moves the ticket up their list).
     """
     customer = customer_for_user(user=user)
     if customer is None:
         return Ticket.objects.none()
-    public_messages = TicketEvent.objects.filter(ticket=OuterRef("pk"), kind="message", is_public=True)
+    public_events = TicketEvent.objects.filter(ticket=OuterRef("pk"), is_public=True).order_by("-seq")
+    public_messages = public_events.filter(kind="message")
     return (
         Ticket.objects.filter(customer=customer)
         .annotate(
-            last_message=Subquery(public_messages.order_by("-seq").values("payload")[:1], output_field=JSONField()),
+            last_message=Subquery(public_messages.values("payload")[:1], output_field=JSONField()),
             unread=Exists(
                 public_messages.filter(seq__gt=OuterRef("customer_seen_seq")).exclude(actor_kind=ActorKind.CUSTOMER)
             ),
+            changed_at=Coalesce(Subquery(public_events.values("created_at")[:1]), F("created_at")),
+            # Newest first by the order the database numbered the events in, not by hosts' clocks.
+            changed_in=Subquery(public_events.values("id")[:1]),
         )
-        .order_by("-updated_at")
+        .order_by(F("changed_in").desc(nulls_last=True), "-id")
     )
 
 

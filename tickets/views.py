@@ -62,7 +62,7 @@ def ticket_list(request: HttpRequest) -> HttpResponse:
         {
             "ticket": t,
             "status_text": presenters.status_text(t.status),
-            "updated": presenters.updated_text(t.updated_at),
+            "updated": presenters.updated_text(t.changed_at),
             "preview": presenters.message_preview(t.last_message),
             "unread": t.unread,
         }

@@ -124,6 +124,26 @@ def test_internal_notes_and_the_customers_own_messages_never_make_a_ticket_unrea
     assert unread(signed_in) == set()
 
 
+def test_what_staff_do_out_of_the_customers_sight_leaves_my_tickets_as_it_was(signed_in, customer):
+    """An internal note, an assignment: the customer's list neither moves the ticket up nor says it
+    was "updated just now", as if something had been said to them that their chat does not show."""
+    from tests.staff.conftest import make_support_staff
+
+    kettle, mug = open_ticket(customer, "Kettle"), open_ticket(customer, "Mug")
+    for ticket, hours in ((kettle, 3), (mug, 2)):
+        earlier = timezone.now() - timedelta(hours=hours)
+        TicketEvent.objects.filter(ticket=ticket).update(created_at=earlier)
+        Ticket.objects.filter(pk=ticket.pk).update(created_at=earlier, updated_at=earlier)
+    before = _rows(signed_in)
+    assert [subject for subject, _, _ in before] == ["Mug", "Kettle"]
+
+    person = make_support_staff("maria")
+    services.staff_note(ticket=kettle, user=person, body="Refunded twice before: check", client_msg_id="n1")
+    services.ticket_assign_to(ticket=kettle, assignee=person, user=person)
+
+    assert _rows(signed_in) == before
+
+
 def test_only_the_ticket_with_a_new_reply_is_marked(signed_in, customer):
     read, fresh = open_ticket(customer, "Read"), open_ticket(customer, "Fresh")
     services.message_post(ticket=read, author_kind=AuthorKind.AGENT, body="Old answer")
