@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.fields.json import KT
@@ -34,6 +35,9 @@ VIEWS = [
     View("all", "All tickets", "Every ticket, resolved and closed ones too: to find one by its number or customer."),
 ]
 VIEW_SLUGS = {view.slug for view in VIEWS}
+# The assignee filter's "Nobody": a value no username can be (Django's are letters, digits and @.+-_),
+# so a colleague called "none" is listed as themselves.
+NOBODY = "(nobody)"
 # The views of tickets waiting for the team in one state: listed by how long they have waited in it
 # (since the status change that put them there), not by their last change of any kind (a colleague's
 # note, a reminder, the customer writing again would send the longest wait to the bottom).
@@ -66,12 +70,14 @@ def inbox(
     latest rating first; in "all", the latest change first), filtered, each with its last message and
     the customer's rating.
 
-    ``assignee``: a username, or "none" for unassigned. ``query``: a ticket id (``42`` or
+    ``assignee``: a username, or NOBODY for unassigned. ``query``: a ticket id (``42`` or
     ``#42``), an order number, or part of the customer's name or email, or of the subject."""
     tickets = _in_view(Ticket.objects.select_related("customer", "assignee"), view, user)
     if status in TicketStatus.values:
         tickets = tickets.filter(status=status)
-    if assignee == "none":
+    # "none": the Nobody of links made before NOBODY, unless someone is called that.
+    legacy = assignee == "none" and not get_user_model().objects.filter(username=assignee).exists()
+    if assignee == NOBODY or legacy:
         tickets = tickets.filter(assignee__isnull=True)
     elif assignee:
         tickets = tickets.filter(assignee__username=assignee)

@@ -71,6 +71,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
         "next": urlencode({**kept, "page": page.next_page_number()}) if page.has_next() else "",
         "status": status,
         "assignee": assignee,
+        "nobody": selectors.NOBODY,
         "query": query,
         "statuses": TicketStatus.choices,
         "staff_people": ticket_selectors.assignable_staff(),
@@ -248,10 +249,11 @@ def assign(request: HttpRequest, ticket_id: int) -> HttpResponse:
     found = _ticket_or_404(ticket_id)
     username = request.POST.get("assignee", "")
     assignee = None
-    if username == "me":
-        assignee = request.user
-    elif username:
+    if username:
+        # A username first: the page names everyone by theirs, "Me" too, so a colleague called "me" is them.
         assignee = ticket_selectors.assignable_staff().filter(username=username).first()
+        if assignee is None and username == "me":  # the "Me" of a page from before it sent the username
+            assignee = request.user
         if assignee is None:
             exists = get_user_model().objects.filter(username=username).exists()
             reason = "cannot work tickets" if exists else "is not a user"
