@@ -39,7 +39,10 @@ def _actor(event: TicketEvent, customer_name: str) -> str:
 def _message(event: TicketEvent, payload: dict[str, Any], customer_name: str) -> dict[str, Any]:
     author = payload.get("author_kind") or event.actor_kind
     names = {AuthorKind.CUSTOMER: customer_name, AuthorKind.AGENT: "Agent", AuthorKind.SYSTEM: "System"}
-    name = payload.get("author_name") or (staff_name(event.actor_user) if author == AuthorKind.STAFF else None)
+    # A colleague by their name or username (the payload holds the signature the customer read).
+    name = (staff_name(event.actor_user) if author == AuthorKind.STAFF and event.actor_user else None) or payload.get(
+        "author_name"
+    )
     return {
         "kind": "message",
         "author": author,

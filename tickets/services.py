@@ -735,11 +735,18 @@ def ticket_hand_to_person(
 
 
 def staff_name(user: AbstractBaseUser | None) -> str:
-    """How a member of staff is named to customers: their full name, else their first name, else the username."""
-    if user is None:
-        return "Support team"
-    full = (getattr(user, "get_full_name", lambda: "")() or "").strip()
-    return full or user.get_username()
+    """How a member of staff is named to colleagues: their full name, else their first name, else the username."""
+    return signature(user) if user is None else (_full_name(user) or user.get_username())
+
+
+def signature(user: AbstractBaseUser | None) -> str:
+    """How a member of staff signs what customers read: their full name, else their first name, else
+    "Support team"; never the username, which is how they sign in."""
+    return (_full_name(user) if user is not None else "") or "Support team"
+
+
+def _full_name(user: AbstractBaseUser) -> str:
+    return (getattr(user, "get_full_name", lambda: "")() or "").strip()
 
 
 def _locked(ticket: Ticket | int) -> Ticket:
@@ -1179,7 +1186,7 @@ def _staff_message(
                 ticket_id=locked.pk, author_kind=AuthorKind.STAFF, author_user=user, body=text,
                 is_public=is_public, client_msg_id=key,
             )  # fmt: skip
-            _message_event(message, "", None, author_name=staff_name(user), seen_seq=seen_seq if is_public else None)
+            _message_event(message, "", None, author_name=signature(user), seen_seq=seen_seq if is_public else None)
     except IntegrityError:
         existing = Message.objects.filter(ticket_id=_ticket_id(ticket), client_msg_id=key).first()
         if existing is None:
