@@ -57,8 +57,9 @@ def pause_for_approval(*, lease: Lease, run: AgentRun, call: ToolCall, reason: s
     """Pause the run on this call. Commits with the call's intent when called inside it.
 
     Works from every ticket status the agent can be in: the ticket shows
-    "pending approval" where its status rules allow it; a ticket a person holds
-    keeps its status, and the request still waits for a decision.
+    "pending approval" where its status rules allow it; a ticket a person took
+    while the step was written keeps its status, and its request is recorded
+    withdrawn (the run is stopped for good: its next pass ends it).
 
     Behind an earlier call of the same step that waits for the customer's
     confirmation, the run and the ticket stay as that pause set them (the run

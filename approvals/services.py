@@ -26,7 +26,7 @@ from support import rounds
 from support.clock import database_now
 from tickets import realtime, timeline
 from tickets import services as ticket_services
-from tickets.models import ActorKind, AuthorKind, Message, Ticket, TicketEvent
+from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, Message, Ticket, TicketEvent
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,9 @@ def tell_dashboards_the_customer_wrote(sender: object, ticket_id: int, **kwargs:
         logger.warning("could not tell the dashboards that the customer wrote on ticket %s", ticket_id, exc_info=True)
 
 
+PERSON_HAD_IT = "a person had taken the ticket when the agent asked"
+
+
 def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:
     """Record the request. Runs inside the agent's pausing transaction (agents.approval.pause_hooks)."""
     earlier = ApprovalRequest.objects.filter(tool_call=call).order_by("-requested_at", "-id").first()
@@ -97,6 +100,9 @@ def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:
         customer_texts=said.values_list("body", flat=True),
     )
     now = database_now()  # its expiry is read by other hosts: on the clock they share
+    # A person took the ticket while the model wrote the step: the run is stopped for good (its next pass
+    # ends it), so the request is recorded as withdrawn already; no card for staff, no word to the customer.
+    held = ticket_services.ticket_hold(call.ticket_id) in AGENT_STAYS_OUT
     approval = ApprovalRequest.objects.create(
         ticket_id=call.ticket_id,
         tool_call=call,
@@ -110,6 +116,7 @@ def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:
         currency=currency,
         requested_at=now,
         expires_at=now + timedelta(hours=policy.ttl_hours),
+        **({"status": ApprovalStatus.WITHDRAWN, "decided_at": now, "note": PERSON_HAD_IT} if held else {}),
     )
     label = (
         "Your refund request is under review by our team."
@@ -128,8 +135,10 @@ def approval_request_create(*, call: ToolCall, reason: str) -> ApprovalRequest:
             "label": label,
             **({"asked_before": earlier.pk} if earlier is not None else {}),
         },
-        is_public=True,
+        is_public=not held,
     )
+    if held:
+        return approval
     notify_staff(approval.pk, "requested")
     if evidence.get("order_number"):
         # After the commit, outside the agent's transaction (a request to the provider holds no lock).
