@@ -366,6 +366,12 @@ def _carry_on(p: Pass, model: ChatModel | None, person: bool = False) -> str:
                 # post_reply's and the email tool's, by the step's read_seq).
                 p.flush_outcomes()
                 p.reload()
+            if not lease.alone_since_read() and person_took_the_ticket_since(run):
+                # A person took the ticket (or resolved or closed it) while this pass ran the calls of
+                # a step: the model is not asked again, nor the customer shown what it would do next.
+                p.flush_outcomes()
+                agent_services.run_end_for_person(lease=lease, run=run)
+                return RunStatus.HANDED_OFF
             read_just_now = False
             state = _ask_model(p, model)
             if state is not None:
