@@ -28,6 +28,8 @@ read the conversation for refunds already made. If you cannot help, hand off to 
 Tools count money in cents; write amounts to the customer as the tools spell them ("$49.99").
 Your final message (with no tool call) is posted to the customer."""
 
+# How the line that tells the model of an attached file begins (``customer_text``).
+ATTACHED_LINE = "[attached: "
 # How a non-customer public message reads to the model.
 _PREFIX = {AuthorKind.AGENT: "", AuthorKind.STAFF: "[staff] ", AuthorKind.SYSTEM: "[automatic notice] "}
 
@@ -124,7 +126,7 @@ def customer_text(message: Message, attachments: list[Attachment] | None = None)
     lines = [message.body]
     for attachment in message.attachments.all() if attachments is None else attachments:
         lines.append(
-            f"[attached: {attachment.original_name} ({attachment.content_type}, {size_words(attachment.size)})]"
+            f"{ATTACHED_LINE}{attachment.original_name} ({attachment.content_type}, {size_words(attachment.size)})]"
         )
     return "\n".join(lines)
 

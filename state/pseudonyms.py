@@ -6,7 +6,10 @@ Personal data of a customer, replaced unless the export is asked to include it:
   in the bundle (the agent's prompt names the customer, a reply may greet them);
 - what they wrote: their messages, the subjects of their tickets and the names of their
   files, withheld wherever the bundle repeats them word for word (the model's requests
-  quote the conversation, the timeline quotes messages).
+  quote the conversation, the timeline quotes messages). A message too short to be hunted
+  inside other sentences (a postcode, a passcode) is withheld where a value of the columns in
+  ``WHOLE_MESSAGE_COLUMNS`` is that message whole: its timeline event, the customer's turn in
+  a model request (with the lines naming its files), the model's tool call arguments.
 Kept: order numbers, amounts and statuses, the agent's and staff's own words, tool
 arguments and results (a reply may still say in other words what the customer wrote).
 
@@ -40,14 +43,15 @@ from django.db import connection, models
 from django.db.models import Field
 
 from agents.calls import CRASHED_PREFIX, arguments_digest
+from agents.conversation import ATTACHED_LINE
 from agents.models import NOT_RUN, PERSON_TOOK_OVER
 from state.rows import Row, columns, is_user_column, key_of
 
 PSEUDONYM_DOMAIN = "pseudonymised.invalid"
 WITHHELD_WORDS = "[withheld: the customer's words]"
 WITHHELD_SUBJECT = "[withheld: the ticket's subject]"
-# Shorter texts are withheld in their own row but not hunted for elsewhere: "ok" or "yes"
-# would be cut out of every sentence.
+# Shorter texts are withheld in their own row but not hunted for inside other texts: "ok" or "yes"
+# would be cut out of every sentence (``WHOLE_MESSAGE_COLUMNS`` says where they are withheld whole).
 MIN_QUOTED_CHARS = 8
 # JSON keys whose values are codes the product compares or reads back, never anyone's words: a
 # confirmation's digest and decision, an event's statuses, a model message's role and call ids.
@@ -56,6 +60,7 @@ CODE_KEYS = frozenset(
         "author_kind",
         "call_id",
         "client_msg_id",
+        "currency",
         "decision",
         "digest",
         "expires_at",
@@ -82,6 +87,15 @@ WORDS_COLUMNS: dict[str, frozenset[str]] = {
     "agents.ToolCall": frozenset({"arguments", "result", "approval_reason", "approval_note", "confirmation_text"}),
     "agents.Refund": frozenset({"reason"}),
     "approvals.ApprovalRequest": frozenset({"arguments", "reason", "agent_reasoning", "evidence", "note"}),
+}
+# Of those, the columns that repeat a customer's message whole (the message's timeline event, the
+# customer's turns in a model request) or quote it whole (the model's tool call arguments: a search for
+# what the customer wrote): there a short message is withheld where a value is that message.
+WHOLE_MESSAGE_COLUMNS: dict[str, frozenset[str]] = {
+    "tickets.TicketEvent": frozenset({"payload"}),
+    "agents.ModelStep": frozenset({"request_messages", "tool_calls"}),
+    "agents.ToolCall": frozenset({"arguments"}),
+    "approvals.ApprovalRequest": frozenset({"arguments"}),
 }
 RECORD_COLUMNS: dict[str, frozenset[str]] = {
     "agents.AgentRun": frozenset({"outcome", "last_error"}),
@@ -221,6 +235,7 @@ def pseudonymise(
     identities: dict[str, str] = {}
     logins: dict[str, str] = {}
     texts: dict[str, str] = {}
+    whole: dict[str, str] = {}  # texts too short to hunt inside others, withheld where a value is one of them
     for customer in rows.get("tickets.Customer", []):
         if customer["email"].endswith("@" + PSEUDONYM_DOMAIN):
             continue
@@ -239,9 +254,10 @@ def pseudonymise(
     order_numbers = {str(order["number"]).strip().upper() for order in rows.get("tickets.Order", [])}
     for message in rows.get("tickets.Message", []):
         if message["author_kind"] == "customer" and message["body"] != WITHHELD_WORDS:
-            quoted_elsewhere = len(message["body"]) >= MIN_QUOTED_CHARS and hunted("tickets.Message", message)
-            if quoted_elsewhere and message["body"].strip().upper() not in order_numbers:
-                texts[message["body"]] = WITHHELD_WORDS
+            words = message["body"].strip()
+            if words and hunted("tickets.Message", message) and words.upper() not in order_numbers:
+                long_enough = len(message["body"]) >= MIN_QUOTED_CHARS
+                (texts if long_enough else whole)[message["body"]] = WITHHELD_WORDS
             message["body"] = WITHHELD_WORDS
     for rating in rows.get("tickets.TicketRating", []):
         if rating["comment"] and rating["comment"] != WITHHELD_WORDS:
@@ -269,15 +285,23 @@ def pseudonymise(
             ):
                 file_names[name] = anonymous
             attachment["original_name"] = anonymous
-    if not identities and not texts and not file_names:
+    if not identities and not texts and not whole and not file_names:
         return
     users[:] = [{**user, "username": logins.get(user["username"], user["username"])} for user in users]
     quoted = _replacer(texts, words=False, ignore_case=False)
     files = _replacer(file_names, words=True, ignore_case=False)
     named = _replacer(identities, words=True, ignore_case=True)
 
+    def whole_message(text: str) -> str:
+        # A customer's turn in a model request is the message, then a line per file it came with.
+        message, attached, rest = text.partition("\n" + ATTACHED_LINE)
+        return whole[message] + attached + rest if message in whole else text
+
     def change(text: str) -> str:
         return named(files(quoted(text)))
+
+    def change_whole_messages_too(text: str) -> str:
+        return change(whole_message(text))
 
     def change_around_markers(text: str) -> str:
         # split() with a group: the markers at the odd places, the text between them at the even.
@@ -296,12 +320,13 @@ def pseudonymise(
     for label in personal_labels:
         fields = columns(apps.get_model(label))
         words_at = sorted(WORDS_COLUMNS.get(label, ()))
+        whole_at = WHOLE_MESSAGE_COLUMNS.get(label, frozenset())
         records_at = sorted(RECORD_COLUMNS.get(label, ()))
         users_at = [key_of(f) for f in fields if is_user_column(f)]
         for row in rows.get(label, []):
             for key in words_at:
                 if key in row:
-                    row[key] = _walk(row[key], change, keep)
+                    row[key] = _walk(row[key], change_whole_messages_too if key in whole_at else change, keep)
             for key in records_at:
                 if isinstance(row.get(key), str):
                     row[key] = change_around_markers(row[key])
