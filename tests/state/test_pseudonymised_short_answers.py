@@ -51,5 +51,6 @@ def test_a_customers_short_answers_are_withheld_wherever_the_bundle_repeats_them
     assert verify(path)[0] == 0
     empty_the_ledger(restart_keys=False)
     restore(path)
+    assert verify(path, database=True)[0] == 0
     restored = list(Message.objects.filter(ticket=ticket, author_kind="agent").values_list("body", flat=True))
     assert restored == agents_words
