@@ -6,10 +6,12 @@ Personal data of a customer, replaced unless the export is asked to include it:
   in the bundle (the agent's prompt names the customer, a reply may greet them);
 - what they wrote: their messages, the subjects of their tickets and the names of their
   files, withheld wherever the bundle repeats them word for word (the model's requests
-  quote the conversation, the timeline quotes messages). A message too short to be hunted
-  inside other sentences (a postcode, a passcode) is withheld where a value of the columns in
-  ``WHOLE_MESSAGE_COLUMNS`` is that message whole: its timeline event, the customer's turn in
-  a model request (with the lines naming its files), the model's tool call arguments.
+  quote the conversation, the timeline quotes messages), the earlier ones too (a subject a
+  person edited since, a rating's comment given again: ``EARLIER_WORDS``). A message too
+  short to be hunted inside other sentences (a postcode, a passcode) is withheld where a
+  value of the columns in ``WHOLE_MESSAGE_COLUMNS`` is that message whole: its timeline
+  event, the customer's turn in a model request (with the lines naming its files), the
+  model's tool call arguments.
 Kept: order numbers, amounts and statuses, the agent's and staff's own words, tool
 arguments and results (a reply may still say in other words what the customer wrote).
 
@@ -213,6 +215,26 @@ def _product_words() -> frozenset[str]:
     return frozenset(REGISTRY) | CODE_KEYS | TOP_CODE_KEYS
 
 
+# Events that keep what a customer wrote after their ticket shows something else: the subject they
+# opened it with (a person may edit it since: both are the ticket's subject), each comment of a rating
+# given again. By kind: where in the payload, and what it is withheld as.
+EARLIER_WORDS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
+    "ticket_opened": ((("subject",), WITHHELD_SUBJECT),),
+    "edited": ((("subject", "from"), WITHHELD_SUBJECT), (("subject", "to"), WITHHELD_SUBJECT)),
+    "rated": ((("comment",), WITHHELD_WORDS),),
+}
+
+
+def _earlier_words(event: Row) -> Iterable[tuple[str, str]]:
+    """The customer's words an event of ``EARLIER_WORDS`` keeps, each with what it is withheld as."""
+    for path, withheld in EARLIER_WORDS.get(event.get("kind"), ()):
+        value: Any = event.get("payload")
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str) and value.strip():
+            yield value, withheld
+
+
 def pseudonymise(
     rows: dict[str, list[Row]],
     users: list[Row],
@@ -269,6 +291,10 @@ def pseudonymise(
             if len(ticket["subject"]) >= MIN_QUOTED_CHARS and hunted("tickets.Ticket", ticket):
                 texts[ticket["subject"]] = WITHHELD_SUBJECT
             ticket["subject"] = WITHHELD_SUBJECT
+    for event in rows.get("tickets.TicketEvent", []):
+        for words, withheld in _earlier_words(event):
+            if words not in (WITHHELD_WORDS, WITHHELD_SUBJECT) and hunted("tickets.TicketEvent", event):
+                (texts if len(words) >= MIN_QUOTED_CHARS else whole).setdefault(words, withheld)
     # A file's name is changed where it stands as a name of its own ("IMG_2041.jpg" in "[attached:
     # IMG_2041.jpg ...]"), not inside other words: a photo named "refund" or "order_number" must not
     # rewrite the agent's tool names, its words or the keys of its arguments.
