@@ -12,6 +12,7 @@ completed.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from agents.models import AgentRun, CallStatus, ModelStep, StepStatus, ToolCall
@@ -35,12 +36,22 @@ _PREFIX = {AuthorKind.AGENT: "", AuthorKind.STAFF: "[staff] ", AuthorKind.SYSTEM
 
 
 def system_message(ticket: Ticket, prompt: str = "") -> dict[str, Any]:
-    """The instructions: the run's profile version's prompt, or the built-in one."""
+    """The instructions: the run's profile version's prompt, or the built-in one, then the line naming
+    the customer and the ticket (``_CUSTOMER_LINE`` reads it back)."""
     prompt = prompt or DEFAULT_SYSTEM_PROMPT
     return {
         "role": "system",
         "content": f"{prompt}\nCustomer: {ticket.customer.name}. Ticket #{ticket.pk}: {ticket.subject}.",
     }
+
+
+_CUSTOMER_LINE = re.compile(r"\nCustomer: (?P<name>[^\n]*?)\. Ticket #\d+: ")
+
+
+def customer_named(instructions: str) -> str | None:
+    """The customer's name as ``system_message`` wrote it into ``instructions`` (the name they had then)."""
+    found = list(_CUSTOMER_LINE.finditer(instructions))
+    return found[-1].group("name") if found else None
 
 
 def step_block(step: ModelStep, calls: dict[tuple[int, int], ToolCall]) -> list[dict[str, Any]]:

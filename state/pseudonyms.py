@@ -45,7 +45,7 @@ from django.db import connection, models
 from django.db.models import Field
 
 from agents.calls import CRASHED_PREFIX, arguments_digest
-from agents.conversation import ATTACHED_LINE
+from agents.conversation import ATTACHED_LINE, customer_named
 from agents.models import NOT_RUN, PERSON_TOOK_OVER
 from state.rows import Row, columns, is_user_column, key_of
 
@@ -215,6 +215,15 @@ def _product_words() -> frozenset[str]:
     return frozenset(REGISTRY) | CODE_KEYS | TOP_CODE_KEYS
 
 
+def _add_name(identities: dict[str, str], name: str, customer_id: int) -> None:
+    """A customer's name, and each word of it long enough not to be a part of others' words, to be
+    replaced by their pseudonym."""
+    identities[name] = pseudonym_name(customer_id)
+    for token in name.split():
+        if len(token) >= 3:
+            identities.setdefault(token, pseudonym_name(customer_id))
+
+
 # Events that keep what a customer wrote after their ticket shows something else: the subject they
 # opened it with (a person may edit it since: both are the ticket's subject), each comment of a rating
 # given again. By kind: where in the payload, and what it is withheld as.
@@ -262,14 +271,22 @@ def pseudonymise(
         if customer["email"].endswith("@" + PSEUDONYM_DOMAIN):
             continue
         pk = customer["id"]
-        identities[customer["name"]] = pseudonym_name(pk)
-        for token in customer["name"].split():
-            if len(token) >= 3:
-                identities.setdefault(token, pseudonym_name(pk))
+        _add_name(identities, customer["name"], pk)
         identities[customer["email"]] = pseudonym_email(pk)
         identities.setdefault(customer["user"], pseudonym_username(pk))
         logins[customer["user"]] = pseudonym_username(pk)
         customer.update(name=pseudonym_name(pk), email=pseudonym_email(pk), user=pseudonym_username(pk))
+    # The name a customer had when the agent was told it (a person may have corrected it since): the
+    # agent's instructions name the customer, and its replies may greet them by it.
+    customer_of = {ticket["id"]: ticket["customer_id"] for ticket in rows.get("tickets.Ticket", [])}
+    for step in rows.get("agents.ModelStep", []):
+        pk = customer_of.get(step.get("ticket_id"))
+        for message in step.get("request_messages") or []:
+            if pk is None or not isinstance(message, dict) or message.get("role") != "system":
+                continue
+            name = customer_named(message["content"]) if isinstance(message.get("content"), str) else None
+            if name and name not in identities and name != pseudonym_name(pk) and hunted("agents.ModelStep", step):
+                _add_name(identities, name, pk)
     # A message that is only an order number ("ORD-24010", the answer to "which order?") is withheld
     # as a message, but an order number is kept wherever else it is (a refund call's arguments: what a
     # person's stop of a refund on that order is found by).

@@ -16,7 +16,7 @@ from tests.staff.conftest import make_support_staff
 from tests.state.conftest import bundle_bytes, export, verify
 from tests.state.test_bundle import empty_the_ledger, restore
 from tickets import services as ticket_services
-from tickets.models import TicketEvent
+from tickets.models import Customer, TicketEvent
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
 
@@ -45,3 +45,17 @@ def test_a_customers_earlier_rating_comment_and_subject_are_withheld_where_the_t
     restore(path)
     assert verify(path, database=True)[0] == 0
     assert list(TicketEvent.objects.filter(ticket=ticket).order_by("seq").values_list("kind", flat=True)) == kinds
+
+
+def test_a_customers_name_before_a_person_corrected_it_is_pseudonymised_where_the_agent_was_told_it(tmp_path):
+    customer = make_customer()
+    Customer.objects.filter(pk=customer.pk).update(name="Dorothea Quimby")
+    make_order(customer, number="S-2001")
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Where is it", body="Where is order S-2001?")
+    advance(ticket.pk)  # the agent's request names the customer as she was then
+    Customer.objects.filter(pk=customer.pk).update(name="Dorothea Lark")  # corrected in the admin since
+
+    data = bundle_bytes(export(tmp_path, ticket)).decode()
+
+    assert [name for name in ("Quimby", "Dorothea", "Lark") if name in data] == []
+    assert f"Customer: Customer {customer.pk}." in data
