@@ -55,6 +55,8 @@ WITHHELD_SUBJECT = "[withheld: the ticket's subject]"
 # Shorter texts are withheld in their own row but not hunted for inside other texts: "ok" or "yes"
 # would be cut out of every sentence (``WHOLE_MESSAGE_COLUMNS`` says where they are withheld whole).
 MIN_QUOTED_CHARS = 8
+# The tool that emails the customer: its result names the address it sent to (agents.tools).
+EMAIL_TOOL = "notify_customer_by_email"
 # JSON keys whose values are codes the product compares or reads back, never anyone's words: a
 # confirmation's digest and decision, an event's statuses, a model message's role and call ids.
 CODE_KEYS = frozenset(
@@ -116,6 +118,8 @@ _MARKER = re.compile("(" + "|".join(re.escape(m) for m in sorted(MARKERS, key=le
 # Keys that are codes at the top of an event's payload (a status change's statuses) but may hold
 # words further in (an edit's subject, from and to).
 TOP_CODE_KEYS = frozenset({"from", "to"})
+# The events whose payloads have them (a tool's result may not: the email tool's "to" is an address).
+EVENTS_LABEL = "tickets.TicketEvent"
 
 SECRET_SETTINGS = (
     "SECRET_KEY",
@@ -287,6 +291,14 @@ def pseudonymise(
             name = customer_named(message["content"]) if isinstance(message.get("content"), str) else None
             if name and name not in identities and name != pseudonym_name(pk) and hunted("agents.ModelStep", step):
                 _add_name(identities, name, pk)
+    # The address the email tool sent to, which a person may have corrected on the customer since.
+    for call in rows.get("agents.ToolCall", []):
+        pk = customer_of.get(call.get("ticket_id"))
+        result = call.get("result")
+        address = result.get("to") if call.get("name") == EMAIL_TOOL and isinstance(result, dict) else None
+        if pk is not None and isinstance(address, str) and address and address != pseudonym_email(pk):
+            if hunted("agents.ToolCall", call):
+                identities.setdefault(address, pseudonym_email(pk))
     # A message that is only an order number ("ORD-24010", the answer to "which order?") is withheld
     # as a message, but an order number is kept wherever else it is (a refund call's arguments: what a
     # person's stop of a refund on that order is found by).
@@ -358,18 +370,22 @@ def pseudonymise(
         key = path[-1]
         if key == "order_number":
             return isinstance(value, str) and value.strip().upper() in order_numbers
-        return key in CODE_KEYS or (len(path) == 1 and key in TOP_CODE_KEYS)
+        return key in CODE_KEYS
+
+    def keep_in_events(path: Path, value: Any) -> bool:
+        return keep(path, value) or (len(path) == 1 and path[-1] in TOP_CODE_KEYS)
 
     for label in personal_labels:
         fields = columns(apps.get_model(label))
         words_at = sorted(WORDS_COLUMNS.get(label, ()))
+        keeping = keep_in_events if label == EVENTS_LABEL else keep
         whole_at = WHOLE_MESSAGE_COLUMNS.get(label, frozenset())
         records_at = sorted(RECORD_COLUMNS.get(label, ()))
         users_at = [key_of(f) for f in fields if is_user_column(f)]
         for row in rows.get(label, []):
             for key in words_at:
                 if key in row:
-                    row[key] = _walk(row[key], change_whole_messages_too if key in whole_at else change, keep)
+                    row[key] = _walk(row[key], change_whole_messages_too if key in whole_at else change, keeping)
             for key in records_at:
                 if isinstance(row.get(key), str):
                     row[key] = change_around_markers(row[key])
