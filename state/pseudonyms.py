@@ -9,9 +9,10 @@ Personal data of a customer, replaced unless the export is asked to include it:
   quote the conversation, the timeline quotes messages), the earlier ones too (a subject a
   person edited since, a rating's comment given again: ``EARLIER_WORDS``). A message too
   short to be hunted inside other sentences (a postcode, a passcode) is withheld where a
-  value of the columns in ``WHOLE_MESSAGE_COLUMNS`` is that message whole: its timeline
-  event, the customer's turn in a model request (with the lines naming its files), the
-  model's tool call arguments.
+  value of the columns in ``QUOTE_COLUMNS`` is that message whole: its timeline event, the
+  customer's turn in a model request (with the lines naming its files), the model's tool
+  call arguments. There a value that is a part of what the customer wrote on the ticket (a
+  model's quote cut short) is withheld too.
 Kept: order numbers, amounts and statuses, the agent's and staff's own words, tool
 arguments and results (a reply may still say in other words what the customer wrote).
 
@@ -47,13 +48,14 @@ from django.db.models import Field
 from agents.calls import CRASHED_PREFIX, arguments_digest
 from agents.conversation import ATTACHED_LINE, customer_named
 from agents.models import NOT_RUN, PERSON_TOOK_OVER
+from state.parts import part_named
 from state.rows import Row, columns, is_user_column, key_of
 
 PSEUDONYM_DOMAIN = "pseudonymised.invalid"
 WITHHELD_WORDS = "[withheld: the customer's words]"
 WITHHELD_SUBJECT = "[withheld: the ticket's subject]"
 # Shorter texts are withheld in their own row but not hunted for inside other texts: "ok" or "yes"
-# would be cut out of every sentence (``WHOLE_MESSAGE_COLUMNS`` says where they are withheld whole).
+# would be cut out of every sentence (``QUOTE_COLUMNS`` says where they are withheld whole).
 MIN_QUOTED_CHARS = 8
 # The tool that emails the customer: its result names the address it sent to (agents.tools).
 EMAIL_TOOL = "notify_customer_by_email"
@@ -93,13 +95,15 @@ WORDS_COLUMNS: dict[str, frozenset[str]] = {
     "approvals.ApprovalRequest": frozenset({"arguments", "reason", "agent_reasoning", "evidence", "note"}),
 }
 # Of those, the columns that repeat a customer's message whole (the message's timeline event, the
-# customer's turns in a model request) or quote it whole (the model's tool call arguments: a search for
-# what the customer wrote): there a short message is withheld where a value is that message.
-WHOLE_MESSAGE_COLUMNS: dict[str, frozenset[str]] = {
+# customer's turns in a model request) or quote it, whole or cut short (the model's tool call arguments:
+# a search for what the customer wrote, a refund's reason): there a value that is a short message, or a
+# part of what the customer wrote on the ticket, is withheld.
+QUOTE_COLUMNS: dict[str, frozenset[str]] = {
     "tickets.TicketEvent": frozenset({"payload"}),
     "agents.ModelStep": frozenset({"request_messages", "tool_calls"}),
     "agents.ToolCall": frozenset({"arguments"}),
     "approvals.ApprovalRequest": frozenset({"arguments"}),
+    "agents.Refund": frozenset({"reason"}),
 }
 RECORD_COLUMNS: dict[str, frozenset[str]] = {
     "agents.AgentRun": frozenset({"outcome", "last_error"}),
@@ -271,6 +275,7 @@ def pseudonymise(
     logins: dict[str, str] = {}
     texts: dict[str, str] = {}
     whole: dict[str, str] = {}  # texts too short to hunt inside others, withheld where a value is one of them
+    said: dict[Any, list[str]] = {}  # by ticket: what the customer wrote there, in order
     for customer in rows.get("tickets.Customer", []):
         if customer["email"].endswith("@" + PSEUDONYM_DOMAIN):
             continue
@@ -306,6 +311,8 @@ def pseudonymise(
     for message in rows.get("tickets.Message", []):
         if message["author_kind"] == "customer" and message["body"] != WITHHELD_WORDS:
             words = message["body"].strip()
+            if words and hunted("tickets.Message", message):
+                said.setdefault(message.get("ticket_id"), []).append(message["body"])
             if words and hunted("tickets.Message", message) and words.upper() not in order_numbers:
                 long_enough = len(message["body"]) >= MIN_QUOTED_CHARS
                 (texts if long_enough else whole)[message["body"]] = WITHHELD_WORDS
@@ -340,8 +347,9 @@ def pseudonymise(
             ):
                 file_names[name] = anonymous
             attachment["original_name"] = anonymous
-    if not identities and not texts and not whole and not file_names:
+    if not identities and not texts and not whole and not said and not file_names:
         return
+    said_on = {ticket: "\n".join(bodies) for ticket, bodies in said.items()}
     users[:] = [{**user, "username": logins.get(user["username"], user["username"])} for user in users]
     quoted = _replacer(texts, words=False, ignore_case=False)
     files = _replacer(file_names, words=True, ignore_case=False)
@@ -355,8 +363,16 @@ def pseudonymise(
     def change(text: str) -> str:
         return named(files(quoted(text)))
 
-    def change_whole_messages_too(text: str) -> str:
-        return change(whole_message(text))
+    def quotes_changed(ticket: Any) -> Callable[[str], str]:
+        words = said_on.get(ticket, "")
+
+        def change_quotes_too(text: str) -> str:
+            text = whole_message(text)
+            part = text.strip()
+            # A part of what the customer wrote on the ticket (a quote cut short), long enough to be theirs.
+            return WITHHELD_WORDS if len(part) >= MIN_QUOTED_CHARS and part in words else change(text)
+
+        return change_quotes_too
 
     def change_around_markers(text: str) -> str:
         # split() with a group: the markers at the odd places, the text between them at the even.
@@ -379,13 +395,15 @@ def pseudonymise(
         fields = columns(apps.get_model(label))
         words_at = sorted(WORDS_COLUMNS.get(label, ()))
         keeping = keep_in_events if label == EVENTS_LABEL else keep
-        whole_at = WHOLE_MESSAGE_COLUMNS.get(label, frozenset())
+        quotes_at = QUOTE_COLUMNS.get(label, frozenset())
         records_at = sorted(RECORD_COLUMNS.get(label, ()))
         users_at = [key_of(f) for f in fields if is_user_column(f)]
+        ticket_at = part_named(label).ticket_column
         for row in rows.get(label, []):
+            change_quotes_too = quotes_changed(row.get(ticket_at)) if quotes_at and ticket_at else change
             for key in words_at:
                 if key in row:
-                    row[key] = _walk(row[key], change_whole_messages_too if key in whole_at else change, keeping)
+                    row[key] = _walk(row[key], change_quotes_too if key in quotes_at else change, keeping)
             for key in records_at:
                 if isinstance(row.get(key), str):
                     row[key] = change_around_markers(row[key])
