@@ -313,9 +313,9 @@ def pseudonymise(
             words = message["body"].strip()
             if words and hunted("tickets.Message", message):
                 said.setdefault(message.get("ticket_id"), []).append(message["body"])
-            if words and hunted("tickets.Message", message) and words.upper() not in order_numbers:
-                long_enough = len(message["body"]) >= MIN_QUOTED_CHARS
-                (texts if long_enough else whole)[message["body"]] = WITHHELD_WORDS
+                if words.upper() not in order_numbers:
+                    long_enough = len(message["body"]) >= MIN_QUOTED_CHARS
+                    (texts if long_enough else whole)[message["body"]] = WITHHELD_WORDS
             message["body"] = WITHHELD_WORDS
     for rating in rows.get("tickets.TicketRating", []):
         if rating["comment"] and rating["comment"] != WITHHELD_WORDS:
@@ -369,8 +369,11 @@ def pseudonymise(
         def change_quotes_too(text: str) -> str:
             text = whole_message(text)
             part = text.strip()
-            # A part of what the customer wrote on the ticket (a quote cut short), long enough to be theirs.
-            return WITHHELD_WORDS if len(part) >= MIN_QUOTED_CHARS and part in words else change(text)
+            # A part of what the customer wrote on the ticket (a quote cut short), long enough to be theirs
+            # and not an order number.
+            if len(part) >= MIN_QUOTED_CHARS and part in words and part.upper() not in order_numbers:
+                return WITHHELD_WORDS
+            return change(text)
 
         return change_quotes_too
 
