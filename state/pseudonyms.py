@@ -350,6 +350,22 @@ def pseudonymise(
     if not identities and not texts and not whole and not said and not file_names:
         return
     said_on = {ticket: "\n".join(bodies) for ticket, bodies in said.items()}
+
+    def quotes_them(text: str, words: str) -> bool:
+        """Is ``text`` a part of the customer's ``words`` (a quote cut short), long enough to be theirs and
+        not an order number?"""
+        part = text.strip()
+        return len(part) >= MIN_QUOTED_CHARS and part in words and part.upper() not in order_numbers
+
+    # A tool call's argument that quotes the customer cut short is hunted wherever else it is repeated,
+    # inside other words too (a hand-off's note: "Handed off to a person: <its reason>"). Phrases only: a
+    # single word the model searched for ("shipping") is not cut out of every sentence of the agent's.
+    for call in rows.get("agents.ToolCall", []):
+        words = said_on.get(call.get("ticket_id"), "")
+        arguments = call.get("arguments")
+        for value in (arguments or {}).values() if isinstance(arguments, dict) else ():
+            if isinstance(value, str) and len(value.split()) > 1 and quotes_them(value, words):
+                texts.setdefault(value.strip(), WITHHELD_WORDS)
     users[:] = [{**user, "username": logins.get(user["username"], user["username"])} for user in users]
     quoted = _replacer(texts, words=False, ignore_case=False)
     files = _replacer(file_names, words=True, ignore_case=False)
@@ -368,12 +384,7 @@ def pseudonymise(
 
         def change_quotes_too(text: str) -> str:
             text = whole_message(text)
-            part = text.strip()
-            # A part of what the customer wrote on the ticket (a quote cut short), long enough to be theirs
-            # and not an order number.
-            if len(part) >= MIN_QUOTED_CHARS and part in words and part.upper() not in order_numbers:
-                return WITHHELD_WORDS
-            return change(text)
+            return WITHHELD_WORDS if quotes_them(text, words) else change(text)
 
         return change_quotes_too
 

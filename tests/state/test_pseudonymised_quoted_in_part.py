@@ -2,7 +2,8 @@
 
 The model's tool calls may quote the customer cut short: the offline model searches the help articles
 for the first 200 characters of what the customer wrote, and hands a ticket off with the first 400 as
-its reason. Only whole messages were hunted, so those first characters were carried as they were.
+its reason, which its internal note repeats ("Handed off to a person: ..."). Only whole messages were
+hunted, so those first characters were carried as they were.
 """
 
 from __future__ import annotations
@@ -34,4 +35,20 @@ def test_the_customers_words_quoted_cut_short_in_a_tool_call_are_withheld(tmp_pa
 
     data = bundle_bytes(path).decode()
     assert [words for words in ("Larkspur", "07700 900123", "quite strange") if words in data] == []
+    assert verify(path)[0] == 0
+
+
+def test_the_customers_words_cut_short_as_a_hand_offs_reason_are_withheld_in_its_note(tmp_path):
+    customer = make_customer()
+    body = "I would like to speak to a person. " + LONG_MESSAGE * 2
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Delivery", body=body)
+    advance(ticket.pk)
+    reason = ToolCall.objects.get(ticket=ticket, name="hand_off_to_human").arguments["reason"]
+    assert "Larkspur" in reason and reason in body and len(reason) < len(body.strip())  # the start, quoted
+
+    path = export(tmp_path, ticket)
+
+    data = bundle_bytes(path).decode()
+    assert [words for words in ("Larkspur", "07700 900123", "quite strange") if words in data] == []
+    assert "Handed off to a person: [withheld: the customer's words]" in data
     assert verify(path)[0] == 0
