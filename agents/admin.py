@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.html import format_html
 
+from agents.llm import OWN_REQUEST_KEYS
 from agents.model_factory import get_model
 from agents.models import AgentProfile, AgentRun, ApprovalPolicy, ModelStep, Refund, RunStatus, TicketLease, ToolCall
 from agents.profiles import (
@@ -399,6 +400,17 @@ class AgentProfileForm(forms.ModelForm):
         if problems:
             raise forms.ValidationError(problems)
         return cleaned
+
+    def clean_model_parameters(self) -> dict[str, Any]:
+        parameters = self.cleaned_data["model_parameters"]
+        if parameters in (None, ""):
+            return {}
+        if not isinstance(parameters, dict):
+            raise forms.ValidationError('The model parameters are a JSON object, such as {"temperature": 0.2}.')
+        own = sorted(set(parameters) & OWN_REQUEST_KEYS)
+        if own:
+            raise forms.ValidationError(f"Set by the agent itself, not a model parameter: {', '.join(own)}.")
+        return parameters
 
     def clean_model(self) -> str:
         spec = self.cleaned_data["model"].strip()

@@ -21,6 +21,9 @@ from support.storable import clean_text, shows_something
 
 Message = dict[str, Any]
 ToolSpec = dict[str, Any]
+# What a request to a model is made of by the adapter itself: a profile version's model parameters
+# (temperature, top_p, max_tokens...) are sent beside them, never in their place.
+OWN_REQUEST_KEYS = frozenset({"model", "messages", "tools", "tool_choice", "stream", "stream_options"})
 # Called with each piece of assistant text as it streams in.
 TokenCallback = Callable[[str], None]
 

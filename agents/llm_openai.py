@@ -32,6 +32,7 @@ from django.conf import settings
 from openai.types.chat import ChatCompletionChunk
 
 from agents.llm import (
+    OWN_REQUEST_KEYS,
     Message,
     ModelError,
     ModelResponse,
@@ -97,9 +98,12 @@ class OpenAIChatModel:
         base_url: str | None,
         timeout: float = 60.0,
         max_retries: int = 3,
+        parameters: dict[str, Any] | None = None,
     ) -> None:
         self.model = model
         self.name = f"openai:{model}"
+        # A profile version's model parameters, sent with every request (never over the request's own keys).
+        self.parameters = {k: v for k, v in (parameters or {}).items() if k not in OWN_REQUEST_KEYS}
         # ``timeout`` bounds each network operation, so during a stream it is
         # the longest silence tolerated between two chunks, not the length of
         # the whole generation.
@@ -125,6 +129,7 @@ class OpenAIChatModel:
         caller's, not the model's.
         """
         request: dict[str, Any] = {
+            **self.parameters,
             "model": self.model,
             "messages": [_compatible(message) for message in messages],
             "stream": True,
@@ -134,7 +139,7 @@ class OpenAIChatModel:
             # Some compatible servers reject an empty tools list.
             request["tools"] = tools
         max_tokens = getattr(settings, "AGENT_MAX_OUTPUT_TOKENS", 0)
-        if max_tokens:
+        if max_tokens and "max_tokens" not in request:  # a profile version's own limit comes first
             # The server stops generating there itself; the meter below stops reading either way.
             request["max_tokens"] = max_tokens
         meter = StreamMeter(prompt_tokens=lambda: estimate_tokens(json.dumps(request["messages"], default=str)))

@@ -11,6 +11,8 @@ import the interface and nothing imports back.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
@@ -18,8 +20,10 @@ from django.utils.module_loading import import_string
 from agents.llm import ChatModel
 
 
-def get_model(spec: str | None = None) -> ChatModel:
-    """Build the adapter named by ``spec`` (default: the AGENT_MODEL setting)."""
+def get_model(spec: str | None = None, parameters: dict[str, Any] | None = None) -> ChatModel:
+    """Build the adapter named by ``spec`` (default: the AGENT_MODEL setting). ``parameters``: the
+    model parameters a profile version holds, sent with each request to an OpenAI-compatible endpoint
+    (the offline model and a class of your own are built without them)."""
     spec = (spec if spec is not None else settings.AGENT_MODEL).strip()
     if spec in {"", "offline"}:
         from agents.offline_model import OfflineDeterministicModel
@@ -35,6 +39,7 @@ def get_model(spec: str | None = None) -> ChatModel:
             model=model_name,
             api_key=settings.OPENAI_API_KEY or None,
             base_url=settings.OPENAI_BASE_URL or None,
+            parameters=parameters,
         )
     try:
         cls = import_string(spec)

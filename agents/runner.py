@@ -13,6 +13,7 @@ Idempotent; any number of duplicate or concurrent deliveries are harmless:
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -241,14 +242,16 @@ def has_pending_work(ticket_id: int) -> bool:
 
 
 def model_of(profile: AgentProfile) -> ChatModel:
-    """The adapter a profile names, built once per process and name."""
-    model = _models.get(profile.model)
+    """The adapter a profile version names, with its model parameters: built once per process, name
+    and parameters."""
+    key = (profile.model, json.dumps(profile.model_parameters, sort_keys=True, default=str))
+    model = _models.get(key)
     if model is None:
-        model = _models[profile.model] = get_model(profile.model)
+        model = _models[key] = get_model(profile.model, parameters=profile.model_parameters)
     return model
 
 
-_models: dict[str, ChatModel] = {}
+_models: dict[tuple[str, str], ChatModel] = {}
 
 
 def _current_run(
