@@ -19,7 +19,9 @@ class ApprovalsConsumer(SignedInConsumer):
     not when the socket opens (open before the join, a request made between that read and the join
     rang nobody, and the page said "Live" without it). Then ``{"type": "changed", ...}`` per change.
     A request paused by a worker cut off from Redis rings nobody: after a quiet spell the socket reads
-    the pending list's mark and, moved, rings the page itself (``"change": "seen"``).
+    the pending list's mark and, moved, rings the page itself (``"change": "seen"``). The one frame it
+    reads from the browser is ``{"type": "ping"}``, answered ``{"type": "pong"}`` as on every socket
+    (``support.websocket.SafeJsonConsumer``).
     """
 
     mark: tuple[int, int, int] = (0, 0, 0)

@@ -7,7 +7,8 @@ costs nothing (the next one, or a reconnect, fetches everything after the page's
 catches up on "ready", not when the socket opens: the socket is open before it has joined the group,
 and a change committed between a catch-up read then and the join rang nobody (the page showed
 "Live" without it until something else changed). Closed with 4403 for anyone without
-``tickets.handle_ticket``.
+``tickets.handle_ticket``. The one frame it reads from the browser is ``{"type": "ping"}``, answered
+``{"type": "pong"}`` as on every socket (``support.websocket.SafeJsonConsumer``).
 """
 
 from __future__ import annotations

@@ -123,9 +123,13 @@ async def _refuse(receive: Any, send: Any, code: int) -> None:
 class SafeJsonConsumer(AsyncJsonWebsocketConsumer):
     """A JSON consumer whose connection survives any frame: binary, not JSON, too big or too deep,
     not an object of one of the ``frame_types`` it reads, get an error frame back, and the socket
-    stays open. Only a frame of those types reaches ``receive_json``."""
+    stays open. Only a frame of those types reaches ``receive_json``.
 
-    # The ``type`` of each frame this socket reads from the browser; none: it only sends.
+    Every socket answers ``{"type": "ping"}`` with ``{"type": "pong"}``: a page whose socket has been
+    quiet for a while asks whether it still carries anything (a half-open connection, after a laptop
+    or a phone changed networks, never closes on its own; static/js/heartbeat.js)."""
+
+    # The ``type`` of each frame this socket reads from the browser, beside ``ping``; none: it only sends.
     frame_types: tuple[str, ...] = ()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
@@ -144,16 +148,17 @@ class SafeJsonConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "error", "error": "A frame is nested too deeply."})
             return
         kind = content.get("type") if isinstance(content, dict) else None
+        if kind == "ping":
+            await self.send_json({"type": "pong"})
+            return
         if not isinstance(kind, str) or kind not in self.frame_types:
             await self.send_json({"type": "error", "error": self._unread(kind)})
             return
         await self.receive_json(content, **kwargs)
 
     def _unread(self, kind: Any) -> str:
-        if not self.frame_types:
-            return "This socket reads no frames; it only tells the page what changed."
         said = f"of type {kind[:40]!r}" if isinstance(kind, str) else "without a type"
-        return f"A frame {said} is not read here; this socket reads {', '.join(self.frame_types)}."
+        return f"A frame {said} is not read here; this socket reads {', '.join((*self.frame_types, 'ping'))}."
 
 
 def session_group(session_key: str) -> str:

@@ -20,9 +20,9 @@ Frames from the browser: ``{"type": "resync"}`` asks for the events and the
 streamed text again (the browser saw a gap in a step's offsets);
 ``{"type": "seen", "seq"}`` says the customer has seen the chat up to ``seq`` (the page
 was visible when those events arrived): My tickets stops showing those replies as unread;
-``{"type": "ping"}`` is answered with ``{"type": "pong"}`` (a page whose socket has been quiet asks
-whether it still carries anything: a half-open connection, after a phone changed networks, never
-closes on its own).
+``{"type": "ping"}`` is answered with ``{"type": "pong"}``, as on every socket
+(``support.websocket.SafeJsonConsumer``: a page whose socket has been quiet asks whether it still
+carries anything).
 Any other frame, and a ``seen`` without a whole-number ``seq``, is answered with
 ``{"type": "error", "error"}`` (``support.websocket.SafeJsonConsumer``); the socket stays open.
 
@@ -75,7 +75,7 @@ def _after(query_string: bytes) -> int:
 
 
 class TicketConsumer(SignedInConsumer):
-    frame_types = ("resync", "seen", "ping")
+    frame_types = ("resync", "seen")
     ticket: Ticket | None = None
     group: str | None = None
     last_seq: int = 0
@@ -134,9 +134,6 @@ class TicketConsumer(SignedInConsumer):
             return
         if content["type"] == "seen":
             await self._seen(content.get("seq"))
-            return
-        if content["type"] == "ping":
-            await self.send_json({"type": "pong"})
             return
         now = time.monotonic()
         if now - self.last_resync < RESYNC_MIN_SECONDS:
