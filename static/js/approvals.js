@@ -2,7 +2,8 @@
 // read again from the server (which reads the ledger) and merged into the page card by card:
 // a card the person is working in is never replaced, so a typed reason, an opened
 // conversation and keyboard focus survive. New cards are inserted and announced. A typed note or
-// reason is also kept in the tab until its request is no longer pending (keepDraft, below).
+// reason is also kept in the tab until its request is no longer pending (keepDraft, below). A socket
+// gone silent without closing is given up and opened again (static/js/heartbeat.js).
 (function () {
   "use strict";
   var container = document.getElementById("pending");
@@ -21,6 +22,7 @@
   var denied = false;
   var retryDelay = 1000;
   var retryTimer = null;
+  var socket = null; // the one the page listens to: one given up may still bring a frame, or its close
 
   function cardsIn(root) {
     return Array.prototype.slice.call(root.querySelectorAll("li.approval[data-approval-id]"));
@@ -257,12 +259,23 @@
     status.textContent = "You were signed out: sign in again to see the list as it is now.";
   }
 
+  function reconnectLater(wait) {
+    socket = null;
+    listening = false;
+    status.textContent = "Reconnecting…";
+    setTimeout(connect, wait);
+    delay = Math.min(delay * 2, 10000);
+  }
+
   function connect() {
     var scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    var socket = new WebSocket(scheme + location.host + "/ws/staff/approvals/");
-    socket.onmessage = function (event) {
+    var own = new WebSocket(scheme + location.host + "/ws/staff/approvals/");
+    socket = own;
+    own.onmessage = function (event) {
+      if (socket !== own) return;
       try {
         var message = JSON.parse(event.data);
+        if (message.type === "pong") return; // the heartbeat's answer: nothing changed
         if (message.type === "ready") {
           // In the staff group now: catch up on what changed while disconnected (or connecting).
           delay = 500;
@@ -275,7 +288,8 @@
       } catch (ignored) { /* any message means "read the list again" */ }
       refresh();
     };
-    socket.onclose = function (event) {
+    own.onclose = function (event) {
+      if (socket !== own) return;
       listening = false;
       // 4403: signed out or not an approver (any more): reconnecting would be refused again.
       if (event.code === 4403) {
@@ -286,10 +300,12 @@
         refresh();
         return;
       }
-      status.textContent = "Reconnecting…";
-      setTimeout(connect, event.code === 4401 ? 0 : delay); // 4401: the sign-in changed; try at once
-      delay = Math.min(delay * 2, 10000);
+      reconnectLater(event.code === 4401 ? 0 : delay); // 4401: the sign-in changed; try at once
     };
+    // Gone silent without closing: a new socket's "ready" reads the list again.
+    window.heartbeat.watch(own, function () {
+      if (socket === own) reconnectLater(delay);
+    });
   }
   cardsIn(list).forEach(restoreDrafts);
   dropDrafts();

@@ -9,6 +9,7 @@
  *   {type: "ready", seq}                  the replay is done; live from here
  * Frame to the server:
  *   {type: "resync"}                      "I missed part of a stream; send it again"
+ * and the heartbeat's ping, answered with a pong, on a socket gone quiet (static/js/heartbeat.js).
  *
  * What makes reconnects safe:
  *   - lastSeq is the highest event seq applied; a reconnect asks ?after=lastSeq
@@ -61,8 +62,6 @@
   var note = document.getElementById("chat-note");
 
   var SEND_TIMEOUT_MS = 20000; // see sendTimeout
-  var QUIET_SOCKET_MS = 25000; // see watchSocket
-  var PONG_WAIT_MS = 10000;
   var SLOW_UPLINK_BYTES_PER_SECOND = 16384;
 
   var state = {
@@ -83,9 +82,6 @@
     resyncAsked: false,
     streamedSinceConnect: false, // a token came on this connection (its catch-up's, or live)
     sendTimeoutMs: SEND_TIMEOUT_MS,
-    lastHeard: 0, // when the socket last brought a frame (Date.now())
-    quietSocketMs: QUIET_SOCKET_MS,
-    pongWaitMs: PONG_WAIT_MS,
     pending: {}, // client_msg_id -> element, until its event arrives
     unsent: {}, // client_msg_id -> text, until the server has it
   };
@@ -632,13 +628,17 @@
     state.socket = socket;
     state.resyncAsked = false;
     state.streamedSinceConnect = false;
-    state.lastHeard = Date.now();
     socket.onmessage = function (message) {
       if (state.socket !== socket) return;
-      state.lastHeard = Date.now();
       onFrame(JSON.parse(message.data));
     };
-    watchSocket(socket);
+    // Gone silent without closing (static/js/heartbeat.js): a new socket's catch-up brings what it missed.
+    window.heartbeat.watch(socket, function () {
+      if (state.socket !== socket) return;
+      state.socket = null;
+      setConnected(false);
+      scheduleReconnect();
+    });
     socket.onclose = function (closed) {
       if (state.socket !== socket) return;
       state.socket = null;
@@ -658,35 +658,6 @@
       setConnected(false);
       scheduleReconnect();
     };
-  }
-
-  // A socket can stop carrying anything without closing (a phone that changed networks leaves a
-  // half-open connection the browser may not see end for many minutes), while replies wait unseen.
-  // Quiet for quietSocketMs, it is asked for a pong; nothing back within pongWaitMs, it is given up
-  // and a new one opened (its catch-up brings what the old one missed).
-  function watchSocket(socket) {
-    var askedAt = null;
-    (function check() {
-      if (state.socket !== socket) return;
-      var now = Date.now();
-      if (socket.readyState === WebSocket.OPEN) {
-        if (askedAt !== null && state.lastHeard < askedAt) {
-          if (now - askedAt >= state.pongWaitMs) {
-            state.socket = null;
-            socket.close();
-            setConnected(false);
-            scheduleReconnect();
-            return;
-          }
-        } else if (now - state.lastHeard >= state.quietSocketMs) {
-          askedAt = now;
-          socket.send(JSON.stringify({ type: "ping" }));
-        } else {
-          askedAt = null;
-        }
-      }
-      setTimeout(check, Math.min(state.quietSocketMs, state.pongWaitMs) / 4);
-    })();
   }
 
   // The socket ended with a sign-out, and a send has just been taken: signed in again (in another
@@ -1092,10 +1063,9 @@
       state.sendTimeoutMs = ms;
     },
     // Ask a socket quiet for quietMs for a pong, and give it up after waitMs without one (tests of a
-    // socket that stops carrying anything without closing); from the next check on.
+    // socket that stops carrying anything without closing): static/js/heartbeat.js, for every live page.
     heartbeat: function (quietMs, waitMs) {
-      state.quietSocketMs = quietMs;
-      state.pongWaitMs = waitMs;
+      window.heartbeat.waits(quietMs, waitMs);
     },
     // Handle a frame as if the server had sent it (tests of the frame logic).
     receive: function (frame) {

@@ -4,6 +4,7 @@
 // keyboard focus are never disturbed. The page catches up when the server says the socket is
 // listening ("ready", sent once it is in the ticket's group: a change committed before that is in
 // the catch-up, one after it rings), not when the socket opens; a read that fails is tried again.
+// A socket gone silent without closing is given up and opened again (static/js/heartbeat.js).
 (function () {
   "use strict";
   var root = document.getElementById("staff-ticket");
@@ -21,6 +22,7 @@
   var denied = false;
   var retryDelay = 1000;
   var retryTimer = null;
+  var socket = null; // the one the page listens to: one given up may still bring a frame, or its close
 
   function apply(data) {
     if (data.html && data.last_seq > after) {
@@ -85,12 +87,23 @@
       });
   }
 
+  function reconnectLater() {
+    socket = null;
+    listening = false;
+    live.textContent = "Reconnecting…";
+    setTimeout(connect, delay);
+    delay = Math.min(delay * 2, 10000);
+  }
+
   function connect() {
     var scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    var socket = new WebSocket(scheme + location.host + "/ws/staff/tickets/" + root.dataset.ticketId + "/");
-    socket.onmessage = function (event) {
+    var own = new WebSocket(scheme + location.host + "/ws/staff/tickets/" + root.dataset.ticketId + "/");
+    socket = own;
+    own.onmessage = function (event) {
+      if (socket !== own) return;
       var frame = null;
       try { frame = JSON.parse(event.data); } catch (ignored) { /* any frame means "read what is new" */ }
+      if (frame && frame.type === "pong") return; // the heartbeat's answer: nothing changed
       if (frame && frame.type === "ready") {
         delay = 500;
         listening = true;
@@ -98,7 +111,8 @@
       }
       refresh();
     };
-    socket.onclose = function (event) {
+    own.onclose = function (event) {
+      if (socket !== own) return;
       listening = false;
       if (event.code === 4403) {
         if (!denied) live.textContent = "Not allowed: sign in again.";
@@ -106,10 +120,12 @@
         refresh(); // signed out, or no longer allowed? The timeline's address tells (a sign-in page)
         return;
       }
-      live.textContent = "Reconnecting…";
-      setTimeout(connect, delay);
-      delay = Math.min(delay * 2, 10000);
+      reconnectLater();
     };
+    // Gone silent without closing: a new socket's "ready" reads what it missed.
+    window.heartbeat.watch(own, function () {
+      if (socket === own) reconnectLater();
+    });
   }
 
   // What a person writes in the reply and note boxes is kept in this tab, by person and ticket,

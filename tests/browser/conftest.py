@@ -177,3 +177,21 @@ def fail_the_first_read(page, url_pattern: str) -> list[str]:  # noqa: ANN001
 
     page.route(re.compile(url_pattern), fail_once)
     return failed
+
+
+def sockets_that_can_go_silent(page, url_pattern: str) -> list[dict[str, bool]]:  # noqa: ANN001
+    """Relay the page's sockets whose address matches ``url_pattern`` to the server; returns a switch per
+    socket opened, in order. Set one's ``"up"`` to False and that socket carries nothing more either way
+    and never closes: a half-open connection (a laptop that changed networks), which the browser may not
+    see end for many minutes."""
+    links: list[dict[str, bool]] = []
+
+    def relay(ws) -> None:  # noqa: ANN001
+        server = ws.connect_to_server()
+        link = {"up": True}
+        ws.on_message(lambda frame: server.send(frame) if link["up"] else None)
+        server.on_message(lambda frame: ws.send(frame) if link["up"] else None)
+        links.append(link)
+
+    page.route_web_socket(re.compile(url_pattern), relay)
+    return links

@@ -11,7 +11,7 @@ from django.contrib.sessions.models import Session
 from playwright.sync_api import expect
 
 from tests.approvals.conftest import make_staff
-from tests.browser.conftest import Stack, fail_the_first_read
+from tests.browser.conftest import Stack, fail_the_first_read, sockets_that_can_go_silent
 from tests.browser.test_approval_dashboard import decide_elsewhere, request_refund, sign_in_staff
 from tests.conftest import make_customer, make_order
 from tickets import services as ticket_services
@@ -44,6 +44,32 @@ def test_a_request_made_while_the_dashboard_connected_comes_in_without_a_reload(
     held[0].connect_to_server()
 
     expect(page.locator(f"li.approval[data-approval-id='{two.pk}']")).to_be_visible()
+    expect(page.locator("#live-status")).to_have_text("Live: new requests appear here automatically.")
+
+
+def test_a_request_made_while_the_socket_was_silent_comes_in_once_the_page_notices(live: Stack, browser):  # noqa: ANN001
+    """A laptop that changed networks leaves a half-open socket: nothing more arrives on it, and the
+    browser does not see it close for many minutes. A new request waited for a decision off the
+    dashboard, which still said "Live"."""
+    customer = make_customer()
+    for number in ("R-6001", "R-6002"):
+        make_order(customer, total_cents=64900, number=number)
+    make_staff("erin", can_decide=True)
+    one = request_refund(live, customer, "R-6001")
+    page = sign_in_staff(browser, live, "erin")
+    links = sockets_that_can_go_silent(page, r"/ws/staff/approvals/")
+    with page.expect_response(lambda response: "/staff/approvals/pending/" in response.url):
+        page.reload()  # and the page's read at "ready" is over
+    expect(page.locator("#live-status")).to_have_text("Live: new requests appear here automatically.")
+    expect(page.locator(f"li.approval[data-approval-id='{one.pk}']")).to_be_visible()
+    page.evaluate("() => window.heartbeat && window.heartbeat.waits(1000, 1000)")
+    links[0]["up"] = False  # from now on the socket carries nothing either way, and never closes
+
+    two = request_refund(live, customer, "R-6002")
+
+    expect(page.locator(f"li.approval[data-approval-id='{two.pk}']")).to_be_visible()
+    assert len(links) >= 2  # a socket of its own brought it
+    assert page.locator(f"li.approval[data-approval-id='{two.pk}']").count() == 1
     expect(page.locator("#live-status")).to_have_text("Live: new requests appear here automatically.")
 
 

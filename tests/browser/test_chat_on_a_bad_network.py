@@ -6,12 +6,11 @@ and markup in every kind of frame."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
 from agents.models import AgentRun, RunStatus
-from tests.browser.conftest import Stack, sign_in
+from tests.browser.conftest import Stack, sign_in, sockets_that_can_go_silent
 from tests.browser.test_chat_resilience import open_chat, stored
 from tests.browser.test_customer_chat import (
     LONG_POLICY,
@@ -116,16 +115,7 @@ def test_a_socket_that_went_silent_without_closing_is_opened_again_and_the_reply
     customer = make_customer()
     ticket, _ = ticket_services.ticket_open(customer=customer, subject="Half-open", body="Hello there")
     page = sign_in(browser, live, customer)
-    links: list[dict[str, bool]] = []
-
-    def relay(ws) -> None:  # noqa: ANN001
-        server = ws.connect_to_server()
-        link = {"up": True}
-        ws.on_message(lambda frame: server.send(frame) if link["up"] else None)
-        server.on_message(lambda frame: ws.send(frame) if link["up"] else None)
-        links.append(link)
-
-    page.route_web_socket(re.compile(r"/ws/tickets/"), relay)
+    links = sockets_that_can_go_silent(page, r"/ws/tickets/")
     page.goto(live.url(f"/tickets/{ticket.pk}/"))
     wait_for_agent_messages(page, 1)
     page.wait_for_function("() => window.__chat.state().connected && !window.__chat.state().typing")

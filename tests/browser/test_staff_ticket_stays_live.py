@@ -10,13 +10,13 @@ import pytest
 from django.contrib.sessions.models import Session
 
 from agents.models import AgentRun, RunStatus
-from tests.browser.conftest import Stack, fail_the_first_read
+from tests.browser.conftest import Stack, agent_at_rest, fail_the_first_read, sockets_that_can_go_silent
 from tests.browser.test_staff_inbox import sign_in_person
 from tests.conftest import make_customer
 from tests.staff.conftest import make_support_staff
 from tests.workers import wait_until
 from tickets import services
-from tickets.models import Ticket
+from tickets.models import AuthorKind, Ticket
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
@@ -53,6 +53,30 @@ def test_a_note_written_while_the_staff_page_connected_shows_without_anything_el
     held[0].connect_to_server()
 
     person.wait_for_selector("#timeline li.msg.internal:has-text('I called the courier')")
+    person.wait_for_selector("#live-status:text-is('Live')")
+
+
+def test_a_customer_message_sent_while_the_socket_was_silent_shows_once_the_page_notices(live: Stack, browser):  # noqa: ANN001
+    """A laptop that changed networks leaves a half-open socket: nothing more arrives on it, and the
+    browser does not see it close for many minutes. The customer's new message stayed off the page,
+    which still said "Live"."""
+    ticket, _ = services.ticket_open(customer=make_customer(), subject="Late kettle", body="Where is my kettle?")
+    # The agent has answered: nothing else happens on the ticket, so only a new socket can bring the message.
+    wait_until(agent_at_rest, timeout=30, what="the agent to answer", cluster=live.cluster)
+    make_support_staff("maria", first_name="Maria")
+    person = sign_in_person(browser, live, "maria")
+    links = sockets_that_can_go_silent(person, r"/ws/staff/tickets/")
+    with person.expect_response(re.compile(r"/timeline\?")):  # the page's read at "ready" is over
+        person.goto(live.url(f"/staff/tickets/{ticket.pk}/"))
+    person.wait_for_selector("#live-status:text-is('Live')")
+    person.evaluate("() => window.heartbeat && window.heartbeat.waits(1000, 1000)")
+    links[0]["up"] = False  # from now on the socket carries nothing either way, and never closes
+
+    services.message_post(ticket=ticket, author_kind=AuthorKind.CUSTOMER, body="It was due on Monday, still nothing.")
+
+    person.wait_for_selector("#timeline li.msg.from-customer:has-text('It was due on Monday')")
+    assert len(links) >= 2  # a socket of its own brought it
+    assert person.locator("#timeline li.msg.from-customer", has_text="It was due on Monday").count() == 1
     person.wait_for_selector("#live-status:text-is('Live')")
 
 
