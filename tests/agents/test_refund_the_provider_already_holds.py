@@ -12,6 +12,7 @@ money refunded there that the ledger does not count holds the refund for staff.
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -34,18 +35,22 @@ def _paid_at_the_provider(sandbox, payment_reference: str) -> list[int]:  # noqa
     return sorted(r["amount"] for r in sandbox.refunds() if r["payment_intent"] == payment_reference)
 
 
+def _refunded_in_the_dashboard(provider, payment_reference: str, cents: int) -> None:  # noqa: ANN001
+    """A person refunds ``cents`` of the payment in the provider's dashboard: nothing of it is in the ledger."""
+    provider.create_refund(
+        payment_reference=payment_reference,
+        amount_cents=cents,
+        currency="usd",
+        idempotency_key=f"dashboard-refund-{uuid.uuid4()}",
+        metadata={},
+    )
+
+
 def test_a_refund_made_in_the_providers_dashboard_holds_the_same_request_for_staff(sandbox, provider):  # noqa: ANN001
     customer = make_customer()
     order = make_order(customer, number="P-4401", total_cents=8000)
     sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
-    # A person refunded $30 in the provider's dashboard: nothing of it is in the ledger.
-    provider.create_refund(
-        payment_reference=order.payment_reference,
-        amount_cents=3000,
-        currency="usd",
-        idempotency_key="dashboard-refund-1",
-        metadata={},
-    )
+    _refunded_in_the_dashboard(provider, order.payment_reference, 3000)
 
     ticket, _ = ticket_services.ticket_open(
         customer=customer, subject="Refund", body="Please refund $30 of order P-4401, it arrived broken"
@@ -91,13 +96,7 @@ def test_a_refund_the_customer_confirmed_is_held_too_and_not_asked_again_after_t
     customer = make_customer()
     order = make_order(customer, number="P-4403", total_cents=8000)
     sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
-    provider.create_refund(
-        payment_reference=order.payment_reference,
-        amount_cents=3000,
-        currency="usd",
-        idempotency_key="dashboard-refund-3",
-        metadata={},
-    )
+    _refunded_in_the_dashboard(provider, order.payment_reference, 3000)
     ticket, _ = ticket_services.ticket_open(
         customer=customer, subject="Refund", body="Please refund $30 of order P-4403, it arrived broken"
     )
@@ -159,13 +158,7 @@ def test_money_refunded_in_the_providers_dashboard_counts_against_what_is_left_b
     customer = make_customer()
     order = make_order(customer, number="P-4405", total_cents=8000)
     sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
-    provider.create_refund(
-        payment_reference=order.payment_reference,
-        amount_cents=3000,
-        currency="usd",
-        idempotency_key="dashboard-refund-5",
-        metadata={},
-    )
+    _refunded_in_the_dashboard(provider, order.payment_reference, 3000)
     ticket, _ = ticket_services.ticket_open(
         customer=customer, subject="Refund", body="Please refund $80 of order P-4405, it arrived broken"
     )
@@ -186,13 +179,7 @@ def test_an_approved_refund_beyond_what_the_provider_leaves_is_refused_with_what
     customer = make_customer()
     order = make_order(customer, number="P-4406", total_cents=50000)
     sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
-    provider.create_refund(
-        payment_reference=order.payment_reference,
-        amount_cents=30000,
-        currency="usd",
-        idempotency_key="dashboard-refund-6",
-        metadata={},
-    )
+    _refunded_in_the_dashboard(provider, order.payment_reference, 30000)
     ticket, _ = ticket_services.ticket_open(
         customer=customer, subject="Refund", body="Please refund $300 of order P-4406, it arrived broken"
     )
@@ -220,13 +207,7 @@ def test_money_refunded_outside_on_a_payment_for_two_orders_counts_against_the_p
     second = make_order(customer, number="P-4408", total_cents=5000)
     Order.objects.filter(pk=second.pk).update(payment_reference=first.payment_reference)
     sandbox.seed_payment(first.payment_reference, 10000, first.currency)
-    provider.create_refund(
-        payment_reference=first.payment_reference,
-        amount_cents=5000,
-        currency="usd",
-        idempotency_key="dashboard-refund-7",
-        metadata={},
-    )
+    _refunded_in_the_dashboard(provider, first.payment_reference, 5000)
     ticket, _ = ticket_services.ticket_open(
         customer=customer, subject="Refund", body="Please refund $50 of order P-4407, it arrived broken"
     )
