@@ -78,14 +78,12 @@ def call_start(
     status: str | None = None,
     approval_reason: str = "",
     draft: ToolCall | None = None,
-    shown: bool = True,
 ) -> ToolCall:
     """Commit the intent (status ``started``) before any effect runs.
 
     With an ``approval_reason`` the call needs a staff approval: it is recorded as
     such in this same transaction, and the caller pauses it before committing.
     ``draft``: the unsaved call the caller checked, written as this intent.
-    ``shown``: its label is shown to the customer (not while a person has the ticket).
     """
     with lease.guard():
         fields = {
@@ -118,7 +116,9 @@ def call_start(
             actor_kind=ActorKind.AGENT,
             actor_ref=f"run:{run.pk}",
             payload={"call_id": call.pk, "tool": name, "label": public_label},
-            is_public=bool(public_label) and shown,
+            # Its label is told to the customer unless a person has taken the ticket by the time the
+            # intent is written (the model wrote the step meanwhile; its run ends before it asks again).
+            is_public=None if public_label else False,
         )
     return call
 

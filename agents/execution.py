@@ -65,7 +65,6 @@ from agents.tools import (
 )
 from support import rows
 from support.storable import clean_json, clean_text
-from tickets import realtime
 
 logger = logging.getLogger(__name__)
 
@@ -83,12 +82,8 @@ def record_intents(p: Pass, step: ModelStep) -> str | None:
     Returns the run's paused state if a call paused it (for a staff approval, or the customer's
     confirmation), else None."""
     paused = None
-    # A customer whose ticket a person took while the model wrote the step is not shown what the agent
-    # sets out to do (its run ends before it asks the model again). Told by the mark the take-over left
-    # for the answer's stream, not by a read of the ledger: a step stays one statement.
-    shown = not realtime.stream_is_closed(p.run.ticket_id)
     for index, requested in enumerate(step.tool_calls):
-        call = _record_intent(p, step, index, requested, shown=shown)
+        call = _record_intent(p, step, index, requested)
         p.call_stored(call)
         if paused is None and call.status == CallStatus.AWAITING_APPROVAL:
             paused = RunStatus.WAITING_APPROVAL
@@ -97,11 +92,9 @@ def record_intents(p: Pass, step: ModelStep) -> str | None:
     return paused
 
 
-def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, Any], *, shown: bool) -> ToolCall:
+def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, Any]) -> ToolCall:
     lease, run = p.lease, p.run
-    common = {
-        "lease": lease, "run": run, "step": step, "index": index, "model_call_id": requested["id"], "shown": shown,
-    }  # fmt: skip
+    common = {"lease": lease, "run": run, "step": step, "index": index, "model_call_id": requested["id"]}
     try:
         tool, args = parse_arguments(requested["name"], requested["arguments"])
     except ToolError as exc:

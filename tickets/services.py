@@ -170,7 +170,7 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None, whol
         try:
             with connection.cursor() as cursor, rows.whole_transaction(alone):
                 cursor.execute(sql, params)
-                fenced, last, keys, _ = cursor.fetchone()
+                fenced, last, keys, public, _ = cursor.fetchone()
         except DatabaseError as exc:
             if getattr(exc.__cause__, "sqlstate", None) == FENCE_REFUSED_SQLSTATE:
                 raise FenceRefused() from None
@@ -181,8 +181,8 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None, whol
             raise Ticket.DoesNotExist(f"ticket {ticket_id} does not exist")
         if guard is not None:
             guard.numbered = (last - len(events), last)
-        for offset, (event, key) in enumerate(zip(events, keys, strict=True)):
-            event.seq, event.pk = last - len(events) + 1 + offset, key
+        for offset, (event, key, shown) in enumerate(zip(events, keys, public, strict=True)):
+            event.seq, event.pk, event.is_public = last - len(events) + 1 + offset, key, shown
             event._state.adding, event._state.db = False, connection.alias
         _ring_after_commit(ticket_id)
     if held:  # no event and no fence: the held rows on their own
@@ -191,13 +191,19 @@ def _write_events(drafts: list[TicketEvent], *, fence: Fence | None = None, whol
 
 
 _EVENT_FIELDS = tuple(f.name for f in TicketEvent._meta.concrete_fields if f.name not in {"id", "seq"})
+_HELD = sorted(AGENT_STAYS_OUT)
 
 
 @functools.cache
 def _event_columns() -> tuple[str, str]:
+    """The events' columns, and the values inserted in them: each row's own, except that an event
+    appended with ``is_public=None`` is public unless a person has the ticket (``AGENT_STAYS_OUT``) when
+    the statement writes it (``seq.held``: read under the ticket row's lock the statement takes)."""
     quote = connection.ops.quote_name
     columns = [quote(TicketEvent._meta.get_field(name).column) for name in _EVENT_FIELDS]
-    return ", ".join(columns), ", ".join(f"r.{c}" for c in columns)
+    public = quote(TicketEvent._meta.get_field("is_public").column)
+    values = [f"COALESCE(r.{c}, NOT seq.held)" if c == public else f"r.{c}" for c in columns]
+    return ", ".join(columns), ", ".join(values)
 
 
 def _numbered_insert(
@@ -210,8 +216,8 @@ def _numbered_insert(
 ) -> tuple[str, list[Any]]:
     """One statement: the held rows, (the fence,) the ticket's counter moved on by len(events) (with
     the ``change`` of its fields, if any), the events inserted with their numbers. Returns (fence
-    held, last number, the events' keys in order). The events travel as one JSON parameter, so the
-    statement's text does not depend on their number. ``opened``: the ticket is new, inserted by
+    held, last number, the events' keys in order, whether each is public). The events travel as one
+    JSON parameter, so the statement's text does not depend on their number. ``opened``: the ticket is new, inserted by
     this statement with its counter at len(events) (the held rows may point at it)."""
     columns, values = _event_columns()
     head, params = rows.with_clause(held)
@@ -225,8 +231,8 @@ def _numbered_insert(
     if opened is not None:
         opened.last_event_seq = len(events)
         insert, insert_params = rows.insert_sql([opened], computed={"updated_at": ("statement_timestamp()", [])})
-        counter = f"{insert} RETURNING tickets_ticket.last_event_seq"
-        params.extend(insert_params)
+        counter = f"{insert} RETURNING tickets_ticket.last_event_seq, tickets_ticket.status = ANY(%s) AS held"
+        params.extend([*insert_params, _HELD])
     else:
         params.append(len(events))
         changed, source = "", ""
@@ -236,11 +242,11 @@ def _numbered_insert(
             changed = "".join(f", {c} = m.{c}" for c in (quote(Ticket._meta.get_field(n).column) for n in names))
             source = " FROM jsonb_populate_record(NULL::tickets_ticket, (%s::jsonb) -> 0) m"
             params.append(rows.json_rows([ticket], names))
-        params.append(ticket_id)
+        params.extend([ticket_id, _HELD])
         counter = (
             "UPDATE tickets_ticket SET last_event_seq = tickets_ticket.last_event_seq + %s, "
             f"updated_at = statement_timestamp(){changed}{source} WHERE tickets_ticket.id = %s{condition} "
-            "RETURNING tickets_ticket.last_event_seq"
+            "RETURNING tickets_ticket.last_event_seq, tickets_ticket.status = ANY(%s) AS held"
         )
     params.extend([len(events), rows.json_rows(events, _EVENT_FIELDS), *checked_params])
     sql = (
@@ -248,9 +254,10 @@ def _numbered_insert(
         f"new AS (INSERT INTO tickets_ticketevent (seq, {columns}) "
         f"SELECT seq.last_event_seq - %s + e.n, {values} "
         "FROM seq, jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(doc, n), "
-        "LATERAL jsonb_populate_record(NULL::tickets_ticketevent, e.doc) AS r RETURNING id, seq) "
+        "LATERAL jsonb_populate_record(NULL::tickets_ticketevent, e.doc) AS r RETURNING id, seq, is_public) "
         f"SELECT {'(EXISTS (SELECT 1 FROM fence) OR tickets_fence_refused())' if fence is not None else 'TRUE'}, "
-        f"(SELECT last_event_seq FROM seq), (SELECT array_agg(id ORDER BY seq) FROM new), {checked}"
+        "(SELECT last_event_seq FROM seq), (SELECT array_agg(id ORDER BY seq) FROM new), "
+        f"(SELECT array_agg(is_public ORDER BY seq) FROM new), {checked}"
     )
     return sql, params
 
@@ -282,9 +289,13 @@ def event_append(
     actor_user: AbstractBaseUser | None = None,
     actor_ref: str = "",
     payload: dict[str, Any] | None = None,
-    is_public: bool = False,
+    is_public: bool | None = False,
 ) -> TicketEvent:
     """Append one event to a ticket's timeline with the next sequence number.
+
+    ``is_public=None``: public unless a person has the ticket (with a person, resolved or closed) when
+    the event is written, decided in the statement that writes it, under the ticket row's lock (what the
+    agent sets out to do, written while a person took the ticket over, is not told to the customer).
 
     Inside ``events_batched()`` the event is written when the block ends (its
     ``seq`` and ``pk`` are set then); otherwise at once.
