@@ -32,6 +32,7 @@ from agents import services as agent_services
 from agents.calls import arguments_digest
 from agents.lease import Lease
 from agents.models import (
+    ACTIVE_RUN_STATUSES,
     NOT_RUN,
     PAUSED_CALL_STATUSES,
     AgentRun,
@@ -278,9 +279,11 @@ def confirmations_expire_due(*, now: datetime | None = None) -> int:
     """Record "expired" on every question past its time and ring those tickets (beat, every
     ``AGENT_CONFIRMATION_EXPIRY_SECONDS``). The lease holder then tells the customer."""
     now = now or database_now()
+    # Through the active runs (a paused call's run is one): no index of calls holds their status.
     due = ToolCall.objects.filter(
-        status=CallStatus.AWAITING_CONFIRMATION, confirmation_decision__isnull=True, confirmation_expires_at__lte=now
-    ).values_list("pk", "ticket_id", "run_id")
+        run__status__in=ACTIVE_RUN_STATUSES, status=CallStatus.AWAITING_CONFIRMATION,
+        confirmation_decision__isnull=True, confirmation_expires_at__lte=now,
+    ).values_list("pk", "ticket_id", "run_id")  # fmt: skip
     expired = 0
     isolated = rounds.Round("question expiry")
     for call_id, ticket_id, run_id in due.order_by("pk"):

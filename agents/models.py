@@ -364,11 +364,11 @@ class ToolCall(models.Model):
             models.UniqueConstraint(fields=["step", "index"], name="tool_call_unique_position"),
             models.UniqueConstraint(fields=["idempotency_key"], name="tool_call_unique_key"),
         ]
-        # The sweeps across tickets look for paused calls only (a decision to apply, a question to
-        # expire); a call that starts and finishes in one pass never enters this index.
-        indexes = [
-            models.Index(fields=["status"], condition=Q(status__in=PAUSED_CALL_STATUSES), name="tool_call_paused")
-        ]
+        # No index holds a column a call's outcome writes (its status, result, error, end), not even
+        # in a partial index's condition: the outcome then updates the row in place, without a new
+        # entry in every index of the table (PostgreSQL's HOT update), in every step of the loop. The
+        # sweeps across tickets find paused calls through the runs that are still active (a few, by
+        # ``one_active_run``), then their calls by run.
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status}) on #{self.ticket_id}"
