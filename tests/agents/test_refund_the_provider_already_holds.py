@@ -46,15 +46,23 @@ def _refunded_in_the_dashboard(provider, payment_reference: str, cents: int) -> 
     )
 
 
-def test_a_refund_made_in_the_providers_dashboard_holds_the_same_request_for_staff(sandbox, provider):  # noqa: ANN001
+def _customer_asks(sandbox, number: str, *, total_cents: int = 8000, dollars: int = 30, refunded_outside=None):  # noqa: ANN001, ANN202
+    """A customer with a paid order ``number`` asks for ``dollars`` of it back; ``refunded_outside``:
+    (provider, cents) a person refunded in the provider's dashboard first. Returns (order, ticket)."""
     customer = make_customer()
-    order = make_order(customer, number="P-4401", total_cents=8000)
+    order = make_order(customer, number=number, total_cents=total_cents)
     sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
-    _refunded_in_the_dashboard(provider, order.payment_reference, 3000)
-
+    if refunded_outside is not None:
+        provider, cents = refunded_outside
+        _refunded_in_the_dashboard(provider, order.payment_reference, cents)
     ticket, _ = ticket_services.ticket_open(
-        customer=customer, subject="Refund", body="Please refund $30 of order P-4401, it arrived broken"
+        customer=customer, subject="Refund", body=f"Please refund ${dollars} of order {number}, it arrived broken"
     )
+    return order, ticket
+
+
+def test_a_refund_made_in_the_providers_dashboard_holds_the_same_request_for_staff(sandbox, provider):  # noqa: ANN001
+    order, ticket = _customer_asks(sandbox, "P-4401", refunded_outside=(provider, 3000))
     state = advance(ticket.pk).state
 
     assert _paid_at_the_provider(sandbox, order.payment_reference) == [3000], (
@@ -80,12 +88,7 @@ def test_a_refund_made_in_the_providers_dashboard_holds_the_same_request_for_sta
 def test_refunds_the_ledger_knows_hold_nothing_back(sandbox):  # noqa: ANN001
     """With nothing at the provider but what the ledger has, a first refund under every threshold is paid at
     once, as before (the payment's refunds read first serve as the look-up under its key)."""
-    customer = make_customer()
-    order = make_order(customer, number="P-4402", total_cents=8000)
-    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
-    ticket, _ = ticket_services.ticket_open(
-        customer=customer, subject="Refund", body="Please refund $30 of order P-4402, it arrived broken"
-    )
+    order, ticket = _customer_asks(sandbox, "P-4402")
     assert advance(ticket.pk).state == RunStatus.COMPLETED
     assert _paid_at_the_provider(sandbox, order.payment_reference) == [3000]
     assert Refund.objects.get(ticket=ticket).status == "succeeded"
@@ -93,17 +96,11 @@ def test_refunds_the_ledger_knows_hold_nothing_back(sandbox):  # noqa: ANN001
 
 @pytest.mark.customer_confirms
 def test_a_refund_the_customer_confirmed_is_held_too_and_not_asked_again_after_the_approval(sandbox, provider):  # noqa: ANN001
-    customer = make_customer()
-    order = make_order(customer, number="P-4403", total_cents=8000)
-    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
-    _refunded_in_the_dashboard(provider, order.payment_reference, 3000)
-    ticket, _ = ticket_services.ticket_open(
-        customer=customer, subject="Refund", body="Please refund $30 of order P-4403, it arrived broken"
-    )
+    order, ticket = _customer_asks(sandbox, "P-4403", refunded_outside=(provider, 3000))
     assert advance(ticket.pk).state == RunStatus.WAITING_CONFIRMATION
     call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
     client = Client()
-    client.force_login(customer.user)
+    client.force_login(ticket.customer.user)
     response = client.post(
         f"/tickets/{ticket.pk}/confirmations/{call.pk}",
         {"answer": "confirm", "digest": call.confirmation_digest},
@@ -155,13 +152,7 @@ def test_money_refunded_in_the_providers_dashboard_counts_against_what_is_left_b
     """What is left to refund counts the provider's record: $30 of an $80 order refunded in the dashboard
     leaves $50. A request for the whole $80 is refused with what is left, as one beyond the ledger's
     remainder is, never put to staff for a refund the provider must decline."""
-    customer = make_customer()
-    order = make_order(customer, number="P-4405", total_cents=8000)
-    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
-    _refunded_in_the_dashboard(provider, order.payment_reference, 3000)
-    ticket, _ = ticket_services.ticket_open(
-        customer=customer, subject="Refund", body="Please refund $80 of order P-4405, it arrived broken"
-    )
+    order, ticket = _customer_asks(sandbox, "P-4405", dollars=80, refunded_outside=(provider, 3000))
     advance(ticket.pk)
 
     call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
@@ -176,12 +167,8 @@ def test_an_approved_refund_beyond_what_the_provider_leaves_is_refused_with_what
     """Reviewed for its amount, the card showing the $300 refunded in the dashboard: approved, the $300 is
     checked again against what is left ($200) and refused with it before it is sent, as after any approval,
     rather than declined by the provider and handed to a person as a refund that could not be completed."""
-    customer = make_customer()
-    order = make_order(customer, number="P-4406", total_cents=50000)
-    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
-    _refunded_in_the_dashboard(provider, order.payment_reference, 30000)
-    ticket, _ = ticket_services.ticket_open(
-        customer=customer, subject="Refund", body="Please refund $300 of order P-4406, it arrived broken"
+    order, ticket = _customer_asks(
+        sandbox, "P-4406", total_cents=50000, dollars=300, refunded_outside=(provider, 30000)
     )
     assert advance(ticket.pk).state == RunStatus.WAITING_APPROVAL
     request = ApprovalRequest.objects.get(status="pending")
