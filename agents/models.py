@@ -343,9 +343,10 @@ class ToolCall(models.Model):
     # ledger, as the card staff approved showed them; None when the card showed none read. Money held
     # there outside the ledger beyond these, when the refund is about to be sent, hands it back to staff.
     approval_provider_seen = models.JSONField(null=True, blank=True)
-    # A refund's approval: the order its card showed (the number as the order has it). The model's number
-    # is read in any case, so the same words may name another order later (one numbered exactly so, added
-    # since): the approval pays only this one.
+    # A refund: the order its go-ahead was given on (the number as the order has it): the order its card
+    # showed, once staff approved it; else the one it was checked and decided on (no approval needed) when
+    # its intent was recorded. The model's number is read in any case, so the same words may name another
+    # order later (one numbered exactly so, added since): the refund pays only this one.
     approval_order_number = models.CharField(max_length=32, blank=True)
     # The customer confirms some calls (a refund) in the chat before they run, after any approval:
     # the question they were asked, until when, and their decision on these exact arguments.

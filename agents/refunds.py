@@ -255,8 +255,14 @@ def _check_guardrails(
 
 
 def refund_precheck(ctx: ToolContext, args: dict[str, Any]) -> None:
-    """The guardrails, before the intent is recorded: an impossible refund never reaches staff."""
-    _check_guardrails(ctx, args, key=None)
+    """The guardrails, before the intent is recorded: an impossible refund never reaches staff.
+    Records on the intent (``ctx.call``, not saved yet) the order the refund is checked and decided on
+    (whether it needs a staff approval: ``refund_approval_reason``, in the same transaction): the
+    model's number is read in any case, so the same words may name another order by the time it is
+    paid (one numbered exactly so, added since), which nobody judged (``_go_ahead_given_to_another_order``).
+    A card staff decide on names its own order (``agents.calls.call_record_decision``)."""
+    order, _, _ = _check_guardrails(ctx, args, key=None)
+    ctx.call.approval_order_number = order.number
 
 
 def refund_approval_reason(ctx: ToolContext, args: dict[str, Any]) -> str | None:
@@ -678,16 +684,21 @@ def _held_since_the_approval(call: ToolCall, order: Order, key: str, listed: lis
 
 
 def _go_ahead_given_to_another_order(call: ToolCall, ctx: ToolContext, args: dict[str, Any], order: Order) -> str:
-    """The order staff's approval or the customer's Confirm was given to, when the model's number names
-    another one now (""): the number is read in any case, and an order numbered exactly as the model
-    wrote it, added since the card or the question showed another, is the one it names. Caller: the
-    refund's transaction, the guardrails passed, before its first send."""
+    """The order staff's approval, the customer's Confirm or the agent's own decision (no approval
+    needed, judged when the intent was recorded: ``refund_precheck``) was given to, when the model's
+    number names another one now (""): the number is read in any case, and an order numbered exactly
+    as the model wrote it, added since the card, the question or the decision named another, is the
+    one it names. Nobody judged a refund on that one (it may be in another currency, refunded before,
+    declined before: each a review). Caller: the refund's transaction, the guardrails passed, before
+    its first send."""
     approved = call.approval_decision == ApprovalDecision.APPROVED
     if approved and call.approval_order_number not in {"", order.number}:
         return f"order {call.approval_order_number} on which staff approved this refund"
     confirmed = call.confirmation_decision == ConfirmationDecision.CONFIRMED and call.confirmation_text
     if confirmed and refund_question(ctx, args) != call.confirmation_text:
         return f"the order the customer confirmed this refund for (they were asked: {call.confirmation_text})"
+    if not approved and call.approval_order_number not in {"", order.number}:
+        return f"order {call.approval_order_number} on which this refund was decided (no staff approval needed there)"
     return ""
 
 
