@@ -3,29 +3,31 @@
 The model asks for $50.00 on "k-200": the customer's only order of that number is K-200, in dollars, so it
 is a first refund under every threshold, decided with no approval (and the customer's Confirm is off). It
 is not paid at once: it waits behind a $300.00 refund of the same step that waits for staff, or its worker
-dies right after its intent. Meanwhile the shop records the customer's order "k-200", exactly as the model
-wrote it, which the number now names: an order in euros, and a refund on an order in another currency than
-the approval policy's always waits for staff. Nobody judged a refund on that order, so nothing is paid on
-it unreviewed; the model is told the number names another order now (it asks the customer which).
+(a real process) is killed right after its intent. Meanwhile the shop records the customer's order
+"k-200", exactly as the model wrote it, which the number now names: an order in euros, and a refund on an
+order in another currency than the approval policy's always waits for staff. Nobody judged a refund on
+that order, so nothing is paid on it unreviewed; the model is told the number names another order now
+(it asks the customer which).
 
 Each test reads the payment sandbox's own records (a separate process, over HTTP).
 """
 
 from __future__ import annotations
 
-import pytest
-from django.db import connection
+import signal
 
-from agents import faults
-from agents.models import CallStatus
+import pytest
+
+from agents.models import AgentProfile, CallStatus
+from agents.profiles import active_profile
 from agents.runner import advance
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest, ApprovalStatus
-from tests.agents.conftest import WorkerDied
 from tests.agents.test_money_gates import Refunds, only_the_order_threshold, refund_calls
-from tests.agents.test_money_path import order_for, paid
+from tests.agents.test_money_path import at_rest, order_for, paid
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer, make_order
+from tests.workers import wait_until
 from tickets import services as ticket_services
 from tickets.models import Customer, Order
 
@@ -34,6 +36,14 @@ pytestmark = [
     pytest.mark.timeout(120),
     pytest.mark.usefixtures("quick_provider_retries"),
 ]
+
+
+class RefundOnLowerCaseK200(Refunds):
+    """The model of the workers (the profile's ``model``, a class path): $50.00 on "k-200", then done."""
+
+    def __init__(self) -> None:
+        super().__init__(("k-200", 5000))
+
 
 REFUSED = "now names order k-200, not order K-200 on which this refund was decided"
 
@@ -84,34 +94,27 @@ def test_a_refund_waiting_behind_a_card_is_not_paid_unreviewed_on_an_order_added
     assert second.status == CallStatus.FAILED and REFUSED in second.error, (second.status, second.error)
 
 
-def test_a_refund_whose_worker_died_after_its_intent_is_not_paid_unreviewed_on_an_order_added_since(
-    sandbox, monkeypatch
+@pytest.mark.workers
+def test_a_refund_whose_worker_was_killed_after_its_intent_is_not_paid_unreviewed_on_an_order_added_since(
+    sandbox, cluster
 ):  # noqa: ANN001
-    customer = make_customer()
+    AgentProfile.objects.filter(pk=active_profile().pk).update(model=f"{__name__}.{RefundOnLowerCaseK200.__name__}")
+    customer = make_customer("kay-crash")
     judged = order_for(customer, "K-200", 10000, sandbox)
-    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund $50 on k-200")
-    hit = faults.hit
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $50 on order k-200"
+    )
 
-    def dies_after_the_intent(point: str) -> None:
-        if point == "after_call_started":
-            raise WorkerDied()
-        hit(point)
-
-    monkeypatch.setattr(faults, "hit", dies_after_the_intent)
-    with pytest.raises(WorkerDied):
-        advance(ticket.pk, model=Refunds(("k-200", 5000)))
-    monkeypatch.setattr(faults, "hit", hit)
-    with connection.cursor() as cursor:  # as a killed worker leaves it: held by nobody alive, expired
-        cursor.execute(
-            "UPDATE agents_ticketlease SET owner = 'dead-worker', expires_at = now() - interval '1 second' "
-            "WHERE ticket_id = %s",
-            [ticket.pk],
-        )
+    doomed = cluster.worker(faults="after_call_started")  # killed right after the refund's intent
+    doomed.wait_dead(timeout=90)
+    assert doomed.popen.returncode == -signal.SIGKILL, doomed.log()
     (call,) = refund_calls(ticket)
-    assert (call.status, call.approval_required) == (CallStatus.STARTED, False)
+    assert (call.status, call.approval_required, call.arguments["order_number"]) == (CallStatus.STARTED, False, "k-200")
 
     other = an_order_in_euros_added_since(customer, sandbox)
-    advance(ticket.pk, model=Refunds(("k-200", 5000)))  # recovery runs the call again, under its key
+    cluster.worker()
+    cluster.beat()
+    wait_until(lambda: at_rest(ticket), timeout=90, what="the ticket to come to rest", cluster=cluster)
 
     assert paid_unreviewed(sandbox, other) == [], "a refund on k-200, in euros, was paid unreviewed"
     assert paid(sandbox, judged) == []
