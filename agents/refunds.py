@@ -598,7 +598,10 @@ def _review_asked_since(ctx: ToolContext, order: Order) -> str | None:
 def _payment_refunds(ctx: ToolContext, args: dict[str, Any]) -> list[ProviderRefund] | None:
     """The refunds the provider holds on the payment of the order this refund names, or None when that
     cannot be read now (no such order of the customer's: the guardrails say why; no answer from the
-    provider: the ledger decides alone, as the look-up under the key then does)."""
+    provider: the ledger decides alone, as the look-up under the key then does). Read as a refund is
+    sent, with its retries and backoff: one failed read (a 5xx, a dropped connection) is not "no
+    answer", and taken as one it let a refund the provider's record holds for staff be paid unreviewed,
+    the provider answering the look-up under the key a moment later."""
     try:
         order = customer_order(ctx.ticket, args["order_number"])
     except ToolError:
@@ -606,10 +609,13 @@ def _payment_refunds(ctx: ToolContext, args: dict[str, Any]) -> list[ProviderRef
     if not order.payment_reference:
         return None
     try:
-        return provider().list_refunds(payment_reference=order.payment_reference)
+        for attempt in _retrying():
+            with attempt:
+                return provider().list_refunds(payment_reference=order.payment_reference)
     except ProviderError:
         logger.warning("could not list the refunds of order %s at the provider", order.number, exc_info=True)
         return None
+    raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
 
 
 def refunds_outside_the_ledger(order: Order, key: str, listed: list[ProviderRefund]) -> list[ProviderRefund]:
