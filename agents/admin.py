@@ -337,6 +337,15 @@ class AgentProfileForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        spec, parameters = cleaned.get("model"), cleaned.get("model_parameters")
+        if spec and parameters:
+            # Built as a run on the version builds it: a class of one's own is given the parameters.
+            try:
+                get_model(spec, parameters=parameters)
+            except ImproperlyConfigured as exc:
+                self.add_error("model_parameters", str(exc))
+            except Exception as exc:  # noqa: BLE001 - a class that cannot be built so: said on the field
+                self.add_error("model_parameters", f"{spec!r} cannot be built with them: {type(exc).__name__}: {exc}")
         read = cleaned.get("active_version")
         if read is None:
             return cleaned

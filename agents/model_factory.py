@@ -11,6 +11,7 @@ import the interface and nothing imports back.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from django.conf import settings
@@ -22,8 +23,8 @@ from agents.llm import ChatModel
 
 def get_model(spec: str | None = None, parameters: dict[str, Any] | None = None) -> ChatModel:
     """Build the adapter named by ``spec`` (default: the AGENT_MODEL setting). ``parameters``: the
-    model parameters a profile version holds, sent with each request to an OpenAI-compatible endpoint
-    (the offline model and a class of your own are built without them)."""
+    model parameters a profile version holds, sent with each request to an OpenAI-compatible endpoint,
+    and given to a class of your own as ``parameters=`` (the offline model, deterministic, has none)."""
     spec = (spec if spec is not None else settings.AGENT_MODEL).strip()
     if spec in {"", "offline"}:
         from agents.offline_model import OfflineDeterministicModel
@@ -47,7 +48,28 @@ def get_model(spec: str | None = None, parameters: dict[str, Any] | None = None)
         raise ImproperlyConfigured(
             f"AGENT_MODEL={spec!r} is not 'offline', 'openai:<model>' or an importable class path: {exc}"
         ) from None
-    model = cls()
+    model = _built(cls, spec, parameters)
     if not isinstance(model, ChatModel):
         raise ImproperlyConfigured(f"AGENT_MODEL={spec!r} does not implement agents.llm.ChatModel")
     return model
+
+
+def _built(cls: type, spec: str, parameters: dict[str, Any] | None) -> Any:
+    """An instance of a class of your own: with the version's parameters as ``parameters=`` when it has
+    some (a class built with none is built as before, with no arguments). A class that does not take
+    them is a misconfiguration said here, not a version whose parameters are silently dropped."""
+    if not parameters:
+        return cls()
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(parameters=parameters)
+        except TypeError:
+            raise ImproperlyConfigured(
+                f"{spec!r} takes no model parameters: give its __init__ a keyword argument 'parameters' "
+                f"(the profile version's {', '.join(sorted(parameters))}), or leave the model parameters empty"
+            ) from None
+    return cls(parameters=parameters)
