@@ -13,6 +13,9 @@ Personal data of a customer, replaced unless the export is asked to include it:
   customer's turn in a model request (with the lines naming its files), the model's tool
   call arguments. There a value that is a part of what the customer wrote on the ticket (a
   model's quote cut short) is withheld too.
+  A short detail they gave (a passcode, a postcode, a flat or phone number: a word with a digit
+  in it, ``_details``), alone or inside a sentence, is hunted wherever the bundle repeats it as a
+  word of its own, in anyone's words; the bundle's order numbers are not.
 Kept: order numbers, amounts and statuses, the agent's and staff's own words, tool
 arguments and results (a reply may still say in other words what the customer wrote).
 
@@ -199,7 +202,9 @@ def free_text(field: Field) -> bool:
     return isinstance(field, models.TextField | models.JSONField) and not field.choices
 
 
-def _replacer(terms: dict[str, str], *, words: bool, ignore_case: bool) -> Callable[[str], str]:
+def _replacer(terms: dict[str, str], *, words: bool, ignore_case: bool, joiners: str = "") -> Callable[[str], str]:
+    """Replace each of ``terms`` by its value: anywhere, or (``words``) as a word of its own, which the
+    characters in ``joiners`` join to others as letters do ("2001" is not a word of its own in "S-2001")."""
     if not terms:
         return lambda text: text
     flags = re.IGNORECASE if ignore_case else 0
@@ -207,7 +212,8 @@ def _replacer(terms: dict[str, str], *, words: bool, ignore_case: bool) -> Calla
     # Each term its own group: what matched is known by the group, not by folding the match's case again
     # (the regex matches "YILMAZ" to "Yılmaz", but they casefold to "yilmaz" and "yılmaz").
     alternatives = "|".join(f"(?P<t{n}>{re.escape(t)})" for n, t in enumerate(ordered))
-    pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)" if words else f"(?:{alternatives})", flags)
+    edge = rf"[\w{re.escape(joiners)}]"
+    pattern = re.compile(rf"(?<!{edge})(?:{alternatives})(?!{edge})" if words else f"(?:{alternatives})", flags)
     values = [terms[t] for t in ordered]
     return lambda text: pattern.sub(lambda m: values[int(str(m.lastgroup)[1:])], text)
 
@@ -223,13 +229,31 @@ def _product_words() -> frozenset[str]:
     return frozenset(REGISTRY) | CODE_KEYS | TOP_CODE_KEYS
 
 
-def _add_name(identities: dict[str, str], name: str, customer_id: int) -> None:
-    """A customer's name, and each word of it long enough not to be a part of others' words, to be
-    replaced by their pseudonym."""
+def _add_name(identities: dict[str, str], short_names: dict[str, str], name: str, customer_id: int) -> None:
+    """A customer's name, and each word of it, to be replaced by their pseudonym: a word of three
+    letters or more in any case, a shorter one ("Bo", "Li") only as written, a word of its own."""
     identities[name] = pseudonym_name(customer_id)
     for token in name.split():
         if len(token) >= 3:
             identities.setdefault(token, pseudonym_name(customer_id))
+        elif len(token) == 2 and token[0].isupper():
+            short_names.setdefault(token, pseudonym_name(customer_id))
+
+
+# A detail a customer gives in a few characters (a passcode "4821-9", a postcode "E1 6AN", a flat "3B", a
+# phone number): a word with a digit in it, its pieces joined by a hyphen or a slash. Under eight characters
+# it is no phrase to hunt, but no common word either: it is hunted wherever the bundle repeats it, as a word
+# of its own. Not a number of one to three digits (a quantity, a day, the pieces of an amount: "49.99"), and
+# not one of the bundle's order numbers (the money rules find earlier requests by them).
+_DETAIL = re.compile(r"\w+(?:[-/]\w+)*")
+MIN_DETAIL_DIGITS = 4
+
+
+def _details(text: str) -> Iterable[str]:
+    """The details in what a customer wrote that are hunted as words of their own."""
+    for word in _DETAIL.findall(text):
+        if any(c.isdigit() for c in word) and not (word.isdigit() and len(word) < MIN_DETAIL_DIGITS):
+            yield word
 
 
 # Events that keep what a customer wrote after their ticket shows something else: the subject they
@@ -272,15 +296,18 @@ def pseudonymise(
         return quoted_from is None or row.get("id") in quoted_from.get(label, ())
 
     identities: dict[str, str] = {}
+    short_names: dict[str, str] = {}  # words of a name too short to replace in any case ("Li" in "lid")
+    details: dict[str, str] = {}  # short details inside what the customer wrote (``_details``)
     logins: dict[str, str] = {}
     texts: dict[str, str] = {}
     whole: dict[str, str] = {}  # texts too short to hunt inside others, withheld where a value is one of them
+    short_texts: dict[str, str] = {}  # a short subject or comment: withheld in its row, its details hunted
     said: dict[Any, list[str]] = {}  # by ticket: what the customer wrote there, in order
     for customer in rows.get("tickets.Customer", []):
         if customer["email"].endswith("@" + PSEUDONYM_DOMAIN):
             continue
         pk = customer["id"]
-        _add_name(identities, customer["name"], pk)
+        _add_name(identities, short_names, customer["name"], pk)
         identities[customer["email"]] = pseudonym_email(pk)
         identities.setdefault(customer["user"], pseudonym_username(pk))
         logins[customer["user"]] = pseudonym_username(pk)
@@ -295,7 +322,7 @@ def pseudonymise(
                 continue
             name = customer_named(message["content"]) if isinstance(message.get("content"), str) else None
             if name and name not in identities and name != pseudonym_name(pk) and hunted("agents.ModelStep", step):
-                _add_name(identities, name, pk)
+                _add_name(identities, short_names, name, pk)
     # The address the email tool sent to, which a person may have corrected on the customer since.
     for call in rows.get("agents.ToolCall", []):
         pk = customer_of.get(call.get("ticket_id"))
@@ -319,13 +346,17 @@ def pseudonymise(
             message["body"] = WITHHELD_WORDS
     for rating in rows.get("tickets.TicketRating", []):
         if rating["comment"] and rating["comment"] != WITHHELD_WORDS:
-            if len(rating["comment"]) >= MIN_QUOTED_CHARS and hunted("tickets.TicketRating", rating):
-                texts[rating["comment"]] = WITHHELD_WORDS
+            if hunted("tickets.TicketRating", rating):
+                (texts if len(rating["comment"]) >= MIN_QUOTED_CHARS else short_texts)[rating["comment"]] = (
+                    WITHHELD_WORDS
+                )
             rating["comment"] = WITHHELD_WORDS
     for ticket in rows.get("tickets.Ticket", []):
         if ticket["subject"] != WITHHELD_SUBJECT:
-            if len(ticket["subject"]) >= MIN_QUOTED_CHARS and hunted("tickets.Ticket", ticket):
-                texts[ticket["subject"]] = WITHHELD_SUBJECT
+            if hunted("tickets.Ticket", ticket):
+                (texts if len(ticket["subject"]) >= MIN_QUOTED_CHARS else short_texts)[ticket["subject"]] = (
+                    WITHHELD_SUBJECT
+                )
             ticket["subject"] = WITHHELD_SUBJECT
     for event in rows.get("tickets.TicketEvent", []):
         for words, withheld in _earlier_words(event):
@@ -347,7 +378,7 @@ def pseudonymise(
             ):
                 file_names[name] = anonymous
             attachment["original_name"] = anonymous
-    if not identities and not texts and not whole and not said and not file_names:
+    if not identities and not texts and not whole and not short_texts and not said and not file_names:
         return
     said_on = {ticket: "\n".join(bodies) for ticket, bodies in said.items()}
 
@@ -366,10 +397,16 @@ def pseudonymise(
         for value in (arguments or {}).values() if isinstance(arguments, dict) else ():
             if isinstance(value, str) and len(value.split()) > 1 and quotes_them(value, words):
                 texts.setdefault(value.strip(), WITHHELD_WORDS)
+    for words in [*texts, *whole, *short_texts]:
+        for detail in _details(words):
+            if detail.upper() not in order_numbers:
+                details.setdefault(detail, WITHHELD_WORDS)
     users[:] = [{**user, "username": logins.get(user["username"], user["username"])} for user in users]
     quoted = _replacer(texts, words=False, ignore_case=False)
     files = _replacer(file_names, words=True, ignore_case=False)
     named = _replacer(identities, words=True, ignore_case=True)
+    named_short = _replacer(short_names, words=True, ignore_case=False)
+    detailed = _replacer(details, words=True, ignore_case=True, joiners="-/")
 
     def whole_message(text: str) -> str:
         # A customer's turn in a model request is the message, then a line per file it came with.
@@ -377,7 +414,8 @@ def pseudonymise(
         return whole[message] + attached + rest if message in whole else text
 
     def change(text: str) -> str:
-        return named(files(quoted(text)))
+        # The details last: a phrase of the customer's is withheld whole first, not cut into pieces.
+        return detailed(named_short(named(files(quoted(text)))))
 
     def quotes_changed(ticket: Any) -> Callable[[str], str]:
         words = said_on.get(ticket, "")
