@@ -21,7 +21,15 @@ from agents.refunds import tickets_with_money_in_flight
 from agents.tools import REGISTRY
 from state import bundle, signature
 from state.parts import PARTS, USERS_FILE, USERS_LABEL, Selection
-from state.pseudonyms import SECRET_SETTINGS, bound_digests, pseudonymise, rebind_digests, withhold_secrets
+from state.pseudonyms import (
+    SECRET_SETTINGS,
+    bound_digests,
+    pseudonymise,
+    rebind_digests,
+    withhold_model_parameters,
+    withhold_profile_secrets,
+    withhold_secrets,
+)
 from state.rows import Row, columns, dump, is_user_column, key_of, user_rows
 from tickets.models import Ticket, TicketStatus
 
@@ -94,6 +102,7 @@ def _collect(selection: Selection, *, personal_data: bool, quoted_from: dict[str
     bound = bound_digests(rows)
     if not personal_data:
         pseudonymise(rows, users, personal_labels=[p.label for p in PARTS if p.personal], quoted_from=quoted_from)
+    withhold_profile_secrets(rows)
     secrets = withhold_secrets(rows, users)
     rebind_digests(rows, bound)
     return Collected(rows=rows, users=users, withheld_secrets=secrets)
@@ -132,7 +141,12 @@ def active_profile_content() -> dict[str, Any] | None:
     active = AgentProfile.objects.filter(is_active=True).first()
     if active is None:
         return None
-    return {"version": active.version, **{name: getattr(active, name) for name in CONTENT_FIELDS}}
+    content = {name: getattr(active, name) for name in CONTENT_FIELDS}
+    return {
+        "version": active.version,
+        **content,
+        "model_parameters": withhold_model_parameters(active.model_parameters),
+    }
 
 
 @dataclass

@@ -141,6 +141,31 @@ SECRET_SETTINGS = (
     "STATE_BUNDLE_KEY",
 )
 MIN_SECRET_CHARS = 8
+# A profile version's model parameters go to the model endpoint with every request: besides how to
+# generate (carried by value, below), what the endpoint needs of the deployment (extra headers or a
+# body with a key, the options of a class of one's own). Those are carried by name only, their value
+# withheld: a restore asks the operator for them (``state.restore``).
+CARRIED_MODEL_PARAMETERS = frozenset(
+    {
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "n",
+        "parallel_tool_calls",
+        "presence_penalty",
+        "reasoning_effort",
+        "response_format",
+        "seed",
+        "stop",
+        "temperature",
+        "top_logprobs",
+        "top_p",
+    }
+)
+WITHHELD_PARAMETER = "[withheld: a model parameter, not carried by a bundle]"
+PROFILE_LABEL = "agents.AgentProfile"
 
 
 def pseudonym_name(customer_id: int) -> str:
@@ -568,3 +593,24 @@ def _questions(rows: dict[str, list[Row]], calls: dict[Any, Row]) -> list[tuple[
         if event.get("kind") == QUESTION_EVENT and isinstance(payload, dict) and payload.get("call_id") in calls:
             found.append((event, calls[payload["call_id"]]))
     return found
+
+
+def withhold_model_parameters(parameters: Any) -> Any:
+    """A profile version's model parameters as a bundle carries them: the generation parameters by value,
+    any other by name, its value ``WITHHELD_PARAMETER``."""
+    if not isinstance(parameters, dict):
+        return parameters
+    return {k: v if k in CARRIED_MODEL_PARAMETERS else WITHHELD_PARAMETER for k, v in parameters.items()}
+
+
+def withheld_model_parameters(parameters: Any) -> list[str]:
+    """The names of the model parameters a bundle carried without their values."""
+    if not isinstance(parameters, dict):
+        return []
+    return sorted(k for k, v in parameters.items() if v == WITHHELD_PARAMETER)
+
+
+def withhold_profile_secrets(rows: dict[str, list[Row]]) -> None:
+    """Each profile version's model parameters in ``rows`` as a bundle carries them, in place."""
+    for row in rows.get(PROFILE_LABEL, []):
+        row["model_parameters"] = withhold_model_parameters(row.get("model_parameters"))

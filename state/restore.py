@@ -18,6 +18,7 @@ app's services: it puts back rows those services wrote, and replays none of thei
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from agents.models import AgentProfile
 from agents.profiles import CONTENT_FIELDS, profile_activate
 from state import bundle, signature
 from state.parts import PARTS, USERS_LABEL, Part, missing_parts
+from state.pseudonyms import PROFILE_LABEL, withheld_model_parameters, withhold_model_parameters
 from state.rows import (
     Row,
     columns,
@@ -49,6 +51,9 @@ from support.rows import forget_key_blocks
 from tickets.models import Customer
 
 ON_CONFLICT = ("fail", "skip")
+MODEL_PARAMETERS_FLAG = "--model-parameters"
+# The values of the model parameters a bundle withheld, given by the operator: by version number.
+ParameterValues = dict[int, dict[str, Any]]
 
 
 class RestoreRefused(Exception):
@@ -254,7 +259,7 @@ def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreR
             pk = row[pk_key]
             ticket = _ticket_of(part, row, owners)
             if pk in here:
-                if part.shared and part.same(here[pk], row):
+                if part.shared and _same_row(part, here[pk], row):
                     report.already_here[part.label] += 1
                     continue
                 what = f"{part.label} {pk} is already in this database"
@@ -331,6 +336,58 @@ def _plan(rows: dict[str, list[Row]], user_ids: dict[str, int], report: RestoreR
     return plan
 
 
+def _same_row(part: Part, here: Row, bundled: Row) -> bool:
+    """Is the row here the bundled one? A profile version is, too, when it differs only in the values of
+    the model parameters the bundle withheld: those are this deployment's own (its keys)."""
+    if part.same(here, bundled):
+        return True
+    if part.label != PROFILE_LABEL or not withheld_model_parameters(bundled.get("model_parameters")):
+        return False
+    return part.same({**here, "model_parameters": withhold_model_parameters(here.get("model_parameters"))}, bundled)
+
+
+def parameter_values(given: Any) -> ParameterValues:
+    """The operator's values of withheld model parameters, as read from their JSON file: an object of
+    version numbers, each an object of parameter names and values. Raises ``RestoreRefused`` otherwise."""
+    shape = (
+        f"{MODEL_PARAMETERS_FLAG} names a JSON object of agent profile version numbers, each an object of the "
+        'values of its withheld model parameters, such as {"3": {"extra_headers": {"X-Key": "..."}}}'
+    )
+    if not isinstance(given, dict):
+        raise RestoreRefused([shape])
+    values: ParameterValues = {}
+    for version, parameters in given.items():
+        if not (isinstance(version, str) and version.isdigit()) or not isinstance(parameters, dict):
+            raise RestoreRefused([shape])
+        values[int(version)] = parameters
+    return values
+
+
+def _fill_withheld(row: Row, values: ParameterValues, problems: list[str]) -> Row:
+    """A profile version about to be written here with the operator's values of its withheld model
+    parameters; what is missing, or given for a parameter the bundle carried by value, is a problem."""
+    withheld = withheld_model_parameters(row.get("model_parameters"))
+    given = values.get(row["version"], {})
+    carried = sorted(set(given) - set(withheld))
+    if carried:
+        problems.append(
+            f"agent profile version {row['version']}: {', '.join(carried)} carried by the bundle with its value, "
+            f"not given by {MODEL_PARAMETERS_FLAG} (only the values the bundle withheld are)"
+        )
+    missing = [name for name in withheld if name not in given]
+    if missing:
+        problems.append(
+            f"agent profile version {row['version']} sends its model endpoint model parameters whose values a "
+            f"bundle never carries (they may hold keys): {', '.join(missing)}; give them with "
+            f'{MODEL_PARAMETERS_FLAG} FILE, a JSON object such as {{"{row["version"]}": '
+            f"{{{', '.join(f'{json.dumps(name)}: ...' for name in missing)}}}}} with the values they have where "
+            "the bundle was made (runs pinned to the version ask the model with them)"
+        )
+    if not withheld:
+        return row
+    return {**row, "model_parameters": {**row["model_parameters"], **{k: given[k] for k in withheld if k in given}}}
+
+
 def _profile_content_ok(active: Any) -> bool:
     types = {"version": int, "system_prompt": str, "model": str, "model_parameters": dict, "tools": list}
     return (
@@ -342,7 +399,7 @@ def _profile_content_ok(active: Any) -> bool:
     )
 
 
-def _keep_the_active_version(active: dict[str, Any], report: RestoreReport) -> None:
+def _keep_the_active_version(active: dict[str, Any], report: RestoreReport, values: ParameterValues) -> None:
     """A deployment with no active agent profile version (a new one) takes the one that was active
     where the bundle was made: its rules (the approval threshold, the tools that always need an
     approval) stay in force after a move, rather than those of whichever restored version is newest."""
@@ -351,10 +408,19 @@ def _keep_the_active_version(active: dict[str, Any], report: RestoreReport) -> N
     content = {name: active[name] for name in CONTENT_FIELDS}
     here = AgentProfile.objects.filter(version=active["version"]).first()
     if here is None:
+        problems: list[str] = []
+        content = _fill_withheld({"version": active["version"], **content}, values, problems)
+        if problems:
+            raise RestoreRefused(problems)
+        content.pop("version")
         AgentProfile.objects.create(
             version=active["version"], note="active where the restored bundle was made", **content
         )
-    elif any(getattr(here, name) != value for name, value in content.items()):
+    elif any(
+        getattr(here, name) != value
+        and not (name == "model_parameters" and withhold_model_parameters(here.model_parameters) == value)
+        for name, value in content.items()
+    ):
         raise RestoreRefused(
             [f"agent profile version {active['version']}, active where the bundle was made, is another version here"]
         )
@@ -367,11 +433,18 @@ def _same_ticket(here: Row | None, bundled: Row) -> bool:
     return here is not None and all(here.get(key) == bundled.get(key) for key in ("customer_id", "created_at"))
 
 
-def state_restore(*, path: Path, on_conflict: str = "fail", allow_unsigned: bool = False) -> RestoreReport:
+def state_restore(
+    *,
+    path: Path,
+    on_conflict: str = "fail",
+    allow_unsigned: bool = False,
+    model_parameters: ParameterValues | None = None,
+) -> RestoreReport:
     """Restore the bundle at ``path`` into this database. Raises ``bundle.BundleError`` for a bundle
     that cannot be trusted (``bundle.SignatureError``: its signature does not hold, or it has none
     this deployment can check and ``allow_unsigned`` is not given) and ``RestoreRefused`` for one that
-    does not fit; nothing is written then."""
+    does not fit; nothing is written then. ``model_parameters``: the values of the model parameters
+    the bundle withheld, by profile version (``parameter_values``), for the versions written here."""
     if on_conflict not in ON_CONFLICT:
         raise ValueError(on_conflict)
     b = bundle.read(path, allow_unsigned=allow_unsigned)
@@ -410,7 +483,7 @@ def state_restore(*, path: Path, on_conflict: str = "fail", allow_unsigned: bool
     if active is not None and not _profile_content_ok(active):
         raise RestoreRefused(["the manifest's active agent profile version is not a version's number and content"])
     try:
-        _write(rows, users, report, on_conflict, active)
+        _write(rows, users, report, on_conflict, active, model_parameters or {})
     except (IntegrityError, DataError) as exc:
         # A constraint the plan does not check beforehand (one spanning several columns, or a
         # condition): the database refused the rows and the transaction rolled back.
@@ -419,7 +492,12 @@ def state_restore(*, path: Path, on_conflict: str = "fail", allow_unsigned: bool
 
 
 def _write(
-    rows: dict[str, Any], users: list[Row], report: RestoreReport, on_conflict: str, active: dict[str, Any] | None
+    rows: dict[str, Any],
+    users: list[Row],
+    report: RestoreReport,
+    on_conflict: str,
+    active: dict[str, Any] | None,
+    values: ParameterValues,
 ) -> None:
     with transaction.atomic():
         had_an_active_version = AgentProfile.objects.filter(is_active=True).exists()
@@ -427,6 +505,11 @@ def _write(
         plan = _plan(rows, user_ids, report, on_conflict)
         if plan.conflicts:
             raise RestoreRefused(plan.conflicts)
+        # A version written here asks the model as it did where the bundle was made, or is not written.
+        withheld: list[str] = []
+        plan.insert[PROFILE_LABEL] = [_fill_withheld(row, values, withheld) for row in plan.insert[PROFILE_LABEL]]
+        if withheld:
+            raise RestoreRefused(withheld)
         for part in PARTS:
             objects = [instance(part.model, row, user_ids) for row in plan.insert[part.label]]
             part.model.objects.bulk_create(objects, batch_size=500)
@@ -437,7 +520,7 @@ def _write(
             for sql in connection.ops.sequence_reset_sql(no_style(), [p.model for p in PARTS]):
                 cursor.execute(sql)
         if active is not None:
-            _keep_the_active_version(active, report)
+            _keep_the_active_version(active, report, values)
         made_active = None if had_an_active_version else AgentProfile.objects.filter(is_active=True).first()
         if made_active is not None:  # the bundle's (a restored row, or the manifest's version): its rules rule now
             fields = ("version", "approval_policy", "tools")

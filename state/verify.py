@@ -22,6 +22,7 @@ from agents.models import FINAL_CALL_STATUSES, CallStatus, ConfirmationDecision
 from state import bundle, signature
 from state.export import collect
 from state.parts import PARTS, REFUND_TOOL, USERS_LABEL, Selection, is_user_model, missing_parts, part_named
+from state.pseudonyms import withheld_model_parameters
 from state.rows import (
     Row,
     columns,
@@ -587,7 +588,15 @@ def _identity(rows: dict[str, list[Row]], manifest: dict) -> list[str]:
         f"customers: {len(customers)}: " + ", ".join(f"{c['id']} <{c['email']}> login {c['user']}" for c in customers),
         f"users carried by name: {len(rows[USERS_LABEL])}: " + ", ".join(map(_user_with_rights, rows[USERS_LABEL])),
         f"agent profile versions: {profile_versions(rows)}",
+        *_withheld_parameters(rows),
     ]
+
+
+def _withheld_parameters(rows: dict[str, list[Row]]) -> list[str]:
+    """The model parameters whose values the bundle does not carry, which a restore asks for."""
+    withheld = {p["version"]: withheld_model_parameters(p.get("model_parameters")) for p in rows["agents.AgentProfile"]}
+    said = "; ".join(f"v{version}: {', '.join(names)}" for version, names in sorted(withheld.items()) if names)
+    return [f"model parameters carried without their values (restore asks for them): {said}"] if said else []
 
 
 def active_profile_rules(active: Any) -> str:

@@ -1,12 +1,21 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from state.bundle import BundleError
-from state.restore import ON_CONFLICT, RestoreRefused, RestoreReport, state_restore
+from state.restore import (
+    MODEL_PARAMETERS_FLAG,
+    ON_CONFLICT,
+    ParameterValues,
+    RestoreRefused,
+    RestoreReport,
+    parameter_values,
+    state_restore,
+)
 from state.signature import ALLOW_UNSIGNED_FLAG, KEY_SETTING
 
 
@@ -33,11 +42,23 @@ class Command(BaseCommand):
             "not set): you accept that anyone who could hand you the file could have written it. The rights it "
             "gave are printed. A signature that does not hold is refused all the same",
         )
+        parser.add_argument(
+            MODEL_PARAMETERS_FLAG,
+            type=Path,
+            default=None,
+            metavar="FILE",
+            help="a JSON file of the values of the model parameters the bundle withheld (a bundle carries a profile "
+            "version's generation parameters, never what it sends its endpoint besides, such as headers with a key), "
+            'by version: {"3": {"extra_headers": {"X-Key": "..."}}}. Restore names what a version needs',
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             report = state_restore(
-                path=options["bundle"], on_conflict=options["on_conflict"], allow_unsigned=options["allow_unsigned"]
+                path=options["bundle"],
+                on_conflict=options["on_conflict"],
+                allow_unsigned=options["allow_unsigned"],
+                model_parameters=_parameter_values(options["model_parameters"]),
             )
         except BundleError as exc:
             raise CommandError(_lines(f"The bundle {options['bundle']} cannot be trusted:", exc.problems)) from None
@@ -81,6 +102,19 @@ class Command(BaseCommand):
             )
         for line in lines:
             self.stdout.write(self.style.WARNING(f"!!! {line}"))
+
+
+def _parameter_values(path: Path | str | None) -> ParameterValues:
+    if path is None:
+        return {}
+    try:
+        given = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise CommandError(f"{MODEL_PARAMETERS_FLAG} {path}: not a JSON file that can be read ({exc})") from None
+    try:
+        return parameter_values(given)
+    except RestoreRefused as exc:
+        raise CommandError(_lines("Nothing was restored:", exc.problems)) from None
 
 
 def _lines(head: str, problems: list[str]) -> str:
