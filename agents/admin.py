@@ -8,24 +8,25 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied, ValidationError
-from django.db import connection, models
+from django.db import connection
 from django.db.models import Count, Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.html import format_html
 
-from agents.llm import OWN_REQUEST_KEYS
 from agents.model_factory import get_model
-from agents.models import AgentProfile, AgentRun, ApprovalPolicy, ModelStep, Refund, RunStatus, TicketLease, ToolCall
+from agents.models import AgentProfile, AgentRun, ModelStep, Refund, RunStatus, TicketLease, ToolCall
 from agents.profiles import (
     CONTENT_FIELDS,
-    POLICY_FIELDS,
     MoveRefused,
     active_profile,
+    approval_policy_cleaned,
+    model_parameters_problems,
     profile_activate,
     profile_diff,
     profile_new_version,
     run_move_to_active,
+    tools_problems,
     version_changed_words,
 )
 from agents.refunds import refund_reconcile
@@ -368,18 +369,9 @@ class AgentProfileForm(forms.ModelForm):
 
     def clean_tools(self) -> list[dict]:
         tools = self.cleaned_data["tools"]
-        shape = 'A list of tools: [{"name": "...", "requires_approval": true or false}, ...].'
-        if not isinstance(tools, list) or not all(
-            isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"] for t in tools
-        ):
-            raise forms.ValidationError(shape)
-        unknown = sorted({t["name"] for t in tools} - set(REGISTRY))
-        if unknown:
-            raise forms.ValidationError(f"No such tool: {', '.join(unknown)}. Known: {', '.join(sorted(REGISTRY))}.")
-        # true or false as JSON writes them, or left out (false): "false" in quotes is not read as true.
-        odd = [t["name"] for t in tools if not isinstance(t.get("requires_approval", False), bool)]
-        if odd:
-            raise forms.ValidationError(f"requires_approval must be true or false (no quotes): {', '.join(odd)}.")
+        problems = tools_problems(tools)
+        if problems:
+            raise forms.ValidationError(problems)
         # The replay policy is the tool's own (code); the version records it.
         return [
             {"name": t["name"], "replay_policy": REGISTRY[t["name"]].replay_policy,
@@ -388,24 +380,7 @@ class AgentProfileForm(forms.ModelForm):
         ]  # fmt: skip
 
     def clean_approval_policy(self) -> dict:
-        policy = self.cleaned_data["approval_policy"]
-        if not isinstance(policy, dict):
-            raise forms.ValidationError("An object of the approval policy's values.")
-        unknown = sorted(set(policy) - set(POLICY_FIELDS))
-        if unknown:
-            raise forms.ValidationError(f"Not a policy value: {', '.join(unknown)}. Known: {', '.join(POLICY_FIELDS)}.")
-        # Each value as the approval policy's own field takes it (its type, its bounds), stored converted:
-        # "30000" is read as 30000, -100 or a zero window is refused here, not at the next refund.
-        cleaned, problems = {}, []
-        for name, value in policy.items():
-            field = ApprovalPolicy._meta.get_field(name)
-            if isinstance(value, bool) and not isinstance(field, models.BooleanField):
-                problems.append(f"{name}: {value!r} is not a number")
-                continue
-            try:
-                cleaned[name] = field.clean(value, None)
-            except ValidationError as exc:
-                problems.append(f"{name}: {' '.join(exc.messages)}")
+        cleaned, problems = approval_policy_cleaned(self.cleaned_data["approval_policy"])
         if problems:
             raise forms.ValidationError(problems)
         return cleaned
@@ -414,11 +389,9 @@ class AgentProfileForm(forms.ModelForm):
         parameters = self.cleaned_data["model_parameters"]
         if parameters in (None, ""):
             return {}
-        if not isinstance(parameters, dict):
-            raise forms.ValidationError('The model parameters are a JSON object, such as {"temperature": 0.2}.')
-        own = sorted(set(parameters) & OWN_REQUEST_KEYS)
-        if own:
-            raise forms.ValidationError(f"Set by the agent itself, not a model parameter: {', '.join(own)}.")
+        problems = model_parameters_problems(parameters)
+        if problems:
+            raise forms.ValidationError(problems)
         return parameters
 
     def clean_model(self) -> str:

@@ -24,8 +24,9 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 
+from agents.llm import OWN_REQUEST_KEYS
 from agents.models import (
     FINAL_CALL_STATUSES,
     PAUSED_RUN_STATUSES,
@@ -53,6 +54,76 @@ POLICY_FIELDS = (
 )
 # What a version is made of (compared by the diff, copied into the next version).
 CONTENT_FIELDS = ("system_prompt", "model", "model_parameters", "tools", "approval_policy")
+
+
+# What a version may hold, checked wherever one is made: the admin's page, and a state bundle's restore
+# (a version restored is one its runs resume on). Each returns what is wrong, in words for an operator.
+
+
+def tools_problems(tools: Any) -> list[str]:
+    """Why ``tools`` is not a version's list of enabled tools ([] when it is)."""
+    shape = 'A list of tools: [{"name": "...", "requires_approval": true or false}, ...].'
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"] for t in tools
+    ):
+        return [shape]
+    unknown = sorted({t["name"] for t in tools} - set(REGISTRY))
+    if unknown:
+        return [f"No such tool: {', '.join(unknown)}. Known: {', '.join(sorted(REGISTRY))}."]
+    # true or false as JSON writes them, or left out (false): "false" in quotes is not read as true.
+    odd = [t["name"] for t in tools if not isinstance(t.get("requires_approval", False), bool)]
+    if odd:
+        return [f"requires_approval must be true or false (no quotes): {', '.join(odd)}."]
+    return []
+
+
+def approval_policy_cleaned(policy: Any) -> tuple[dict[str, Any], list[str]]:
+    """A version's approval policy values as the approval policy's own fields take them (their type, their
+    bounds: "30000" is read as 30000, -100 or a zero window is refused), and what is wrong with them."""
+    if not isinstance(policy, dict):
+        return {}, ["An object of the approval policy's values."]
+    unknown = sorted(set(policy) - set(POLICY_FIELDS))
+    if unknown:
+        return {}, [f"Not a policy value: {', '.join(unknown)}. Known: {', '.join(POLICY_FIELDS)}."]
+    cleaned, problems = {}, []
+    for name, value in policy.items():
+        field = ApprovalPolicy._meta.get_field(name)
+        if isinstance(value, bool) and not isinstance(field, models.BooleanField):
+            problems.append(f"{name}: {value!r} is not a number")
+            continue
+        try:
+            cleaned[name] = field.clean(value, None)
+        except ValidationError as exc:
+            problems.append(f"{name}: {' '.join(exc.messages)}")
+    return cleaned, problems
+
+
+def model_parameters_problems(parameters: Any) -> list[str]:
+    """Why ``parameters`` are not a version's model parameters ([] when they are)."""
+    if not isinstance(parameters, dict):
+        return ['The model parameters are a JSON object, such as {"temperature": 0.2}.']
+    own = sorted(set(parameters) & OWN_REQUEST_KEYS)
+    if own:
+        return [f"Set by the agent itself, not a model parameter: {', '.join(own)}."]
+    return []
+
+
+def content_problems(content: dict[str, Any]) -> list[str]:
+    """What is wrong with a version's content (``CONTENT_FIELDS``) that no version made here may hold, each
+    named by its field. The model is not built: a class of another deployment's may not be installed yet."""
+    problems = [] if isinstance(content.get("model"), str) and content["model"].strip() else ["model: no model named"]
+    problems += [f"tools: {p}" for p in tools_problems(content.get("tools"))]
+    policy = content.get("approval_policy")
+    cleaned, policy_problems = approval_policy_cleaned(policy)
+    # Stored as the fields take them ("30000" is stored 30000): a value in another form is read as it is.
+    policy_problems += [
+        f"{name}: {policy[name]!r} is not stored as the policy's value ({value!r})"
+        for name, value in cleaned.items()
+        if type(value) is not type(policy[name]) or value != policy[name]
+    ]
+    problems += [f"approval_policy: {p}" for p in policy_problems]
+    problems += [f"model_parameters: {p}" for p in model_parameters_problems(content.get("model_parameters"))]
+    return problems
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,11 @@ from django.db.migrations.loader import MigrationLoader
 
 from agents.calls import arguments_digest
 from agents.models import FINAL_CALL_STATUSES, CallStatus, ConfirmationDecision
+from agents.profiles import content_problems
 from state import bundle, signature
 from state.export import collect
 from state.parts import PARTS, REFUND_TOOL, USERS_LABEL, Selection, is_user_model, missing_parts, part_named
-from state.pseudonyms import withheld_model_parameters
+from state.pseudonyms import PROFILE_LABEL, withheld_model_parameters
 from state.rows import (
     Row,
     columns,
@@ -209,7 +210,12 @@ def bundle_row_problems(b: bundle.Bundle, rows: dict[str, list[Any]]) -> list[st
                     f"{part.label} rows have columns this release does not know: {', '.join(sorted(extra))}"
                 )
                 break
-            malformed += row_problems(part.model, row, required=required[part.label])
+            found = row_problems(part.model, row, required=required[part.label])
+            if not found and part.label == PROFILE_LABEL:
+                # A version its runs resume on: one the admin would refuse to make is no version of this
+                # release's (a threshold of "lots" is read when a refund is decided, in the worker).
+                found = [f"agent profile version {row['version']}: {p}" for p in content_problems(row)]
+            malformed += found
     for user in rows.get(USERS_LABEL, []):
         malformed += user_row_problems(user, format_version=b.manifest["format_version"])
     more = [f"and {len(malformed) - 20} more such problems"] if len(malformed) > 20 else []
