@@ -14,8 +14,9 @@ Personal data of a customer, replaced unless the export is asked to include it:
   call arguments. There a value that is a part of what the customer wrote on the ticket (a
   model's quote cut short) is withheld too.
   A short detail they gave (a passcode, a postcode, a flat or phone number: a word with a digit
-  in it, ``_details``), alone or inside a sentence, is hunted wherever the bundle repeats it as a
-  word of its own, in anyone's words; the bundle's order numbers are not.
+  in it; an email address they typed: ``_details``), alone or inside a sentence, is hunted
+  wherever the bundle repeats it as a word of its own, in anyone's words; the bundle's order
+  numbers are not.
 Kept: order numbers, amounts and statuses, the agent's and staff's own words, tool
 arguments and results (a reply may still say in other words what the customer wrote).
 
@@ -270,12 +271,16 @@ def _add_name(identities: dict[str, str], short_names: dict[str, str], name: str
 # it is no phrase to hunt, but no common word either: it is hunted wherever the bundle repeats it, as a word
 # of its own. Not a number of one to three digits (a quantity, a day, the pieces of an amount: "49.99"), and
 # not one of the bundle's order numbers (the money rules find earlier requests by them).
+# An email address they typed (not the one on their record, which is pseudonymised as their identity) is
+# such a detail too, whatever its characters.
 _DETAIL = re.compile(r"\w+(?:[-/]\w+)*")
+_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 MIN_DETAIL_DIGITS = 4
 
 
 def _details(text: str) -> Iterable[str]:
     """The details in what a customer wrote that are hunted as words of their own."""
+    yield from (address.strip(".") for address in _ADDRESS.findall(text))
     for word in _DETAIL.findall(text):
         if any(c.isdigit() for c in word) and not (word.isdigit() and len(word) < MIN_DETAIL_DIGITS):
             yield word

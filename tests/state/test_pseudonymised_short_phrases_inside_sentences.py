@@ -84,3 +84,22 @@ def test_a_short_name_is_pseudonymised_where_the_agent_greets_the_customer_by_it
     data = bundle_bytes(export(tmp_path, ticket)).decode()
 
     assert [name for name in ("Bo", "Li") if re.search(rf"\b{name}\b", data)] == []
+
+
+def test_an_address_the_customer_wrote_inside_a_sentence_is_withheld_where_the_agent_repeats_it(tmp_path):
+    """Not their registered address (that one is pseudonymised by the customer's row): one they typed."""
+    customer = make_customer()
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Contact", body="Please write to jo.bloggs@mail.example instead, not my old one."
+    )
+    server = OpenAIServer().start()
+    try:
+        server.enqueue_text("Of course: I will write to jo.bloggs@mail.example from now on.")
+        model = OpenAIChatModel(model="gpt-test", api_key="k", base_url=server.url, max_retries=0, timeout=10)
+        advance(ticket.pk, model=model)
+    finally:
+        server.stop()
+
+    data = bundle_bytes(export(tmp_path, ticket)).decode()
+
+    assert "jo.bloggs" not in data.lower()
