@@ -32,7 +32,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
 
 from agents.models import AgentProfile
-from agents.profiles import CONTENT_FIELDS, content_problems, profile_activate
+from agents.profiles import CONTENT_FIELDS, profile_activate
 from state import bundle, signature
 from state.parts import PARTS, USERS_LABEL, Part, missing_parts
 from state.pseudonyms import PROFILE_LABEL, withheld_model_parameters, withhold_model_parameters
@@ -482,8 +482,6 @@ def state_restore(
     active = b.manifest.get("active_profile")
     if active is not None and not _profile_content_ok(active):
         raise RestoreRefused(["the manifest's active agent profile version is not a version's number and content"])
-    if active is not None and (wrong := content_problems(active)):
-        raise RestoreRefused([f"the manifest's active agent profile version {active['version']}: {p}" for p in wrong])
     try:
         _write(rows, users, report, on_conflict, active, model_parameters or {})
     except (IntegrityError, DataError) as exc:

@@ -218,6 +218,11 @@ def bundle_row_problems(b: bundle.Bundle, rows: dict[str, list[Any]]) -> list[st
             malformed += found
     for user in rows.get(USERS_LABEL, []):
         malformed += user_row_problems(user, format_version=b.manifest["format_version"])
+    active = b.manifest.get("active_profile")
+    if isinstance(active, dict):
+        # Made active by a restore into a deployment with none: new runs start on it.
+        version = active.get("version")
+        problems += [f"the manifest's active agent profile version {version}: {p}" for p in content_problems(active)]
     more = [f"and {len(malformed) - 20} more such problems"] if len(malformed) > 20 else []
     return problems + malformed[:20] + more
 

@@ -81,3 +81,5 @@ def test_the_manifests_active_version_is_checked_as_a_versions_row_is(tmp_path):
 
     assert "refund_threshold_cents" in str(refused.value), str(refused.value)
     assert not Ticket.objects.exists() and not AgentProfile.objects.exists()
+    status, report = verify(path)
+    assert status == 1 and "active agent profile version" in report and "refund_threshold_cents" in report, report
