@@ -191,8 +191,12 @@ def _upright(image: Image.Image) -> Image.Image:
 
 def _encode(image: Image.Image, fmt: str) -> bytes:
     icc_profile = image.info.get("icc_profile")  # colours, not who or where: kept
+    # Which pixels are see-through (a PNG's tRNS: palette entries, or one grey or RGB colour) is part
+    # of the picture, not metadata about it: kept, or a cut-out logo reaches staff on a solid block.
+    transparency = image.info.get("transparency")
     upright = _upright(image)  # a copy; the first frame of an animation
-    upright.info = {}  # nothing of the original's metadata goes along
+    # Nothing of the original's metadata goes along.
+    upright.info = {} if transparency is None else {"transparency": transparency}
     options: dict[str, object] = {}
     if fmt == "JPEG":
         if upright.mode not in {"L", "RGB", "CMYK"}:
