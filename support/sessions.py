@@ -3,6 +3,7 @@ a word to whoever watches when one ends."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.contrib.sessions.backends.db import SessionStore as DatabaseSessionStore
@@ -19,6 +20,15 @@ class SessionStore(DatabaseSessionStore):
     """Django's database sessions. A key the site could never have issued (Django's are ASCII letters
     and digits; a quoted cookie's octal escapes can carry a NUL, which PostgreSQL refuses in a query)
     is no session, as a key too short is: the visitor is signed out, not shown a server error."""
+
+    # When the session read by ``load`` ends, as stored (None: no session was found). A socket opened
+    # with it closes then (``support.websocket.SignedInConsumer``): an expiry sends no notice.
+    stored_expiry: datetime | None = None
+
+    def _get_session_from_db(self) -> Any:
+        row = super()._get_session_from_db()
+        self.stored_expiry = row.expire_date if row is not None else None
+        return row
 
     def _validate_session_key(self, key: Any) -> bool:
         return bool(super()._validate_session_key(key)) and key.isascii() and key.isalnum()

@@ -25,8 +25,11 @@ CLOSE_NOT_FOUND = 4404
 MAX_FRAME_CHARS = 16_000
 MAX_JSON_DEPTH = 20
 # A sign-in that ended is told to its sockets at once; this bounds how long one whose notice was lost
-# (Redis down for a moment) stays open: its next read after this long checks the session again.
+# (Redis down for a moment) stays open: its next read or send after this long checks the session again.
 SIGN_IN_RECHECK_SECONDS = 30
+# A session's end is known (as stored); the socket waits for it in sleeps of at most this long (a
+# session may last weeks).
+SESSION_END_WAIT_MAX_SECONDS = 3600.0
 # A socket that has told its page nothing for this long looks at the ledger itself: its rings come
 # through Redis, and a writer cut off from it (or whose PUBLISH was lost) writes with no word to the
 # web server holding the socket.
@@ -176,7 +179,9 @@ class SignedInConsumer(SafeJsonConsumer):
     ends), the password changed or reset (every session made before no longer matches), or the
     account deactivated, or what the page needs taken away (``may_watch``: a permission). Told through
     its groups (``tickets.apps`` publishes), and checked again before a read or a send at most every
-    ``SIGN_IN_RECHECK_SECONDS`` in case a notice was lost. Once it is over, nothing more is sent."""
+    ``SIGN_IN_RECHECK_SECONDS`` in case a notice was lost. A session that expires sends no notice: the
+    socket knows when its session ends (as stored) and closes then (4403), and checks before anything
+    it would send after that moment. Once it is over, nothing more is sent."""
 
     closed_code = 4403  # signed out: the page says so and offers to sign in
     # The sign-in it was opened with no longer checks out (a password changed: Django gives the browser
@@ -186,6 +191,10 @@ class SignedInConsumer(SafeJsonConsumer):
     sign_in_groups: tuple[str, ...] = ()
     signed_out = False
     checked_at = float("-inf")
+    # When the session ends, as stored when last checked (epoch seconds: the stored end is a date);
+    # infinity for a session store that does not say.
+    session_ends_at = float("inf")
+    session_watch: asyncio.Task[None] | None = None
 
     async def watch_sign_in(self) -> bool:
         """Join the sign-in's groups, then check it still holds (a sign-out in between is seen).
@@ -198,19 +207,39 @@ class SignedInConsumer(SafeJsonConsumer):
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
         self.sign_in_groups = tuple(groups)
-        return await self.still_signed_in(force=True)
+        if not await self.still_signed_in(force=True):
+            return False
+        self.session_watch = asyncio.create_task(self._end_with_the_session())
+        return True
 
     async def still_signed_in(self, *, force: bool = False) -> bool:
         if self.signed_out:
             return False
         now = time.monotonic()
-        if not force and now - self.checked_at < SIGN_IN_RECHECK_SECONDS:
+        if not force and now - self.checked_at < SIGN_IN_RECHECK_SECONDS and time.time() < self.session_ends_at:
             return True
         self.checked_at = now
         if not await database_sync_to_async(self._sign_in_holds)():
-            await self._end_sign_in(self.changed_code)
+            # Past the session's end it expired: signed out, as the page says (4403). Otherwise the
+            # sign-in changed (4401): the page reconnects with the cookie it has now.
+            await self._end_sign_in(self.closed_code if time.time() >= self.session_ends_at else self.changed_code)
             return False
         return True
+
+    async def _end_with_the_session(self) -> None:
+        """Close the socket when its session ends, unless the session was renewed meanwhile (saved
+        again with a later end: then wait for that one)."""
+        while not self.signed_out:
+            left = self.session_ends_at - time.time()
+            if left > 0:
+                await asyncio.sleep(min(left, SESSION_END_WAIT_MAX_SECONDS))
+                continue
+            try:
+                if not await self.still_signed_in(force=True):
+                    return
+            except Exception:  # noqa: BLE001 - the database away for a moment: looked at again shortly
+                logger.warning("a socket could not check its session at its end", exc_info=True)
+                await asyncio.sleep(QUIET_CHECK_SECONDS)
 
     def _sign_in_holds(self) -> bool:
         user = get_user_model().objects.filter(pk=self.scope["user"].pk).first()
@@ -221,6 +250,11 @@ class SignedInConsumer(SafeJsonConsumer):
             return True  # a user not signed in by a session (set in the scope by other means): its account holds
         fresh = session.__class__(session.session_key)  # as stored now, not as read at connect
         stored = fresh.get(HASH_SESSION_KEY)
+        # support.sessions.SessionStore says when the session it read ends (None: it found none, and
+        # the end known before stays: past it, the session expired; before it, it was ended).
+        ends = getattr(fresh, "stored_expiry", None)
+        if ends is not None:
+            self.session_ends_at = ends.timestamp()
         same_user = str(fresh.get(SESSION_KEY, "")) == str(user.pk)
         return same_user and bool(stored) and constant_time_compare(stored, user.get_session_auth_hash())
 
@@ -246,6 +280,8 @@ class SignedInConsumer(SafeJsonConsumer):
         await self.still_signed_in(force=True)
 
     async def leave_sign_in_groups(self) -> None:
+        if self.session_watch is not None:
+            self.session_watch.cancel()
         for group in self.sign_in_groups:
             await self.channel_layer.group_discard(group, self.channel_name)
 

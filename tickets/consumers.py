@@ -32,7 +32,8 @@ arrives through the group; anything both read and received is a duplicate the
 seq (events) or the offset (tokens) drops.
 
 A timeline doorbell's ledger read runs beside the group's other messages, not in
-front of them, and a token touches no database: the answer's first tokens,
+front of them, and a token touches no database (but for the sign-in's recheck, at most
+every ``SIGN_IN_RECHECK_SECONDS`` and past the session's end): the answer's first tokens,
 published just after the run's "typing" event, go out while that event (or any
 other socket's) is being read instead of waiting for it. Events stay in seq
 order (one read at a time); a token that arrives after its step's message is
@@ -161,6 +162,10 @@ class TicketConsumer(SignedInConsumer):
             self.reading = asyncio.create_task(self._answer_doorbells())
 
     async def ticket_token(self, message: dict[str, Any]) -> None:
+        # Its sign-in checked as for events: at most every SIGN_IN_RECHECK_SECONDS (a lost sign-out
+        # notice), and at once past the session's end (an expiry sends none).
+        if not await self.still_signed_in():
+            return
         frame = {"type": "token", "step": message["step"], "offset": message["offset"], "text": message["text"]}
         if message.get("dropped"):
             frame["dropped"] = True  # the step failed: its answer will not be posted
