@@ -79,6 +79,7 @@
     attempts: 0,
     reconnects: 0,
     holdUntil: 0,
+    sendsHeldUntil: 0, // a 429's wait: no message is sent before it; after it, the waiting ones in order
     resyncAsked: false,
     streamedSinceConnect: false, // a token came on this connection (its catch-up's, or live)
     sendTimeoutMs: SEND_TIMEOUT_MS,
@@ -867,10 +868,12 @@
           } else if (result.status === 401) {
             markSignedOut(el, clientMsgId, text);
           } else if (result.status === 429) {
-            // Too many too fast: say so, with the wait, and send it when the wait is over.
+            // Too many too fast: say so, with the wait. Nothing more is sent until it is over (a later
+            // message would be refused too, or, past the window's end, stored before this one); then
+            // the waiting messages go one after another, in the order written (retryFailed).
             var wait = Math.max(1, Number(result.data.retry_after) || 5);
             markFailed(el, clientMsgId, (result.data.error || "too many messages at once.") + " It will be sent then.", true);
-            setTimeout(function () { resend(el); }, wait * 1000);
+            holdSends(wait * 1000);
           } else if (result.status >= 500) {
             return retry();
           } else {
@@ -910,10 +913,34 @@
     }
   }
 
+  // After a 429, until its wait is over: the messages written meanwhile wait (shown as such), and
+  // all of them are sent, oldest first, when it is.
+  var sendsHeldTimer = null;
+  function holdSends(ms) {
+    var until = Date.now() + ms;
+    if (until <= state.sendsHeldUntil) return;
+    state.sendsHeldUntil = until;
+    clearTimeout(sendsHeldTimer);
+    sendsHeldTimer = setTimeout(function () {
+      sendsHeldTimer = null;
+      retryFailed();
+    }, ms);
+  }
+
+  function sendsHeld() {
+    return Date.now() < state.sendsHeldUntil;
+  }
+
+  function markHeld(el, clientMsgId) {
+    var seconds = Math.max(1, Math.ceil((state.sendsHeldUntil - Date.now()) / 1000));
+    markFailed(el, clientMsgId, "you are sending messages quickly; it will be sent in " + seconds + " s, after the ones before it.", true);
+  }
+
   function resend(el) {
     var clientMsgId = el.getAttribute("data-client-msg-id");
     var text = state.unsent[clientMsgId];
     if (!el.classList.contains("failed") || text === undefined) return Promise.resolve();
+    if (sendsHeld()) return Promise.resolve(); // sent when the wait is over, in its turn
     el.classList.remove("failed");
     el.classList.add("sending");
     clearFailure(el);
@@ -996,11 +1023,16 @@
   // than it takes to give up a text's request that hangs and send it again (see sendTimeout).
   // Messages shown "Not sent. Retry" go first: sending this one says the connection is back (the
   // socket may never have dropped, nor the browser said "offline"), and they were written before
-  // it. ``ready``: settles when the message can be posted (its files are back).
+  // it. After a 429 none is posted until its wait is over (holdSends): this one waits its turn then.
+  // ``ready``: settles when the message can be posted (its files are back).
   function sendInOrder(clientMsgId, text, el, ready) {
     lastSend = Promise.all([lastSend, ready])
       .then(retryFailed)
       .then(function () {
+        if (sendsHeld()) {
+          markHeld(el, clientMsgId); // after the ones waiting before it, when the wait is over
+          return;
+        }
         var wait = Math.max(SEND_ORDER_WAIT_MS, state.sendTimeoutMs + 1000);
         return Promise.race([
           post(clientMsgId, text, el, 0),
