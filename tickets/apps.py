@@ -59,14 +59,14 @@ def _signed_out(sender: object, request: Any, user: Any, **kwargs: object) -> No
 
     key = getattr(getattr(request, "session", None), "session_key", None)
     if key:
-        realtime.publish(session_group(key), {"type": "signin.ended"})
+        realtime.publish_sign_in_notice(session_group(key), {"type": "signin.ended"})
 
 
 def _session_ended(sender: object, session_key: str, **kwargs: object) -> None:
     from support.websocket import session_group
     from tickets import realtime
 
-    realtime.publish(session_group(session_key), {"type": "signin.changed"})
+    realtime.publish_sign_in_notice(session_group(session_key), {"type": "signin.changed"})
 
 
 def _access_changed(sender: object, instance: Any, action: str, model: Any, pk_set: Any, **kwargs: object) -> None:
@@ -95,7 +95,7 @@ def _ring_accounts(user_ids: list[int]) -> None:
 
     for user_id in user_ids:
         group = account_group(user_id)
-        transaction.on_commit(lambda group=group: realtime.publish(group, {"type": "signin.changed"}))
+        transaction.on_commit(lambda group=group: realtime.publish_sign_in_notice(group, {"type": "signin.changed"}))
 
 
 def _account_changed(sender: object, instance: Any, created: bool, update_fields: Any = None, **kwargs: object) -> None:

@@ -165,11 +165,11 @@ LIVE_UPDATES_PAUSE_SECONDS = 5.0
 live_updates_pause = Pause("live updates", LIVE_UPDATES_PAUSE_SECONDS)
 
 
-def _write(commands: list[Command]) -> None:
+def _write(commands: list[Command], *, even_when_paused: bool = False) -> None:
     """Send the commands in one write on the no-reply connection (with replies, on a server that
     refuses to turn them off). Raises at once, sending nothing, while live updates are paused after
-    a failure."""
-    if live_updates_pause.paused():
+    a failure (unless ``even_when_paused``)."""
+    if live_updates_pause.paused() and not even_when_paused:
         raise redis.ConnectionError("live updates are paused after Redis failed to answer")
     try:
         _write_now(commands)
@@ -207,10 +207,12 @@ def _publish_command(group: str, message: dict[str, Any]) -> Command | None:
     return ("PUBLISH", _pubsub_channel(group), layer.serialize(message))
 
 
-def _send(commands: list[Command], group: str, message: dict[str, Any], what: str) -> None:
+def _send(
+    commands: list[Command], group: str, message: dict[str, Any], what: str, *, even_when_paused: bool = False
+) -> None:
     publish = _publish_command(group, message)
     try:
-        _write([*commands, publish] if publish is not None else commands)
+        _write([*commands, publish] if publish is not None else commands, even_when_paused=even_when_paused)
         if publish is None:
             layer = get_channel_layer()
             if layer is not None:  # another layer (configured by an operator): its own group_send
@@ -237,6 +239,14 @@ async def group_join(layer: Any, group: str, channel: str) -> None:
 def publish(group: str, message: dict[str, Any]) -> None:
     """Send ``message`` to the group's watchers (best effort: the ledger has the truth)."""
     _send([], group, message, f"a live update to {group}")
+
+
+def publish_sign_in_notice(group: str, message: dict[str, Any]) -> None:
+    """Tell the sockets of a sign-in that it ended or changed. Sent even while live updates are paused
+    after a Redis failure: the pause spares a worker one timeout per streamed word, and a sign-out is
+    one request, whose sockets would otherwise go on receiving the conversation until their next
+    recheck (``support.websocket.SIGN_IN_RECHECK_SECONDS``)."""
+    _send([], group, message, f"a sign-in notice to {group}", even_when_paused=True)
 
 
 def publish_event(ticket_id: int) -> None:

@@ -157,3 +157,35 @@ def test_the_socket_closes_when_the_account_is_deactivated_and_cannot_come_back(
         return output
 
     assert async_to_sync(reconnect)() == {"type": "websocket.close", "code": 4403}
+
+
+def test_a_sign_out_just_after_redis_failed_a_live_update_still_ends_the_socket(customer, ticket):
+    """Redis failed one live update of this web process a moment ago (live updates then pause for a
+    few seconds, so that a stalled Redis costs one timeout, not one per streamed word): the customer
+    signs out in that moment. The notice to the sockets opened with that session must still go; the
+    streamed words of the next answer must not reach them."""
+    from tickets import realtime
+
+    client = Client()
+    client.force_login(customer.user)
+    cookie = client.cookies["sessionid"].value
+    headers = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1"), (b"cookie", f"sessionid={cookie}".encode())]
+    last = ticket.events.order_by("-seq").values_list("seq", flat=True).first()
+
+    async def scenario() -> list[dict]:
+        ws = WebsocketCommunicator(application, f"/ws/tickets/{ticket.pk}/?after={last}", headers=headers)
+        assert (await ws.connect())[0]
+        assert (await ws.receive_json_from(timeout=5))["type"] == "ready"
+        realtime.live_updates_pause.failed()  # as after a live update Redis did not take
+        try:
+            response = await database_sync_to_async(client.post)("/accounts/logout/")
+            assert response.status_code in (200, 302)
+        finally:
+            realtime.live_updates_pause.lift()
+        # The worker (another process, its own connection to Redis) streams the next answer.
+        await database_sync_to_async(realtime.stream_token)(ticket.pk, 7001, 0, "Your card ending 4242 ")
+        frames = await _frames_until_quiet(ws)
+        await ws.disconnect()
+        return frames
+
+    assert async_to_sync(scenario)() == [{"type": "closed", "code": 4403}]
