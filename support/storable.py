@@ -89,8 +89,14 @@ def _clean(value: Any) -> Any:
     return value
 
 
-# Letters and symbols drawn as blank space (Braille blank, the Hangul fillers).
-_BLANK_LOOKING = frozenset("\u2800\u3164\u115f\u1160\uffa0")
+# Letters and symbols drawn as blank space (Braille blank, the Hangul fillers), and marks that only
+# change the character before them and alone draw nothing: variation selectors (an emoji's "as a
+# picture", the Mongolian ones, the ideographic ones) and the combining grapheme joiner.
+_BLANK_LOOKING = frozenset(
+    "\u2800\u3164\u115f\u1160\uffa0\u034f\u180b\u180c\u180d\u180f"
+    + "".join(map(chr, range(0xFE00, 0xFE10)))
+    + "".join(map(chr, range(0xE0100, 0xE01F0)))
+)
 # Control, format (zero-width, byte-order mark) and separator characters show nothing either.
 _UNSEEN = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
 

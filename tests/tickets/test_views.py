@@ -366,6 +366,10 @@ def test_a_client_message_id_reused_for_other_text_is_a_conflict(signed_in, tick
         ("   ", "cannot be empty"),
         ("\u200b\u200d\u2060", "cannot be empty"),  # zero-width characters only: the bubble would show nothing
         ("\x07\x1b\x7f\t", "cannot be empty"),  # control characters only
+        # Variation selectors (an emoji's "as a picture") and the combining grapheme joiner only: they
+        # change the character before them, and alone draw nothing.
+        ("\ufe0f\ufe0e", "cannot be empty"),
+        ("\u034f \U000e0100", "cannot be empty"),
         ("x" * (services.MESSAGE_MAX_CHARS + 1), f"at most {services.MESSAGE_MAX_CHARS}"),
     ],
 )
