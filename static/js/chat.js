@@ -174,6 +174,9 @@
     var closed = state.status === "closed";
     input.disabled = closed;
     sendButton.disabled = closed;
+    // The file picker closes with the rest of the composer (as the page rendered closed has it).
+    var files = document.getElementById("chat-files");
+    if (files) files.disabled = closed;
     if (closed) note.textContent = "This ticket is closed. Open a new ticket from My tickets if you need more help.";
   }
 
