@@ -876,6 +876,7 @@
             // the waiting messages go one after another, in the order written (retryFailed).
             var wait = Math.max(1, Number(result.data.retry_after) || 5);
             markFailed(el, clientMsgId, (result.data.error || "too many messages at once.") + " It will be sent then.", true);
+            withoutRetryButton(el); // it goes by itself when the wait is over; a Retry now would do nothing
             holdSends(wait * 1000);
           } else if (result.status >= 500) {
             return retry();
@@ -937,6 +938,12 @@
   function markHeld(el, clientMsgId) {
     var seconds = Math.max(1, Math.ceil((state.sendsHeldUntil - Date.now()) / 1000));
     markFailed(el, clientMsgId, "you are sending messages quickly; it will be sent in " + seconds + " s, after the ones before it.", true);
+    withoutRetryButton(el);
+  }
+
+  function withoutRetryButton(el) {
+    var again = el.querySelector(".msg-retry");
+    if (again) again.remove();
   }
 
   function resend(el) {

@@ -106,6 +106,13 @@ def test_messages_refused_for_the_rate_are_stored_in_the_order_typed(rate_live: 
     typed.append(following)
     _wait(page, lambda: refused(following) or stored(following), what="the next message to be refused or stored")
 
+    # They wait (both, unless the window ended in between), saying so, and offer no Retry that could
+    # not go before the wait is over.
+    waiting = page.locator("#chat-log li.msg.from-customer.failed")
+    assert waiting.count() >= 1, waiting.all_inner_texts()
+    assert page.locator("#chat-log li.msg.from-customer.failed .msg-retry").count() == 0
+    assert all("quickly" in words for words in waiting.all_inner_texts()), waiting.all_inner_texts()
+
     # When the wait is over, the first refused message's request is slow on the way.
     slow["text"] = first_refused
     _wait(page, lambda: held or stored(following), what="the refused messages to be sent again", timeout_ms=40_000)
