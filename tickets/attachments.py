@@ -33,7 +33,10 @@ ACCEPTED_WORDS = "a photo (JPEG, PNG or WebP) or a PDF"
 ACCEPT_ATTRIBUTE = "image/jpeg,image/png,image/webp,application/pdf"
 NAME_MAX_CHARS = 200
 
-_UNSAFE_NAME_CHARS = re.compile(r"[\x00-\x1f\x7f/\\]")
+# Control characters, folder separators, and bidi controls (marks, embeddings, overrides, isolates):
+# a name is shown to staff, and an override makes it read as another ("invoice\u202efdp.exe" shows as
+# "invoiceexe.pdf") and turns the text after it around. Right-to-left names show right without them.
+_UNSAFE_NAME_CHARS = re.compile(r"[\x00-\x1f\x7f/\\\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 class AttachmentRefused(ValidationError):

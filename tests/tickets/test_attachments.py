@@ -196,6 +196,11 @@ def test_the_timeline_lists_the_files_and_the_chat_links_to_them(ticket, media):
         ("bad\x00name\x1b.png", "badname.png"),
         ("   ", "attachment"),
         ("a" * 300 + ".jpeg", "a" * 195 + ".jpeg"),
+        # Bidi controls would make staff read another name (and turn the text after it, "PDF, 3 KB",
+        # around): "invoice\u202efdp.exe" shows as "invoiceexe.pdf". Right-to-left names need none.
+        ("invoice\u202efdp.exe", "invoicefdp.exe"),
+        ("\u2067\u05e7\u05d1\u05dc\u05d4\u2069\u200f.pdf", "\u05e7\u05d1\u05dc\u05d4.pdf"),
+        ("\u202d\u202a\u202b\u202c\u2066\u2068\u200e\u061c", "attachment"),
     ],
 )
 def test_a_files_name_is_only_a_name(given, cleaned):  # noqa: ANN001
