@@ -51,6 +51,7 @@ from agents.pass_state import Pass
 from agents.policy import approval_reason
 from agents.profiles import enabled_tools_now, not_enabled
 from agents.selectors import customer_wrote_since_the_go_ahead, person_took_the_ticket_since
+from agents.tool_thread import run_bounded
 from agents.tools import (
     REGISTRY,
     CustomerWroteSince,
@@ -284,7 +285,8 @@ def _run_handler(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext) -> 
     """A safe call's handler; (status, result, error), or None when it must be recorded at once
     (a crash or an escalation, which execute_now handles)."""
     try:
-        return CallStatus.SUCCEEDED, tool.handler(ctx, call.arguments), ""
+        result = run_bounded(lambda _: tool.handler(ctx, call.arguments), lease=None, what=f"the tool {call.name}")
+        return CallStatus.SUCCEEDED, result, ""
     except ToolEscalation:
         return None  # a safe call may run again: execute_now runs it and records the escalation
     except LeaseLost:
@@ -369,12 +371,17 @@ def execute_now(lease: Lease, call: ToolCall, tool: Tool, ctx: ToolContext, *, a
         return
     if again:
         call = calls.call_retry(lease=lease, call=call)
-    ctx = dataclasses.replace(ctx, lease=lease)
     try:
         # No transaction around the handler: a tool commits its own steps (a
         # refund commits its intent before it calls the provider), so that what
-        # it committed survives a failure or a crash after it.
-        result = tool.handler(ctx, call.arguments)
+        # it committed survives a failure or a crash after it. Bounded by
+        # AGENT_TOOL_TIMEOUT_SECONDS: past it ToolTimedOut, handled below as a
+        # crash by the call's replay policy (agents.tool_thread).
+        result = run_bounded(
+            lambda lent: tool.handler(dataclasses.replace(ctx, lease=lent), call.arguments),
+            lease=lease,
+            what=f"the tool {call.name}",
+        )
     except ToolEscalation as exc:
         if _settled_or_escalated(lease, call, exc):
             return

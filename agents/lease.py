@@ -20,6 +20,7 @@ transaction-pooling PgBouncer.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -160,6 +161,21 @@ class Lease:
             before, after = fence.numbered
             self.others_wrote = self.others_wrote or before != self.seq or not outermost
             self.seq = after
+
+    def lent(self) -> Lease:
+        """A copy of this lease for a tool's handler running in a thread of its own
+        (``agents.tool_thread``): it fences that thread's transactions on its own connection, and
+        what it learns (the timeline's numbers, a lease lost) comes back only through ``taken_back``,
+        so a handler given up at its bound changes nothing this lease knows."""
+        return dataclasses.replace(self, _fencing=False)
+
+    def taken_back(self, lent: Lease) -> None:
+        """What the handler's thread learnt with ``lent`` (its own writes numbered, others' seen, the
+        lease lost) is this lease's now. Caller: the handler ended within its bound."""
+        if lent.seq != self.seq:
+            self.seq = lent.seq
+        self.others_wrote = self.others_wrote or lent.others_wrote
+        self.lost = self.lost or lent.lost
 
     def watch(self, seq: int) -> None:
         """The ticket was read now with ``seq`` its last timeline number: count others' writes from here."""

@@ -45,6 +45,7 @@ from agents.models import (
 )
 from agents.outage import patience_seconds
 from agents.pass_state import Pass, stream_position
+from agents.tool_thread import run_bounded
 from agents.tools import REGISTRY, ToolContext
 from tickets import realtime
 
@@ -89,7 +90,7 @@ def recover(p: Pass, *, rerun: bool = True) -> None:
             )
             found["uncertain"].append(entry)
         elif call.replay_policy == ReplayPolicy.KEYED and tool.reconcile is not None:
-            proven = tool.reconcile(ToolContext(ticket=p.ticket, call=call), call.arguments)
+            proven = _reconcile(p, call, tool)
             if proven is not None:
                 calls.call_finish(lease=lease, call=call, status=CallStatus.SUCCEEDED, result=proven)
                 found["reconciled"].append(entry)
@@ -189,7 +190,7 @@ def _record_only(
     Its error names the person's take-over in the words every stop by a person is recorded in (a
     refund asked again on that order is reviewed: ``agents.refunds._stopped_before``)."""
     if tool is not None and call.replay_policy == ReplayPolicy.KEYED and tool.reconcile is not None:
-        proven = tool.reconcile(ToolContext(ticket=p.ticket, call=call), call.arguments)
+        proven = _reconcile(p, call, tool)
         if proven is not None:
             calls.call_finish(lease=p.lease, call=call, status=CallStatus.SUCCEEDED, result=proven)
             found["reconciled"].append(entry)
@@ -208,6 +209,13 @@ def _record_only(
         error=f"interrupted; not repeated: {why}",
     )
     found["uncertain"].append(entry)
+
+
+def _reconcile(p: Pass, call: ToolCall, tool: Any) -> dict[str, Any] | None:
+    """What happened under the call's key, asked within AGENT_TOOL_TIMEOUT_SECONDS (a provider that
+    does not answer fails the pass, counted, instead of holding it: ``agents.tool_thread``)."""
+    ctx = ToolContext(ticket=p.ticket, call=call)
+    return run_bounded(lambda _: tool.reconcile(ctx, call.arguments), lease=None, what=f"reconciling {call.name}")
 
 
 def _step_index(p: Pass, call: ToolCall) -> int:

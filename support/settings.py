@@ -517,6 +517,10 @@ AGENT_MAX_CONSECUTIVE_FAILURES = env_int(
 # past it the ticket is parked with a person. 0: an outage counts as any failure.
 AGENT_OUTAGE_PATIENCE_SECONDS = env_int("AGENT_OUTAGE_PATIENCE_SECONDS", 900)
 AGENT_OUTAGE_RETRY_MAX_SECONDS = env_int("AGENT_OUTAGE_RETRY_MAX_SECONDS", 30, minimum=1)
+# The longest one tool call may run (its handler, or a reconcile hook asking what happened under its
+# key): past it the call is given up by its replay policy (agents.tool_thread) and the pass's failure
+# counted, instead of holding the worker and the ticket until Celery's soft time limit.
+AGENT_TOOL_TIMEOUT_SECONDS = env_seconds("AGENT_TOOL_TIMEOUT_SECONDS", 30.0)
 # What the agent accepts from a model in one step (agents.llm.validate_response).
 AGENT_MAX_REPLY_CHARS = env_int("AGENT_MAX_REPLY_CHARS", 16000, minimum=1)
 AGENT_MAX_TOOL_CALLS_PER_STEP = env_int("AGENT_MAX_TOOL_CALLS_PER_STEP", 16, minimum=1)
