@@ -34,6 +34,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -156,7 +157,15 @@ class _ToolThread:
             return
         with connection.cursor() as cursor:
             # Waited for (up to 10 s): once it returns, all the thread ever committed is committed.
-            cursor.execute("SELECT pg_terminate_backend(%s, 10000)", [pid])
+            if connection.pg_version >= 140000:
+                cursor.execute("SELECT pg_terminate_backend(%s, 10000)", [pid])
+            else:  # no timeout argument before PostgreSQL 14: asked, then watched until gone
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+                for _ in range(100):
+                    cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)", [pid])
+                    if not cursor.fetchone()[0]:
+                        break
+                    time.sleep(0.1)
         logger.warning("a tool call outlived its bound; its database session (%s) was ended", pid)
 
 
