@@ -315,6 +315,37 @@ def test_a_keyed_call_whose_look_up_under_its_key_hangs_fails_the_pass_and_is_no
     assert run.failures == 2 and "AGENT_TOOL_TIMEOUT_SECONDS" in run.last_error, (run.failures, run.last_error)
 
 
+@pytest.mark.usefixtures("quick_provider_retries")
+def test_a_refund_whose_provider_answers_after_the_bound_is_settled_by_its_key_and_paid_once(sandbox, settings):
+    from agents.models import Refund, RefundStatus
+    from tests.agents.test_money_path import assert_money_invariants, order_for, paid
+    from tests.workers import wait_until
+
+    settings.AGENT_TOOL_TIMEOUT_SECONDS = 1.0
+    customer = make_customer()
+    order = order_for(customer, "PH-4401", 5000, sandbox)
+    sandbox.fault("latency:4000")  # the provider pays, and answers seconds after the bound
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Broken", body="Please refund order PH-4401, it arrived broken."
+    )
+
+    assert advance(ticket.pk).state == "retry"
+
+    (refund,) = Refund.objects.filter(ticket=ticket)
+    wait_until(lambda: paid(sandbox, order), timeout=30, what="the provider to pay the refund")
+    call = ToolCall.objects.get(ticket=ticket, name="issue_refund")
+    assert call.status == CallStatus.STARTED and "AGENT_TOOL_TIMEOUT_SECONDS" in call.error, (call.status, call.error)
+    retry_time_comes(ticket.pk)
+    assert advance(ticket.pk).state == RunStatus.COMPLETED
+
+    refund.refresh_from_db()
+    assert refund.status == RefundStatus.SUCCEEDED, (refund.status, refund.error)
+    assert [r["metadata"]["idempotency_key"] for r in paid(sandbox, order)] == [call.idempotency_key]
+    call.refresh_from_db()
+    assert call.status == CallStatus.SUCCEEDED and call.attempts == 1, (call.status, call.attempts)
+    assert_money_invariants(sandbox)
+
+
 # --- With a real worker process -------------------------------------------------------------------
 
 
