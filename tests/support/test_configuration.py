@@ -97,6 +97,8 @@ def start_django(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]
                 ("PASSWORD_RESET_RATE_PER_IP", "h", "PASSWORD_RESET_RATE_PER_IP='h' is not a rate"),
                 ("PAYMENTS_TIMEOUT_SECONDS", "ten", "PAYMENTS_TIMEOUT_SECONDS='ten' is not a number of seconds"),
                 ("PAYMENTS_TIMEOUT_SECONDS", "0", "PAYMENTS_TIMEOUT_SECONDS='0' must be a positive number"),
+                ("AGENT_TOOL_TIMEOUT_SECONDS", "ten", "AGENT_TOOL_TIMEOUT_SECONDS='ten' is not a number of seconds"),
+                ("AGENT_TOOL_TIMEOUT_SECONDS", "0", "AGENT_TOOL_TIMEOUT_SECONDS='0' must be a positive number"),
                 ("AGENT_MODEL", "opnai-gpt-4o-mini", "AGENT_MODEL='opnai-gpt-4o-mini' is not 'offline'"),
                 ("AGENT_MODEL", "openai:", "AGENT_MODEL=openai: needs a model name"),
             ]
