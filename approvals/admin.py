@@ -11,7 +11,7 @@ from agents.models import ApprovalPolicy, ToolApprovalRule
 from agents.profiles import POLICY_FIELDS, active_profile, profile_follow_policy_tables
 from approvals import selectors
 from approvals.models import ApprovalRequest
-from tickets.admin import IdsChecked, PageReadForm, TicketAdmin
+from tickets.admin import IdsChecked, PageReadForm, ReadOnlyInline, TicketAdmin
 
 
 class FollowsTheActiveVersion(PageReadForm):
@@ -168,10 +168,8 @@ class ApprovalRequestAdmin(IdsChecked):
         return False
 
 
-class ApprovalRequestInline(admin.TabularInline):
+class ApprovalRequestInline(ReadOnlyInline):
     model = ApprovalRequest
-    extra = 0
-    can_delete = False
     fields = ["id", "tool_name", "amount", "status", "requested_at", "decided_by", "decided_at", "note"]
     readonly_fields = fields
     show_change_link = True
@@ -179,9 +177,6 @@ class ApprovalRequestInline(admin.TabularInline):
     @admin.display(description="amount")
     def amount(self, approval: ApprovalRequest) -> str:
         return approval.amount_display
-
-    def has_add_permission(self, request, obj=None) -> bool:  # noqa: ANN001
-        return False
 
 
 def _attach_to_ticket_admin() -> None:
