@@ -12,7 +12,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
-from django.db import models
+from django.core.exceptions import ValidationError
+from django.db import OperationalError, connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -329,6 +330,10 @@ class TicketRating(models.Model):
         return f"#{self.ticket_id} rated {self.score}/5"
 
 
+# What PostgreSQL says when a text's search words (a tsvector) would pass its 1 MB: program_limit_exceeded.
+_TOO_LONG_FOR_SEARCH_SQLSTATE = "54000"
+
+
 class HelpArticle(models.Model):
     slug = models.SlugField(unique=True)
     title = models.CharField(max_length=200)
@@ -347,3 +352,26 @@ class HelpArticle(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+    def clean(self) -> None:
+        """An article the search cannot index is refused here, in words: stored, its search words are
+        computed by PostgreSQL (``search_vector``), which refuses more than 1 MB of them, and the save
+        was a database error (answered as "back in a moment", the text lost)."""
+        super().clean()
+        try:
+            # The search words as search_vector computes them, in a savepoint: the refusal ends only it.
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT setweight(to_tsvector('english'::regconfig, %s), 'A') "
+                    "|| setweight(to_tsvector('english'::regconfig, %s), 'B')",
+                    [self.title or "", self.body or ""],
+                )
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != _TOO_LONG_FOR_SEARCH_SQLSTATE:
+                raise
+            raise ValidationError(
+                {
+                    "body": "This article is too long for the search the agent reads help with (PostgreSQL "
+                    "keeps at most 1 MB of an article's words). Split it into several articles; nothing was saved."
+                }
+            ) from None
