@@ -8,7 +8,7 @@ from django.utils.formats import localize
 from django.utils.html import format_html, format_html_join
 
 from agents.models import ApprovalPolicy, ToolApprovalRule
-from agents.profiles import POLICY_FIELDS, active_profile, profile_follow_policy_tables
+from agents.profiles import POLICY_FIELDS, active_profile, enabled_tools, profile_follow_policy_tables
 from approvals import selectors
 from approvals.models import ApprovalRequest
 from tickets.admin import IdsChecked, PageReadForm, ReadOnlyInline, TicketAdmin
@@ -63,6 +63,19 @@ class ApprovalPolicyForm(FollowsTheActiveVersion):
 
 class ToolApprovalRuleForm(FollowsTheActiveVersion):
     editable = ("tool_name", "requires_approval")
+
+    def clean_tool_name(self) -> str:
+        """A rule is for a tool the active version has: one for any other name (a typo: "Issue_Refund")
+        was saved and reported as added, a version made, and the tool it meant went on unreviewed."""
+        name = self.cleaned_data["tool_name"]
+        profile = active_profile()
+        tools = enabled_tools(profile)
+        if name in tools or (self.instance.pk is not None and name == self.instance.tool_name):
+            return name
+        raise forms.ValidationError(
+            f"No such tool in the active agent profile (version {profile.version}): {name!r}. "
+            f"Its tools: {', '.join(sorted(tools))}."
+        )
 
 
 @admin.register(ApprovalPolicy)
