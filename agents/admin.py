@@ -18,6 +18,7 @@ from agents.model_factory import get_model
 from agents.models import AgentProfile, AgentRun, ModelStep, Refund, RunStatus, TicketLease, ToolCall
 from agents.profiles import (
     CONTENT_FIELDS,
+    ActivationRefused,
     MoveRefused,
     active_profile,
     approval_policy_cleaned,
@@ -418,7 +419,14 @@ def activate_profile(modeladmin: admin.ModelAdmin, request: HttpRequest, queryse
     if queryset.count() != 1:
         messages.error(request, "Choose one version to make active.")
         return
-    profile = profile_activate(version=queryset.get().version, user=request.user)
+    # The version the list showed active (its hidden field): another one made active since is refused.
+    try:
+        profile = profile_activate(
+            version=queryset.get().version, user=request.user, active_seen=pages.page_read(request, "active_version")
+        )
+    except ActivationRefused as exc:
+        messages.error(request, exc.messages[0])
+        return
     messages.success(request, f"Version {profile.version} is active.")
 
 
@@ -431,6 +439,11 @@ class AgentProfileAdmin(IdsChecked):
     readonly_fields = ["version", "is_active", "created_at", "created_by", "changes"]
     actions = [activate_profile]
     list_select_related = ["created_by"]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """The list, carrying the version it shows active: "Make this version active" sends it back."""
+        shown = {"active_version": active_profile().version}
+        return super().changelist_view(request, {**shown, **(extra_context or {})})
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentProfile]:
         # Each version's runs counted in the list's query, not one query per row.

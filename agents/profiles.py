@@ -369,10 +369,25 @@ def _tables_follow(profile: AgentProfile, keep: tuple[set[str], set[str]] = (set
             ToolApprovalRule.objects.filter(tool_name=tool["name"]).update(requires_approval=False)
 
 
-def profile_activate(*, version: int, user: AbstractBaseUser | None) -> AgentProfile:
-    """Make ``version`` the one new runs start with."""
+class ActivationRefused(ValidationError):
+    """Another version was made active since the page asking for this activation was read."""
+
+
+def activation_refused_words(active: int, seen: int) -> str:
+    return (
+        f"Version {active} was made active since this list was read (it showed version {seen}). "
+        "Reload the list, check the versions, and choose again. No version was made active."
+    )
+
+
+def profile_activate(*, version: int, user: AbstractBaseUser | None, active_seen: int | None = None) -> AgentProfile:
+    """Make ``version`` the one new runs start with. ``active_seen``: the version the page asking for
+    it showed active; another one made active since is refused (``ActivationRefused``), read under the
+    rows' lock: made active over a version the person never saw, it undid that version's rules unseen."""
     with transaction.atomic():
         previous = AgentProfile.objects.select_for_update().filter(is_active=True).order_by("-version").first()
+        if active_seen is not None and previous is not None and previous.version != active_seen:
+            raise ActivationRefused(activation_refused_words(previous.version, active_seen), code="stale")
         AgentProfile.objects.select_for_update().filter(is_active=True).exclude(version=version).update(is_active=False)
         profile = AgentProfile.objects.select_for_update().get(version=version)
         if not profile.is_active:
