@@ -415,6 +415,9 @@ class CustomerAdmin(WritesWhatThePageChanged, IdsChecked):
     list_filter = ["requires_refund_approval"]
     search_fields = ["name", "email"]
     readonly_fields = ["created_at"]
+    # The login is found by typing: a drop-down of every login there is (every customer's, every
+    # colleague's) made each customer's page grow with all of them.
+    autocomplete_fields = ["user"]
     # The flag is set on the selected customers by an action, never by saving a whole list: a list
     # read before a colleague flagged someone would write its old value back.
     actions = ["review_every_refund", "stop_reviewing_every_refund"]
