@@ -199,6 +199,10 @@ class OrderLineInline(admin.TabularInline):
     fields = ["sku", "description", "quantity", "unit_price_cents", "unit_price", "page_read"]
     readonly_fields = ["unit_price"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[OrderLine]:
+        # Each line's price names the order's currency: read with the lines, not once per line.
+        return super().get_queryset(request).select_related("order")
+
     @admin.display(description="unit price")
     def unit_price(self, line: OrderLine) -> str:
         if line.pk is None:
