@@ -67,6 +67,12 @@ def tools_problems(tools: Any) -> list[str]:
         isinstance(t, dict) and isinstance(t.get("name"), str) and t["name"] for t in tools
     ):
         return [shape]
+    names = [t["name"] for t in tools]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        # One entry per tool: two rules for one tool were read one way by the agent (any entry
+        # needing approval) and the other by the tool rule page (the last entry).
+        return [f"Each tool once; listed more than once: {', '.join(twice)}."]
     unknown = sorted({t["name"] for t in tools} - set(REGISTRY))
     if unknown:
         return [f"No such tool: {', '.join(unknown)}. Known: {', '.join(sorted(REGISTRY))}."]
