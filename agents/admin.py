@@ -36,7 +36,7 @@ from agents.tasks import ring
 from agents.tools import REGISTRY
 from tickets import pages
 from tickets import services as ticket_services
-from tickets.admin import IdsChecked, OrderAdmin, ReadOnlyInline, StaffUserAdmin, TicketAdmin
+from tickets.admin import IdsChecked, OfATicket, OrderAdmin, ReadOnlyInline, StaffUserAdmin, TicketAdmin
 from tickets.models import Ticket
 from tickets.money import format_money
 
@@ -235,8 +235,8 @@ class ToolCallInline(ReadOnlyInline):
     show_change_link = True
 
 
-class ReadOnlyAdmin(IdsChecked):
-    """The agent's ledger is written by the agent only."""
+class ReadOnlyAdmin(OfATicket, IdsChecked):
+    """The agent's ledger is written by the agent only. A ticket's number in the search lists its rows (OfATicket)."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -252,7 +252,7 @@ class ReadOnlyAdmin(IdsChecked):
 class AgentRunAdmin(ReadOnlyAdmin):
     list_display = ["id", "ticket", "status", "model_name", "started_at", "ended_at", "wasted_tokens", "failures"]
     list_filter = ["status", "model_name"]
-    search_fields = ["ticket__id", "ticket__subject"]
+    search_fields = ["ticket__subject"]
     inlines = [ModelStepInline, ToolCallInline]
 
 
@@ -260,20 +260,20 @@ class AgentRunAdmin(ReadOnlyAdmin):
 class ModelStepAdmin(ReadOnlyAdmin):
     list_display = ["id", "run", "ticket", "index", "attempt", "status", "model_name", "completed_at"]
     list_filter = ["status", "model_name"]
-    search_fields = ["ticket__id"]
+    search_fields = ["model_name"]  # and a ticket's number (OfATicket)
 
 
 @admin.register(ToolCall)
 class ToolCallAdmin(ReadOnlyAdmin):
     list_display = ["id", "ticket", "run", "name", "status", "replay_policy", "attempts", "started_at"]
     list_filter = ["status", "name", "replay_policy"]
-    search_fields = ["ticket__id", "idempotency_key", "name"]
+    search_fields = ["idempotency_key", "name"]
 
 
 @admin.register(TicketLease)
 class TicketLeaseAdmin(ReadOnlyAdmin):
     list_display = ["ticket", "owner", "epoch", "expires_at", "acquired_at"]
-    search_fields = ["ticket__id", "owner"]
+    search_fields = ["owner"]
 
 
 # Reconciling writes (a refund settled or failed, the customer told, the ticket handed to a person):
@@ -298,7 +298,7 @@ class RefundAdmin(ReadOnlyAdmin):
     list_display = ["id", "ticket", "order", refund_amount, "status", "provider_refund_id", "updated_at"]
     list_select_related = ["ticket", "order"]
     list_filter = ["status", "currency"]
-    search_fields = ["ticket__id", "order__number", "idempotency_key", "provider_refund_id"]
+    search_fields = ["order__number", "idempotency_key", "provider_refund_id"]
     fields = [
         "ticket", "order", "tool_call", "idempotency_key", "amount", "reason", "status", "provider_status",
         "escalated_at", "provider_refund_id", "attempts", "error", "created_at", "updated_at",

@@ -11,7 +11,7 @@ from agents.models import ApprovalPolicy, ToolApprovalRule
 from agents.profiles import POLICY_FIELDS, active_profile, enabled_tools, profile_follow_policy_tables
 from approvals import selectors
 from approvals.models import ApprovalRequest
-from tickets.admin import IdsChecked, PageReadForm, ReadOnlyInline, TicketAdmin
+from tickets.admin import IdsChecked, OfATicket, PageReadForm, ReadOnlyInline, TicketAdmin
 
 
 class FollowsTheActiveVersion(PageReadForm):
@@ -132,11 +132,11 @@ def _fields_with_amount() -> list[str]:
 
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(IdsChecked):
+class ApprovalRequestAdmin(OfATicket, IdsChecked):
     list_display = ["id", "ticket", "tool_name", "amount", "status", "requested_at", "expires_at", "decided_by"]
     list_filter = ["status", "tool_name"]
     list_select_related = ["ticket", "decided_by"]
-    search_fields = ["ticket__id", "ticket__customer__email"]
+    search_fields = ["ticket__customer__email"]  # and a ticket's number (OfATicket)
     # Decisions go through approvals.services (the dashboard); here a request is read.
     fields = [*_fields_with_amount(), "other_refunds_on_order"]
     readonly_fields = fields

@@ -387,6 +387,21 @@ def ticket_id_in(search_term: str) -> int | None:
     return int(term)
 
 
+class OfATicket(admin.ModelAdmin):
+    """A list of rows that each belong to a ticket (its timeline, runs, calls, refunds...): a ticket's
+    number in the search ("12", "#12") lists that ticket's rows only, as the ticket list finds that
+    ticket only. Searched as text, "1" listed the rows of tickets 1, 10, 11... and of customers whose
+    email has a 1 in it, and a bulk action on what the search showed acted on other tickets' rows."""
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        ticket_id = ticket_id_in(search_term)
+        if ticket_id is None:
+            return super().get_search_results(request, queryset, search_term)
+        return queryset.filter(ticket_id=ticket_id), False
+
+
 class TicketAdminForm(PageReadForm):
     """The ticket's page in the admin: a take-over meanwhile is never undone by a stale page."""
 
@@ -582,13 +597,13 @@ class TicketAdmin(IdsChecked):
 
 
 @admin.register(TicketEvent)
-class TicketEventAdmin(IdsChecked):
+class TicketEventAdmin(OfATicket, IdsChecked):
     """The timeline is written by the services only; here it is read."""
 
     list_display = ["ticket", "seq", "kind", "actor_kind", "actor_user", "actor_ref", "created_at"]
     list_filter = ["kind", "actor_kind"]
     list_select_related = ["ticket", "actor_user"]
-    search_fields = ["ticket__id__exact", "kind"]
+    search_fields = ["kind"]  # and a ticket's number (OfATicket)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
