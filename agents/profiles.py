@@ -341,6 +341,9 @@ def profile_follow_policy_tables(
     tool_rules = [
         {**t, "requires_approval": rules.get(t["name"], t.get("requires_approval", False))} for t in base.tools
     ]
+    if approval_policy == (base.approval_policy or {}) and tool_rules == base.tools:
+        # The active version reads so already (the same page sent twice): no version that changes nothing.
+        return None
     return profile_new_version(changes={"approval_policy": approval_policy, "tools": tool_rules}, user=user, note=note)
 
 

@@ -30,7 +30,9 @@ class FollowsTheActiveVersion(PageReadForm):
     def clean(self) -> dict:
         cleaned = super().clean()
         active = active_profile().version
-        if cleaned.get("profile_version") != active:
+        # The same page sent twice (a double click on Save) finds the version its first sending made: its
+        # change is saved already, nothing to refuse (and no version is made for it again).
+        if cleaned.get("profile_version") != active and not self.already_as_asked():
             raise forms.ValidationError(
                 f"The agent profile changed since this page was opened (version {active} is active now). "
                 "Reload the page and make your change again."

@@ -142,6 +142,16 @@ class PageReadForm(forms.ModelForm):
         """A value as posted, as ``values_of`` reads it from the row."""
         return _plain(self.cleaned_data[name])
 
+    def already_as_asked(self, now: dict[str, Any] | None = None) -> bool:
+        """Does the row (``now``: its ``values_of``, else read) already read all that the page changed,
+        and did it change something? Then it is the same page sent again, its change already saved."""
+        changed = self.changed_on_the_page()
+        if not self.instance.pk or not changed or any(name not in self.cleaned_data for name in changed):
+            return False
+        if now is None:
+            now = self.values_of(type(self.instance)._default_manager.get(pk=self.instance.pk))
+        return all(now[name] == self.posted(name) for name in changed)
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         read = self.page_values()
@@ -155,8 +165,7 @@ class PageReadForm(forms.ModelForm):
             rows = rows.select_for_update()
         now = self.values_of(rows.get(pk=self.instance.pk))
         changed = self.changed_on_the_page()
-        posted = {name: self.posted(name) for name in changed}
-        if changed and all(now[name] == posted[name] for name in changed):
+        if self.already_as_asked(now):
             # The row already reads all that the page asks (the same page sent twice, a double click on
             # Save): nothing would be written over anyone, so it is no conflict.
             return cleaned
