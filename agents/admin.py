@@ -30,7 +30,7 @@ from agents.profiles import (
     tools_problems,
     version_changed_words,
 )
-from agents.refunds import refund_reconcile
+from agents.refunds import ReconcileRound, refund_reconcile
 from agents.selectors import refund_asked_on
 from agents.tasks import ring
 from agents.tools import REGISTRY
@@ -286,10 +286,20 @@ def reconcile_refunds(modeladmin: admin.ModelAdmin, request: HttpRequest, querys
     if not request.user.has_perm(RECONCILE_PERMISSION):
         raise PermissionDenied
     results: dict[str, int] = {}
+    # One round for the selection, as the reconciler's: a provider that does not answer is asked once,
+    # not once a refund (a timeout each held the page for as many timeouts as refunds were selected).
+    this_round = ReconcileRound()
     for refund in queryset.select_related("order"):
-        status = refund_reconcile(refund=refund, by=request.user)
+        status = refund_reconcile(refund=refund, by=request.user, this_round=this_round)
         results[status] = results.get(status, 0) + 1
     summary = ", ".join(f"{count} {status}" for status, count in sorted(results.items()))
+    if this_round.unreachable is not None:
+        messages.warning(
+            request,
+            f"The payment provider did not answer ({this_round.unreachable}). Refunds now: {summary}. Those still "
+            "open are asked again at the reconciler's next round; any open too long went to a person.",
+        )
+        return
     messages.success(request, f"Reconciled: {summary or 'nothing selected'}.")
 
 
