@@ -22,6 +22,7 @@ from django.db.models import Exists, Model, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
@@ -630,6 +631,12 @@ class HelpArticleAdmin(IdsChecked):
     search_fields = ["title", "body"]
     prepopulated_fields = {"slug": ["title"]}
     exclude = ["search_vector"]
+    # Dated by each save: a field of the form, it kept the first writing's time unless retyped.
+    readonly_fields = ["updated_at"]
+
+    def save_model(self, request: HttpRequest, obj: HelpArticle, form: Any, change: bool) -> None:
+        obj.updated_at = timezone.now()
+        super().save_model(request, obj, form, change)
 
 
 class PageReadManyForm(PageReadForm):
