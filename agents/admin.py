@@ -31,12 +31,12 @@ from agents.profiles import (
     version_changed_words,
 )
 from agents.refunds import ReconcileRound, refund_reconcile
-from agents.selectors import refund_asked_on
+from agents.selectors import refund_asked_on, refunded_total_cents
 from agents.tasks import ring
 from agents.tools import REGISTRY
 from tickets import pages
 from tickets import services as ticket_services
-from tickets.admin import IdsChecked, OfATicket, OrderAdmin, ReadOnlyInline, StaffUserAdmin, TicketAdmin
+from tickets.admin import IdsChecked, OfATicket, OrderAdmin, OrderAdminForm, ReadOnlyInline, StaffUserAdmin, TicketAdmin
 from tickets.models import Ticket
 from tickets.money import format_money
 
@@ -80,9 +80,12 @@ if (AgentProfile, "created_by") not in StaffUserAdmin.named_on_the_ledger:
     StaffUserAdmin.named_on_the_ledger.append((AgentProfile, "created_by"))
 
 
-# The order's admin keeps what it was paid against once money was asked for on it.
+# The order's admin keeps what it was paid against once money was asked for on it, and its total no
+# lower than what was refunded on it.
 if refund_asked_on not in OrderAdmin.money_asked_on:
     OrderAdmin.money_asked_on.append(refund_asked_on)
+if refunded_total_cents not in OrderAdminForm.refunded_on:
+    OrderAdminForm.refunded_on.append(refunded_total_cents)
 
 
 class FailingTicketsFilter(admin.SimpleListFilter):

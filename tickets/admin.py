@@ -221,7 +221,24 @@ class OrderLineInline(admin.TabularInline):
 
 
 class OrderAdminForm(PageReadForm):
-    """An order's page: a status a refund set meanwhile (refunded) is never put back by a page read before."""
+    """An order's page: a status a refund set meanwhile (refunded) is never put back by a page read before,
+    and the total is never set below what was refunded on the order."""
+
+    # What was (or may have been) refunded on an order, in cents: the app that moves money says (agents/admin.py).
+    refunded_on: list[Callable[[Order], int]] = []
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        total = cleaned.get("total_cents")
+        if self.instance.pk and total is not None and "total_cents" in self.changed_data:
+            refunded = max((refunded_on(self.instance) for refunded_on in self.refunded_on), default=0)
+            if total < refunded:
+                self.add_error(
+                    "total_cents",
+                    f"{format_money(refunded, self.instance.currency)} was refunded on this order (paid, pending or "
+                    "uncertain): its total cannot be less. Nothing was saved.",
+                )
+        return cleaned
 
     editable = (
         "number", "customer", "status", "currency", "total_cents", "payment_reference", "placed_at", "shipped_at",
