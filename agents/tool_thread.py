@@ -97,6 +97,9 @@ class _ToolThread:
         caller = connections[DEFAULT_DB_ALIAS]
         own = copy.deepcopy(caller.settings_dict)
         own["OPTIONS"].pop("pool", None)
+        # Told apart from the worker's own session where operators look (pg_stat_activity).
+        name = own["OPTIONS"].get("application_name") or ""
+        own["OPTIONS"]["application_name"] = f"{name} (tool calls)".strip()[:63]
         connections[DEFAULT_DB_ALIAS] = self.db = type(caller)(own, DEFAULT_DB_ALIAS)
         self.ready.set()
         try:
