@@ -66,6 +66,34 @@ def register(monkeypatch: pytest.MonkeyPatch, tool: Tool) -> None:
     AgentProfile.objects.filter(pk=profile.pk).update(tools=tools)
 
 
+def customer_asks_for(  # noqa: PLR0913
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    description: str,
+    policy: str,
+    handler: Any,
+    *,
+    reconcile: Any = None,
+    every_step: bool = False,
+    subject: str,
+    body: str,
+) -> tuple[Any, AsksFor]:
+    """A tool of one's own (``register``), and a customer's ticket whose model asks for it: (ticket, model)."""
+    register(
+        monkeypatch,
+        Tool(
+            name=name,
+            description=description,
+            parameters={"type": "object", "properties": {}},
+            replay_policy=policy,
+            handler=handler,
+            reconcile=reconcile,
+        ),
+    )
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject=subject, body=body)
+    return ticket, AsksFor(name, every_step=every_step)
+
+
 class Hangs:
     """A handler that hangs on its first call (for LATE seconds, then goes on to ``effect``) and
     answers at once after; records what each attempt ended with."""
@@ -116,19 +144,16 @@ def test_a_keyed_call_that_hangs_past_the_bound_is_settled_by_its_key_and_its_la
 ):
     settings.AGENT_TOOL_TIMEOUT_SECONDS = 1.0
     handler = Hangs(_note)
-    register(
+    ticket, model = customer_asks_for(
         monkeypatch,
-        Tool(
-            name="book_pickup",
-            description="Book a courier pickup.",
-            parameters={"type": "object", "properties": {}},
-            replay_policy=ReplayPolicy.KEYED,
-            handler=handler,
-            reconcile=_reconcile_note,
-        ),
+        "book_pickup",
+        "Book a courier pickup.",
+        ReplayPolicy.KEYED,
+        handler,
+        reconcile=_reconcile_note,
+        subject="Return",
+        body="Please collect it",
     )
-    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Return", body="Please collect it")
-    model = AsksFor("book_pickup")
 
     first = advance(ticket.pk, model=model)
 
@@ -167,19 +192,16 @@ def test_a_keyed_call_whose_effect_landed_before_the_bound_is_found_by_its_key_a
         threading.Event().wait(LATE)  # the answer never comes back in time
         return result
 
-    register(
+    ticket, model = customer_asks_for(
         monkeypatch,
-        Tool(
-            name="book_pickup",
-            description="Book a courier pickup.",
-            parameters={"type": "object", "properties": {}},
-            replay_policy=ReplayPolicy.KEYED,
-            handler=writes_then_hangs,
-            reconcile=_reconcile_note,
-        ),
+        "book_pickup",
+        "Book a courier pickup.",
+        ReplayPolicy.KEYED,
+        writes_then_hangs,
+        reconcile=_reconcile_note,
+        subject="Return",
+        body="Please collect it",
     )
-    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Return", body="Please collect it")
-    model = AsksFor("book_pickup")
 
     assert advance(ticket.pk, model=model).state == "retry"
     retry_time_comes(ticket.pk)
@@ -201,18 +223,15 @@ def test_a_never_call_that_hangs_is_uncertain_not_repeated_and_its_late_send_is_
         return {"sent": True}
 
     handler = Hangs(send)
-    register(
+    ticket, model = customer_asks_for(
         monkeypatch,
-        Tool(
-            name="text_the_customer",
-            description="Send the customer a text message.",
-            parameters={"type": "object", "properties": {}},
-            replay_policy=ReplayPolicy.NEVER,
-            handler=handler,
-        ),
+        "text_the_customer",
+        "Send the customer a text message.",
+        ReplayPolicy.NEVER,
+        handler,
+        subject="Hi",
+        body="Text me the code",
     )
-    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Hi", body="Text me the code")
-    model = AsksFor("text_the_customer")
 
     assert advance(ticket.pk, model=model).state == "retry"
 
@@ -236,19 +255,17 @@ def test_a_safe_call_that_hangs_on_every_try_parks_the_ticket_with_a_person(monk
         released.wait(LATE)
         return {"stock": 3}
 
-    register(
-        monkeypatch,
-        Tool(
-            name="check_stock",
-            description="Check the warehouse's stock.",
-            parameters={"type": "object", "properties": {}},
-            replay_policy=ReplayPolicy.SAFE,
-            handler=hangs,
-        ),
-    )
     settings.AGENT_MAX_CONSECUTIVE_FAILURES = 3
-    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Stock", body="Is it in stock?")
-    model = AsksFor("check_stock", every_step=True)
+    ticket, model = customer_asks_for(
+        monkeypatch,
+        "check_stock",
+        "Check the warehouse's stock.",
+        ReplayPolicy.SAFE,
+        hangs,
+        every_step=True,
+        subject="Stock",
+        body="Is it in stock?",
+    )
 
     states = []
     try:
@@ -288,19 +305,16 @@ def test_a_keyed_call_whose_look_up_under_its_key_hangs_fails_the_pass_and_is_no
         threading.Event().wait(LATE)  # the courier's API does not answer the look-up in time
         return None
 
-    register(
+    ticket, model = customer_asks_for(
         monkeypatch,
-        Tool(
-            name="book_pickup",
-            description="Book a courier pickup.",
-            parameters={"type": "object", "properties": {}},
-            replay_policy=ReplayPolicy.KEYED,
-            handler=crashes_once,
-            reconcile=look_up_hangs,
-        ),
+        "book_pickup",
+        "Book a courier pickup.",
+        ReplayPolicy.KEYED,
+        crashes_once,
+        reconcile=look_up_hangs,
+        subject="Return",
+        body="Please collect it",
     )
-    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Return", body="Please collect it")
-    model = AsksFor("book_pickup")
     assert advance(ticket.pk, model=model).state == "retry"
     retry_time_comes(ticket.pk)
 
