@@ -7,8 +7,6 @@ words of an answer being streamed nor the conversation reach a browser whose ses
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
@@ -18,18 +16,14 @@ from django.test import Client
 from django.utils import timezone
 
 from support.asgi import application
-from tests.workers import purge_stream_buffers, wait_until
+from tests.tickets.test_socket_ends_with_sign_in import _frames_until_quiet, _no_stream_left_over  # noqa: F401 (a fixture)
+from tests.workers import wait_until
 from tickets import realtime, services
 from tickets.models import AuthorKind, Customer, Ticket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SESSION_SECONDS = 3
-
-
-@pytest.fixture(autouse=True)
-def _no_stream_left_over() -> None:
-    purge_stream_buffers()
 
 
 @pytest.fixture
@@ -52,17 +46,6 @@ def _socket_with_a_short_session(customer: Customer, ticket: Ticket, seconds: in
 
 def _expired(key: str) -> bool:
     return not Session.objects.filter(session_key=key, expire_date__gt=timezone.now()).exists()
-
-
-async def _frames_until_quiet(ws: WebsocketCommunicator, quiet: float = 1.0) -> list[dict]:
-    frames = []
-    while not await ws.receive_nothing(timeout=quiet):
-        output = await ws.receive_output(timeout=1)
-        if output["type"] == "websocket.close":
-            frames.append({"type": "closed", "code": output.get("code")})
-            break
-        frames.append(json.loads(output["text"]))
-    return frames
 
 
 def test_a_socket_whose_session_expired_gets_no_more_words_and_closes(customer, ticket):
