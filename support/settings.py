@@ -520,7 +520,27 @@ AGENT_OUTAGE_RETRY_MAX_SECONDS = env_int("AGENT_OUTAGE_RETRY_MAX_SECONDS", 30, m
 # The longest one tool call may run (its handler, or a reconcile hook asking what happened under its
 # key): past it the call is given up by its replay policy (agents.tool_thread) and the pass's failure
 # counted, instead of holding the worker and the ticket until Celery's soft time limit.
-AGENT_TOOL_TIMEOUT_SECONDS = env_seconds("AGENT_TOOL_TIMEOUT_SECONDS", 30.0)
+AGENT_TOOL_TIMEOUT_SECONDS = env_seconds("AGENT_TOOL_TIMEOUT_SECONDS", 120.0)
+
+
+def refund_tries_seconds() -> float:
+    """The longest a refund's call waits on a payment provider that accepts and never answers: the
+    payment's refunds read, then the refund sent, each with all its tries (REFUND_PROVIDER_ATTEMPTS,
+    PAYMENTS_TIMEOUT_SECONDS each) and the backoff between them (jittered, capped: agents.refunds)."""
+    first = max(0, REFUND_RETRY_FIRST_WAIT_MS) / 1000
+    cap = max(first, REFUND_RETRY_MAX_WAIT_MS / 1000)
+    waits = sum(min(first * 2**n + first, cap) for n in range(REFUND_PROVIDER_ATTEMPTS - 1))
+    return 2 * (REFUND_PROVIDER_ATTEMPTS * PAYMENTS_TIMEOUT_SECONDS + waits)
+
+
+# A provider that does not answer is an outage, waited out for AGENT_OUTAGE_PATIENCE_SECONDS: cut
+# short by the tool call's bound, it would be counted as the ticket's failure and parked after a few.
+if AGENT_TOOL_TIMEOUT_SECONDS <= refund_tries_seconds():
+    raise ImproperlyConfigured(
+        f"AGENT_TOOL_TIMEOUT_SECONDS={AGENT_TOOL_TIMEOUT_SECONDS:g} must be above a refund's tries at a payment "
+        f"provider that does not answer ({refund_tries_seconds():g} s: REFUND_PROVIDER_ATTEMPTS x "
+        "PAYMENTS_TIMEOUT_SECONDS and the backoff between them, for the payment's refunds and the refund)"
+    )
 # What the agent accepts from a model in one step (agents.llm.validate_response).
 AGENT_MAX_REPLY_CHARS = env_int("AGENT_MAX_REPLY_CHARS", 16000, minimum=1)
 AGENT_MAX_TOOL_CALLS_PER_STEP = env_int("AGENT_MAX_TOOL_CALLS_PER_STEP", 16, minimum=1)

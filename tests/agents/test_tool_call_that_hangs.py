@@ -403,7 +403,8 @@ def test_a_tool_that_hangs_on_every_try_parks_its_ticket_and_the_worker_answers_
     profile = active_profile()
     tools = [*profile.tools, {"name": HANGING.name, "replay_policy": ReplayPolicy.SAFE, "requires_approval": False}]
     AgentProfile.objects.filter(pk=profile.pk).update(model=f"{__name__}.StockOrHello", tools=tools)
-    cluster.worker(AGENT_TOOL_TIMEOUT_SECONDS="2")  # solo pool: one task at a time
+    # solo pool: one task at a time; a bound of 2 s is above a refund's tries only with a provider this quick
+    cluster.worker(AGENT_TOOL_TIMEOUT_SECONDS="2", PAYMENTS_TIMEOUT_SECONDS="0.5", REFUND_PROVIDER_ATTEMPTS="1")
     cluster.beat()
 
     stuck, _ = ticket_services.ticket_open(customer=make_customer(), subject="Stock", body="Is the lamp in stock?")

@@ -99,6 +99,9 @@ def start_django(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]
                 ("PAYMENTS_TIMEOUT_SECONDS", "0", "PAYMENTS_TIMEOUT_SECONDS='0' must be a positive number"),
                 ("AGENT_TOOL_TIMEOUT_SECONDS", "ten", "AGENT_TOOL_TIMEOUT_SECONDS='ten' is not a number of seconds"),
                 ("AGENT_TOOL_TIMEOUT_SECONDS", "0", "AGENT_TOOL_TIMEOUT_SECONDS='0' must be a positive number"),
+                # Below a refund's tries at a provider that does not answer (2 x (4 x 10 s + 5 s)): such an
+                # outage would be cut short and counted as the ticket's failure instead of waited out.
+                ("AGENT_TOOL_TIMEOUT_SECONDS", "30", "AGENT_TOOL_TIMEOUT_SECONDS=30 must be above a refund's tries"),
                 ("AGENT_MODEL", "opnai-gpt-4o-mini", "AGENT_MODEL='opnai-gpt-4o-mini' is not 'offline'"),
                 ("AGENT_MODEL", "openai:", "AGENT_MODEL=openai: needs a model name"),
             ]
