@@ -201,8 +201,8 @@ class OpenAIChatModel:
         text_parts: list[str] = []
         # Each call with the stream index it came under, in the order the calls began; ``open_at`` holds the
         # call that index's deltas add to now.
-        calls: list[tuple[int, _ToolCallParts]] = []
-        open_at: dict[int, _ToolCallParts] = {}
+        calls: list[tuple[int | None, _ToolCallParts]] = []
+        open_at: dict[int | None, _ToolCallParts] = {}
         usage = Usage()
         model = self.model
         finish_reason: str | None = None
@@ -264,7 +264,10 @@ class OpenAIChatModel:
             raise ModelError(f"{self.name}: stream ended before a finish_reason", retryable=True)
 
         text = "".join(text_parts)
-        tool_calls = [parts.build() for _, parts in sorted(calls, key=lambda call: call[0])]  # stable: in order begun
+        # By index, stable: in the order begun among calls of one index, and wholly so for a server that
+        # sends no index at all (Google's OpenAI-compatible endpoint: each call whole in one delta).
+        in_order = sorted(calls, key=lambda call: -1 if call[0] is None else call[0])
+        tool_calls = [parts.build() for _, parts in in_order]
         if not reported:
             # The server sent no usage (llama.cpp, even when asked): estimate it, so the
             # token budget still advances, and say so on the step.

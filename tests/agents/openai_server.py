@@ -22,6 +22,9 @@ rather than an ordinary end of body.
   ``index`` 0, told apart only by its ``id`` (and its name, sent with it).
 - ``"poolside"``: as Poolside's: the deltas after a tool call's first carry
   an ``id`` other than the first's, and no name.
+- ``"gemini"``: as Google's OpenAI-compatible endpoint (and Ollama's older
+  ones): tool-call deltas carry no ``index`` at all; each call comes whole,
+  its id, name and arguments in one delta.
 """
 
 from __future__ import annotations
@@ -402,6 +405,11 @@ class _Chunks:
         if isinstance(item, _ToolCalls):
             for n, (call_id, name, arguments) in enumerate(item.calls):
                 index = 0 if self.dialect == "ollama" else n
+                if self.dialect == "gemini":  # no index, the call whole in one delta
+                    pieces += 1
+                    whole = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+                    yield self.chunk({"tool_calls": [whole]})
+                    continue
                 yield self.chunk(
                     {
                         "tool_calls": [
