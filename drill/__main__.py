@@ -365,6 +365,16 @@ def _live_leases(ticket_ids: list[int]) -> list[int]:
         return [int(row[0]) for row in cursor.fetchall()]
 
 
+def _decided_not_applied(ticket_ids: list[int]) -> Any:
+    """Calls staff decided on that wait, with their paused run, for a pass to apply the decision."""
+    from agents.models import ACTIVE_RUN_STATUSES, CallStatus, ToolCall
+
+    return ToolCall.objects.filter(
+        ticket_id__in=ticket_ids, status=CallStatus.AWAITING_APPROVAL, approval_decision__isnull=False,
+        run__status__in=ACTIVE_RUN_STATUSES,
+    )  # fmt: skip
+
+
 def _at_rest(ticket_ids: list[int]) -> bool:
     """Nothing left to do and nobody doing it. Read in an order in which work cannot slip between the
     reads: a run starts only from a message not yet taken in, so messages are read before runs."""
@@ -381,6 +391,8 @@ def _at_rest(ticket_ids: list[int]) -> bool:
         return False
     if ToolCall.objects.filter(ticket_id__in=ticket_ids, status=CallStatus.AWAITING_CONFIRMATION).exists():
         return False
+    if _decided_not_applied(ticket_ids).exists():
+        return False  # approved (or rejected): the pass that carries the run on has not run yet
     if AgentRun.objects.filter(ticket_id__in=ticket_ids, status__in=[RunStatus.RUNNING]).exists():
         return False
     if Refund.objects.filter(ticket_id__in=ticket_ids, status__in=OPEN_REFUND_STATUSES).exists():
@@ -528,6 +540,8 @@ def check_invariants(
                 answered.violations.append(f"ticket {ticket.pk}: message {message.pk} has no answer")
         if AgentRun.objects.filter(ticket=ticket, status=RunStatus.RUNNING).exists():
             stuck.violations.append(f"ticket {ticket.pk}: a run is still running")
+        for call_id in _decided_not_applied([ticket.pk]).values_list("pk", flat=True):
+            stuck.violations.append(f"ticket {ticket.pk}: the decision on call {call_id} was never applied")
         if ticket.pk in live:
             lease = TicketLease.objects.get(ticket=ticket)
             stuck.violations.append(f"ticket {ticket.pk}: its lease is still held by {lease.owner}, alive")
