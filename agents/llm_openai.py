@@ -180,9 +180,12 @@ class OpenAIChatModel:
             # succeed.
             meter.check_time()  # the step's deadline cut it (only keep-alive comments, no chunk)
             status_code = getattr(exc, "status_code", None)
+            if status_code is None:
+                # An error event in a stream begun with 200: the status it would have had, from its body.
+                status_code = _status_of_error_event(getattr(exc, "body", None))
             raise ModelError(
                 f"{self.name}: stream interrupted: {exc}",
-                retryable=True,
+                retryable=status_code is None or _is_retryable_status(status_code),
                 status_code=status_code,
                 unreachable=isinstance(exc, openai.APIConnectionError),  # the connection dropped or timed out
             ) from exc
@@ -393,6 +396,35 @@ def _retry_after(response: httpx.Response | None) -> float | None:
             return max(0.0, when.timestamp() - time.time())
     except (TypeError, ValueError, OverflowError):
         return None
+
+
+# Error types that name what a status would (OpenAI's own ``server_error`` in a stream, others' words
+# for an overloaded or throttled upstream).
+_STATUS_OF_ERROR_TYPE = {
+    "server_error": 500,
+    "overloaded_error": 503,
+    "service_unavailable": 503,
+    "rate_limit_error": 429,
+    "rate_limit_exceeded": 429,
+}
+
+
+def _status_of_error_event(body: object) -> int | None:
+    """The HTTP status an error sent inside a stream stands for: a server that has begun its answer
+    with 200 reports a failure as an event ``{"error": {...}}``: OpenRouter with the status as its
+    ``code`` (502: the upstream model is down, 429: throttled), OpenAI with ``type: "server_error"``.
+    Read as the status it names, an upstream down is waited out as an outage (``agents.outage``), and
+    a refusal (403: moderation) is not tried again as if transient. None when the event says neither."""
+    if not isinstance(body, dict):
+        return None
+    for key in ("code", "status"):
+        value = body.get(key)
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if type(value) is int and 400 <= value <= 599:
+            return value
+    kind = body.get("type")
+    return _STATUS_OF_ERROR_TYPE.get(kind) if isinstance(kind, str) else None
 
 
 def _is_retryable_status(status_code: int) -> bool:

@@ -94,7 +94,13 @@ class _Stall:
     seconds: float
 
 
-_Script = _Text | _ToolCalls | _Error | _Drop | _Stall | _Truncated
+@dataclass
+class _ErrorInStream:
+    partial_text: str
+    error: dict[str, Any]
+
+
+_Script = _Text | _ToolCalls | _Error | _Drop | _Stall | _Truncated | _ErrorInStream
 
 
 @dataclass
@@ -143,6 +149,12 @@ class OpenAIServer:
     def enqueue_truncated_stream(self, partial_text: str) -> None:
         """Send ``partial_text`` and end the stream properly, but without a finish_reason."""
         self._push(_Truncated(partial_text))
+
+    def enqueue_error_mid_stream(self, partial_text: str, error: dict[str, Any]) -> None:
+        """Start a stream (HTTP 200), send ``partial_text``, then an event ``{"error": error}`` and end it,
+        as OpenRouter reports what went wrong once the answer has begun (its ``code`` the HTTP status
+        the error would have had), and OpenAI its ``server_error``."""
+        self._push(_ErrorInStream(partial_text, error))
 
     def enqueue_stall_mid_stream(self, partial_text: str, *, seconds: float) -> None:
         """Start a stream, send ``partial_text``, then go silent for ``seconds`` and close.
@@ -279,6 +291,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if isinstance(item, _Truncated):
             self._stream_truncated(body, item)
+            return
+        if isinstance(item, _ErrorInStream):
+            self._start_stream()
+            for chunk in _Chunks(body, include_usage=False).text_deltas(item.partial_text):
+                self._send_event(json.dumps(chunk))
+            self._send_event(json.dumps({"error": item.error}))
+            self._end_stream()
             return
         if body.get("stream"):
             self._stream(body, item)

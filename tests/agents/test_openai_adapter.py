@@ -332,3 +332,42 @@ def test_the_loop_waits_at_least_what_the_server_asked_with_jitter_otherwise():
     assert retry_delay(1, retry_after=7.0) >= 7.0
     delays = {retry_delay(3) for _ in range(20)}
     assert all(4.0 <= d <= 8.0 for d in delays) and len(delays) > 1
+
+
+# --- errors sent inside a stream that began with HTTP 200 -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        ({"code": 502, "message": "The model is down or sent an invalid response"}, 502),  # OpenRouter
+        ({"code": 429, "message": "Rate limit exceeded upstream"}, 429),
+        ({"code": "503", "message": "No provider available"}, 503),
+        ({"message": "The server had an error while processing your request.", "type": "server_error",
+          "param": None, "code": None}, 500),  # OpenAI's own
+    ],
+)  # fmt: skip
+def test_an_outage_reported_inside_a_stream_is_an_outage_of_the_model(openai_server, error, status):
+    from agents.outage import is_outage
+
+    openai_server.enqueue_error_mid_stream("Let me", error)
+
+    with pytest.raises(ModelError) as caught:
+        make_model(openai_server).complete(messages=MESSAGES, tools=[])
+
+    assert caught.value.status_code == status
+    assert caught.value.retryable is True
+    assert is_outage(caught.value), "an overloaded or down upstream counted as a failure of the ticket"
+    assert len(openai_server.requests) == 1
+
+
+def test_a_refusal_reported_inside_a_stream_is_not_tried_again_as_if_transient(openai_server):
+    from agents.outage import is_outage
+
+    openai_server.enqueue_error_mid_stream("", {"code": 403, "message": "Your input was flagged by moderation"})
+
+    with pytest.raises(ModelError) as caught:
+        make_model(openai_server).complete(messages=MESSAGES, tools=[])
+
+    assert caught.value.status_code == 403
+    assert caught.value.retryable is False and not is_outage(caught.value)
