@@ -227,7 +227,11 @@ class OpenAIChatModel:
                 # We never ask for n > 1.
                 if choice.index != 0:
                     continue
+                if choice.finish_reason is not None:
+                    finish_reason = choice.finish_reason
                 delta = choice.delta
+                if delta is None:
+                    continue  # Azure's finishing chunk says "delta": null where others send {}
                 # A refusal is what the model says instead of an answer; the
                 # customer should see it like any other text.
                 for piece in (delta.content, delta.refusal):
@@ -258,8 +262,6 @@ class OpenAIChatModel:
                             parts.arguments.append(call.function.arguments)
                             parts.length += len(call.function.arguments)
                             meter.add_arguments(parts.number, call.function.arguments, parts.length)
-                if choice.finish_reason is not None:
-                    finish_reason = choice.finish_reason
 
         if finish_reason is None:
             # The server closed the stream cleanly but before the model said it

@@ -22,6 +22,8 @@ rather than an ordinary end of body.
   ``index`` 0, told apart only by its ``id`` (and its name, sent with it).
 - ``"poolside"``: as Poolside's: the deltas after a tool call's first carry
   an ``id`` other than the first's, and no name.
+- ``"azure"``: as Azure OpenAI's (in some of its versions): the finishing chunk
+  carries ``"delta": null`` instead of an empty delta.
 - ``"gemini"``: as Google's OpenAI-compatible endpoint (and Ollama's older
   ones): tool-call deltas carry no ``index`` at all; each call comes whole,
   its id, name and arguments in one delta.
@@ -458,7 +460,10 @@ class _Chunks:
                 final["usage"] = _usage(item.prompt_tokens, completion_tokens)
             yield final
             return
-        yield self.chunk({}, finish_reason=finish)
+        final = self.chunk({}, finish_reason=finish)
+        if self.dialect == "azure":
+            final["choices"][0]["delta"] = None
+        yield final
         if self.include_usage:
             yield {
                 "id": self.id,

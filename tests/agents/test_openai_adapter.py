@@ -243,7 +243,7 @@ def test_an_endpoint_without_a_key_is_reached_with_a_placeholder_key(openai_serv
 TWO_CALLS = [("lookup_order", {"order_number": "A-1001"}), ("lookup_order", {"order_number": "B-2002"})]
 
 
-@pytest.mark.parametrize("dialect", ["openai", "llama.cpp", "litellm", "ollama", "poolside", "gemini"])
+@pytest.mark.parametrize("dialect", ["openai", "llama.cpp", "litellm", "ollama", "poolside", "gemini", "azure"])
 def test_tool_calls_are_assembled_by_index_whatever_the_server_repeats(dialect):
     server = OpenAIServer(dialect=dialect).start()
     try:
@@ -259,6 +259,20 @@ def test_tool_calls_are_assembled_by_index_whatever_the_server_repeats(dialect):
     ]
     assert [json.loads(c.arguments) for c in response.tool_calls] == [args for _, args in TWO_CALLS]
     assert response.finish_reason == "tool_calls"
+
+
+def test_a_finishing_chunk_with_a_null_delta_ends_the_answer_it_finishes():
+    server = OpenAIServer(dialect="azure").start()
+    try:
+        server.enqueue_text("Your order ships tomorrow.")
+        tokens: list[str] = []
+
+        response = make_model(server).complete(messages=MESSAGES, tools=[], on_token=tokens.append)
+    finally:
+        server.stop()
+
+    assert response.text == "Your order ships tomorrow." == "".join(tokens)
+    assert response.finish_reason == "stop"
 
 
 def test_a_server_that_reports_no_usage_gets_an_estimate_marked_as_such():
