@@ -258,10 +258,15 @@ class OpenAIChatModel:
                     if call.function is not None:
                         if call.function.name and not parts.name:
                             parts.name = call.function.name
-                        if call.function.arguments:
-                            parts.arguments.append(call.function.arguments)
-                            parts.length += len(call.function.arguments)
-                            meter.add_arguments(parts.number, call.function.arguments, parts.length)
+                        arguments = call.function.arguments
+                        if isinstance(arguments, dict | list):
+                            # Sent as a JSON object, whole, not as its text (Hugging Face TGI's server,
+                            # llama.cpp's with --tool-args-object): the text the model meant.
+                            arguments = json.dumps(arguments)
+                        if arguments:
+                            parts.arguments.append(arguments)
+                            parts.length += len(arguments)
+                            meter.add_arguments(parts.number, arguments, parts.length)
 
         if finish_reason is None:
             # The server closed the stream cleanly but before the model said it

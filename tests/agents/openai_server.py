@@ -24,6 +24,9 @@ rather than an ordinary end of body.
   an ``id`` other than the first's, and no name.
 - ``"azure"``: as Azure OpenAI's (in some of its versions): the finishing chunk
   carries ``"delta": null`` instead of an empty delta.
+- ``"arguments-object"``: as Hugging Face TGI's and llama.cpp's server with
+  ``--tool-args-object``: a tool call's arguments sent as a JSON object, whole,
+  not as JSON text.
 - ``"gemini"``: as Google's OpenAI-compatible endpoint (and Ollama's older
   ones): tool-call deltas carry no ``index`` at all; each call comes whole,
   its id, name and arguments in one delta.
@@ -426,6 +429,12 @@ class _Chunks:
         if isinstance(item, _ToolCalls):
             for n, (call_id, name, arguments) in enumerate(item.calls):
                 index = 0 if self.dialect == "ollama" else n
+                if self.dialect == "arguments-object":  # the arguments as an object, whole
+                    pieces += 1
+                    function = {"name": name, "arguments": json.loads(arguments)}
+                    yield self.chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                                                      "function": function}]})  # fmt: skip
+                    continue
                 if self.dialect == "gemini":  # no index, the call whole in one delta
                     pieces += 1
                     whole = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}

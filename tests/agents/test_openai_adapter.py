@@ -243,7 +243,9 @@ def test_an_endpoint_without_a_key_is_reached_with_a_placeholder_key(openai_serv
 TWO_CALLS = [("lookup_order", {"order_number": "A-1001"}), ("lookup_order", {"order_number": "B-2002"})]
 
 
-@pytest.mark.parametrize("dialect", ["openai", "llama.cpp", "litellm", "ollama", "poolside", "gemini", "azure"])
+@pytest.mark.parametrize(
+    "dialect", ["openai", "llama.cpp", "litellm", "ollama", "poolside", "gemini", "azure", "arguments-object"]
+)
 def test_tool_calls_are_assembled_by_index_whatever_the_server_repeats(dialect):
     server = OpenAIServer(dialect=dialect).start()
     try:
