@@ -223,7 +223,7 @@ class OpenAIChatModel:
                     prompt_tokens=chunk.usage.prompt_tokens or 0,
                     completion_tokens=chunk.usage.completion_tokens or 0,
                 )
-            for choice in chunk.choices:
+            for choice in chunk.choices or ():  # null on some gateways' usage chunk, where others send []
                 # We never ask for n > 1.
                 if choice.index != 0:
                     continue

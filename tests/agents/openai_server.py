@@ -22,8 +22,11 @@ rather than an ordinary end of body.
   ``index`` 0, told apart only by its ``id`` (and its name, sent with it).
 - ``"poolside"``: as Poolside's: the deltas after a tool call's first carry
   an ``id`` other than the first's, and no name.
-- ``"azure"``: as Azure OpenAI's (in some of its versions): the finishing chunk
-  carries ``"delta": null`` instead of an empty delta.
+- ``"azure"``: as Azure OpenAI's (in some of its versions): a content-filter
+  chunk with ``"delta": null`` in the middle of the answer, and the finishing
+  chunk carries ``"delta": null`` instead of an empty delta.
+- ``"choices-null"``: as some gateways in front of other vendors' models: the
+  usage chunk says ``"choices": null`` instead of an empty list.
 - ``"arguments-object"``: as Hugging Face TGI's and llama.cpp's server with
   ``--tool-args-object``: a tool call's arguments sent as a JSON object, whole,
   not as JSON text.
@@ -425,6 +428,10 @@ class _Chunks:
 
     def for_script(self, item: _Text | _ToolCalls) -> Iterator[dict[str, Any]]:
         yield from self.text_deltas(item.text)
+        if self.dialect == "azure":  # its content filter's verdict on the text so far, with no delta
+            filtered = self.chunk({})
+            filtered["choices"][0].update(delta=None, content_filter_results={"hate": {"filtered": False}})
+            yield filtered
         pieces = len(split_text(item.text))
         if isinstance(item, _ToolCalls):
             for n, (call_id, name, arguments) in enumerate(item.calls):
@@ -480,7 +487,7 @@ class _Chunks:
                 "created": self.created,
                 "model": self.model,
                 "system_fingerprint": "fp_test",
-                "choices": [],
+                "choices": None if self.dialect == "choices-null" else [],
                 "usage": _usage(item.prompt_tokens, completion_tokens),
             }
 

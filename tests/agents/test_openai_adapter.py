@@ -244,7 +244,8 @@ TWO_CALLS = [("lookup_order", {"order_number": "A-1001"}), ("lookup_order", {"or
 
 
 @pytest.mark.parametrize(
-    "dialect", ["openai", "llama.cpp", "litellm", "ollama", "poolside", "gemini", "azure", "arguments-object"]
+    "dialect",
+    ["openai", "llama.cpp", "litellm", "ollama", "poolside", "gemini", "azure", "arguments-object", "choices-null"],
 )
 def test_tool_calls_are_assembled_by_index_whatever_the_server_repeats(dialect):
     server = OpenAIServer(dialect=dialect).start()
@@ -263,8 +264,9 @@ def test_tool_calls_are_assembled_by_index_whatever_the_server_repeats(dialect):
     assert response.finish_reason == "tool_calls"
 
 
-def test_a_finishing_chunk_with_a_null_delta_ends_the_answer_it_finishes():
-    server = OpenAIServer(dialect="azure").start()
+@pytest.mark.parametrize("dialect", ["azure", "choices-null"])
+def test_chunks_with_a_null_delta_or_null_choices_are_read_past(dialect):
+    server = OpenAIServer(dialect=dialect).start()
     try:
         server.enqueue_text("Your order ships tomorrow.")
         tokens: list[str] = []
