@@ -223,9 +223,11 @@ class OpenAIChatModel:
                     prompt_tokens=chunk.usage.prompt_tokens or 0,
                     completion_tokens=chunk.usage.completion_tokens or 0,
                 )
-            for choice in chunk.choices or ():  # null on some gateways' usage chunk, where others send []
-                # We never ask for n > 1.
-                if choice.index != 0:
+            choices = chunk.choices or ()  # null on some gateways' usage chunk, where others send []
+            for choice in choices:
+                # We never ask for n > 1: a chunk's one choice is the answer's, whatever it is numbered
+                # (Foundry Local numbers it as the chunk, 0, 1, 2...; some gateways leave the number out).
+                if len(choices) > 1 and choice.index not in (0, None):
                     continue
                 if choice.finish_reason is not None:
                     finish_reason = choice.finish_reason

@@ -30,6 +30,9 @@ rather than an ordinary end of body.
 - ``"arguments-object"``: as Hugging Face TGI's and llama.cpp's server with
   ``--tool-args-object``: a tool call's arguments sent as a JSON object, whole,
   not as JSON text.
+- ``"numbered-chunks"``: as Microsoft's Foundry Local (and Hugging Face TGI
+  before 1.4.4): the one choice's ``index`` counts the chunks (0, 1, 2...).
+- ``"no-choice-index"``: as one-api's gateway did: no ``index`` on the choice.
 - ``"gemini"``: as Google's OpenAI-compatible endpoint (and Ollama's older
   ones): tool-call deltas carry no ``index`` at all; each call comes whole,
   its id, name and arguments in one delta.
@@ -404,9 +407,15 @@ class _Chunks:
         self.dialect = dialect
         # llama.cpp's server sends no usage in streams, asked or not.
         self.include_usage = include_usage and dialect != "llama.cpp"
+        self.sent = 0
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        if self.dialect == "numbered-chunks":  # the one choice numbered as the chunk, not as a choice
+            choice["index"] = self.sent
+        elif self.dialect == "no-choice-index":
+            del choice["index"]
+        self.sent += 1
         if self.dialect == "litellm" and finish_reason is None:
             del choice["finish_reason"]
         chunk: dict[str, Any] = {

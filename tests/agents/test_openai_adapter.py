@@ -245,8 +245,11 @@ TWO_CALLS = [("lookup_order", {"order_number": "A-1001"}), ("lookup_order", {"or
 
 @pytest.mark.parametrize(
     "dialect",
-    ["openai", "llama.cpp", "litellm", "ollama", "poolside", "gemini", "azure", "arguments-object", "choices-null"],
-)
+    [
+        "openai", "llama.cpp", "litellm", "ollama", "poolside", "gemini", "azure", "arguments-object", "choices-null",
+        "numbered-chunks", "no-choice-index",
+    ],
+)  # fmt: skip
 def test_tool_calls_are_assembled_by_index_whatever_the_server_repeats(dialect):
     server = OpenAIServer(dialect=dialect).start()
     try:
@@ -264,8 +267,8 @@ def test_tool_calls_are_assembled_by_index_whatever_the_server_repeats(dialect):
     assert response.finish_reason == "tool_calls"
 
 
-@pytest.mark.parametrize("dialect", ["azure", "choices-null"])
-def test_chunks_with_a_null_delta_or_null_choices_are_read_past(dialect):
+@pytest.mark.parametrize("dialect", ["azure", "choices-null", "numbered-chunks", "no-choice-index"])
+def test_an_answer_is_read_whole_whatever_its_chunks_say_of_their_one_choice(dialect):
     server = OpenAIServer(dialect=dialect).start()
     try:
         server.enqueue_text("Your order ships tomorrow.")
