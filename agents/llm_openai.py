@@ -236,7 +236,7 @@ class OpenAIChatModel:
                     continue  # Azure's finishing chunk says "delta": null where others send {}
                 # A refusal is what the model says instead of an answer; the
                 # customer should see it like any other text.
-                for piece in (delta.content, delta.refusal):
+                for piece in (_answer_text(delta.content), _answer_text(delta.refusal)):
                     if piece:
                         meter.add_text(piece)  # before the customer sees it
                         text_parts.append(piece)
@@ -377,6 +377,27 @@ class _CallerRaised(Exception):
     def __init__(self, original: BaseException) -> None:
         super().__init__(repr(original))
         self.original = original
+
+
+# The parts of a content list that are the answer's text (not the model's reasoning, nor anything else).
+_TEXT_PARTS = frozenset({"text", "output_text"})
+
+
+def _answer_text(content: object) -> str:
+    """The answer's text in a delta's ``content``: a string, as OpenAI sends it, or a list of parts, as
+    Databricks' gpt-oss endpoints do (``{"type": "text", "text": ...}``, beside ``{"type": "reasoning"}``
+    parts: the model's own thinking, never the customer's to read). Anything else carries no text."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    texts = []
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, dict) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+    return "".join(texts)
 
 
 def _compatible(message: Message) -> Message:

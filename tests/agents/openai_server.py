@@ -33,6 +33,9 @@ rather than an ordinary end of body.
 - ``"numbered-chunks"``: as Microsoft's Foundry Local (and Hugging Face TGI
   before 1.4.4): the one choice's ``index`` counts the chunks (0, 1, 2...).
 - ``"no-choice-index"``: as one-api's gateway did: no ``index`` on the choice.
+- ``"content-parts"``: as Databricks' gpt-oss endpoints: ``delta.content`` is a
+  list of parts, ``{"type": "text", "text": ...}`` for the answer and a
+  ``{"type": "reasoning", ...}`` part for the model's reasoning.
 - ``"gemini"``: as Google's OpenAI-compatible endpoint (and Ollama's older
   ones): tool-call deltas carry no ``index`` at all; each call comes whole,
   its id, name and arguments in one delta.
@@ -55,6 +58,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
+# What the ``content-parts`` dialect streams as the model's reasoning (never the customer's to read).
+REASONING = "The customer wants the status; I should check before answering."
 
 
 def split_text(text: str) -> list[str]:
@@ -432,8 +437,14 @@ class _Chunks:
 
     def text_deltas(self, text: str) -> Iterator[dict[str, Any]]:
         yield self.chunk({"role": "assistant", "content": "", "refusal": None})
+        if self.dialect == "content-parts":  # the model's reasoning first, as a part of its own
+            reasoning = {"type": "reasoning", "summary": [{"type": "summary_text", "text": REASONING}]}
+            yield self.chunk({"content": [reasoning]})
         for piece in split_text(text):
-            yield self.chunk({"content": piece})
+            if self.dialect == "content-parts":
+                yield self.chunk({"content": [{"type": "text", "text": piece}]})
+            else:
+                yield self.chunk({"content": piece})
 
     def for_script(self, item: _Text | _ToolCalls) -> Iterator[dict[str, Any]]:
         yield from self.text_deltas(item.text)

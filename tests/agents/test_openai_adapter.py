@@ -247,7 +247,7 @@ TWO_CALLS = [("lookup_order", {"order_number": "A-1001"}), ("lookup_order", {"or
     "dialect",
     [
         "openai", "llama.cpp", "litellm", "ollama", "poolside", "gemini", "azure", "arguments-object", "choices-null",
-        "numbered-chunks", "no-choice-index",
+        "numbered-chunks", "no-choice-index", "content-parts",
     ],
 )  # fmt: skip
 def test_tool_calls_are_assembled_by_index_whatever_the_server_repeats(dialect):
@@ -267,7 +267,7 @@ def test_tool_calls_are_assembled_by_index_whatever_the_server_repeats(dialect):
     assert response.finish_reason == "tool_calls"
 
 
-@pytest.mark.parametrize("dialect", ["azure", "choices-null", "numbered-chunks", "no-choice-index"])
+@pytest.mark.parametrize("dialect", ["azure", "choices-null", "numbered-chunks", "no-choice-index", "content-parts"])
 def test_an_answer_is_read_whole_whatever_its_chunks_say_of_their_one_choice(dialect):
     server = OpenAIServer(dialect=dialect).start()
     try:
