@@ -453,8 +453,11 @@ def _status_of_error_event(body: object) -> int | None:
             value = int(value)
         if type(value) is int and 400 <= value <= 599:
             return value
-    kind = body.get("type")
-    return _STATUS_OF_ERROR_TYPE.get(kind) if isinstance(kind, str) else None
+    for key in ("type", "code"):  # OpenRouter's code may be a word too ("server_error")
+        kind = body.get(key)
+        if isinstance(kind, str) and kind in _STATUS_OF_ERROR_TYPE:
+            return _STATUS_OF_ERROR_TYPE[kind]
+    return None
 
 
 def _is_retryable_status(status_code: int) -> bool:

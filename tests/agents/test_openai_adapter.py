@@ -364,6 +364,7 @@ def test_the_loop_waits_at_least_what_the_server_asked_with_jitter_otherwise():
         ({"code": 502, "message": "The model is down or sent an invalid response"}, 502),  # OpenRouter
         ({"code": 429, "message": "Rate limit exceeded upstream"}, 429),
         ({"code": "503", "message": "No provider available"}, 503),
+        ({"code": "server_error", "message": "Provider returned error"}, 500),
         ({"message": "The server had an error while processing your request.", "type": "server_error",
           "param": None, "code": None}, 500),  # OpenAI's own
     ],
@@ -382,13 +383,20 @@ def test_an_outage_reported_inside_a_stream_is_an_outage_of_the_model(openai_ser
     assert len(openai_server.requests) == 1
 
 
-def test_a_refusal_reported_inside_a_stream_is_not_tried_again_as_if_transient(openai_server):
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"code": 403, "message": "Your input was flagged by moderation"},  # OpenRouter
+        {"message": "invalid request", "type": "invalid_request", "code": 400},  # Perplexity, as its first event
+    ],
+)
+def test_a_refusal_reported_inside_a_stream_is_not_tried_again_as_if_transient(openai_server, error):
     from agents.outage import is_outage
 
-    openai_server.enqueue_error_mid_stream("", {"code": 403, "message": "Your input was flagged by moderation"})
+    openai_server.enqueue_error_mid_stream("", error)
 
     with pytest.raises(ModelError) as caught:
         make_model(openai_server).complete(messages=MESSAGES, tools=[])
 
-    assert caught.value.status_code == 403
+    assert caught.value.status_code == error["code"]
     assert caught.value.retryable is False and not is_outage(caught.value)
