@@ -64,3 +64,38 @@ def test_a_run_whose_approval_is_not_applied_yet_is_not_at_rest(monkeypatch, tak
     assert Message.objects.filter(ticket=ticket, author_kind=AuthorKind.AGENT, body="Done, as approved.").exists()
     assert _violations(ticket.pk, "every customer message answered or handed to a person") == []
     assert _violations(ticket.pk, "no ticket stuck") == []
+
+
+@pytest.mark.parametrize("held", ["for one look", "throughout"])
+def test_a_lease_is_stuck_only_when_it_stays_held(monkeypatch, held):
+    """After rest, a doorbell may still come (a sweep, a flushed broker's doorbells again) and its pass,
+    finding nothing to do, holds the ticket's lease for some milliseconds. The drill read such a
+    lease, taken between its rest and its checks, as a ticket stuck: "its lease is still held by
+    ..., alive" on two tickets that no worker held a moment later."""
+    import psycopg
+
+    import drill.__main__ as drill_main
+    from agents.lease import lock_key
+    from tests.conftest import conninfo_of_the_test_database
+
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Where is it?")
+    assert advance(ticket.pk).state == RunStatus.COMPLETED  # answered: the lease was taken and released
+    worker = psycopg.connect(conninfo_of_the_test_database(), autocommit=True)
+    looks = []
+
+    def pause(seconds: float) -> None:
+        looks.append(seconds)
+        if held == "for one look":
+            worker.execute("SELECT pg_advisory_unlock(%s)", [lock_key(ticket.pk)])
+
+    monkeypatch.setattr(drill_main, "_pause", pause)
+    try:
+        worker.execute("SELECT pg_advisory_lock(%s)", [lock_key(ticket.pk)])
+        violations = _violations(ticket.pk, "no ticket stuck")
+    finally:
+        worker.close()
+    if held == "throughout":
+        assert violations == [f"ticket {ticket.pk}: its lease is still held by , alive"]
+    else:
+        assert violations == [], "a lease held for one look was reported as a stuck ticket"
+    assert looks, "the lease was looked at once only"
