@@ -1153,6 +1153,31 @@ def _resolved_or_assigned_since(
         )
 
 
+def _handed_back_since(ticket: Ticket, seq: int, user: AbstractBaseUser) -> None:
+    """Refuse a reply written on a page that showed the ticket up to event ``seq`` when someone else
+    handed it back to the agent since, and the agent has it now: the page said a person had it (the
+    agent silent), and the agent may have answered since what the reply answers. Sent, the customer
+    read the answer twice and the ticket went from the agent to the person unseen. From the page that
+    shows the hand-back, the reply takes the ticket, as any reply does."""
+    if ticket.status in AGENT_STAYS_OUT:
+        return
+    handed_back = (
+        TicketEvent.objects.filter(ticket=ticket, seq__gt=seq, kind="status_changed")
+        .filter(payload__from=TicketStatus.WITH_HUMAN, payload__to=TicketStatus.OPEN)
+        .exclude(actor_user=user)
+        .select_related("actor_user")
+        .order_by("-seq")
+        .first()
+    )
+    if handed_back is not None:
+        raise InvalidTransition(
+            f"{staff_name(handed_back.actor_user)} handed ticket #{ticket.pk} back to the agent since this page was "
+            "opened (the agent may have answered the customer already); your reply was not sent. Read what is new, "
+            "then send it again to take the ticket from the agent.",
+            code="invalid_transition",
+        )
+
+
 def _given_to_a_person_after(ticket: Ticket, seq: int, user: AbstractBaseUser) -> bool:
     """Whether someone other than ``user`` gave the ticket to a person after timeline event ``seq``."""
     return (
@@ -1191,6 +1216,7 @@ def _staff_message(
                 _colleague_took_it_since(locked, user, holder_seen)  # type: ignore[arg-type]
             if is_public and seen_seq is not None:
                 _resolved_or_assigned_since(locked, seen_seq, user, "Your reply was not sent: send it again")
+                _handed_back_since(locked, seen_seq, user)
             if is_public:
                 _with_person_locked(locked, user)
                 # What the customer asked so far is answered by a person: after a hand-back the
