@@ -249,6 +249,22 @@ def customer_wrote_after(*, ticket_id: int, seq: int) -> bool:
     ).exists()
 
 
+def colleague_noted_after(*, ticket_id: int, seq: int, user: AbstractBaseUser) -> str:
+    """Who (a colleague of ``user``) wrote an internal note on this ticket after its timeline's number
+    ``seq`` ('' if nobody did): the card shows the ticket's notes, and a note is how the team tells the
+    person deciding to hold on ("do not refund: the parcel came back empty")."""
+    note = (
+        TicketEvent.objects.filter(
+            ticket_id=ticket_id, seq__gt=seq, kind="message", actor_kind=ActorKind.STAFF, is_public=False
+        )
+        .exclude(actor_user=user)
+        .select_related("actor_user")
+        .order_by("-seq")
+        .first()
+    )
+    return "" if note is None else ticket_services.staff_name(note.actor_user)
+
+
 def approval_decide(
     *,
     approval_id: int,
@@ -342,6 +358,19 @@ def approval_decide(
                 f"The customer wrote on ticket #{approval.ticket_id} since this page was read: read their "
                 "message on the card and decide again; nothing was changed.",
                 code="customer_wrote",
+            )
+        # A colleague's internal note the card did not show ("do not refund"): read before approving, as the
+        # customer's words are (a note takes nothing from the agent, so nothing else would stop the refund).
+        noted_by = (
+            colleague_noted_after(ticket_id=approval.ticket_id, seq=seen_seq, user=user)
+            if approve and seen_seq is not None
+            else ""
+        )
+        if noted_by:
+            raise ApprovalClosed(
+                f"{noted_by} wrote an internal note on ticket #{approval.ticket_id} since this page was read: read "
+                "it on the card and decide again; nothing was changed.",
+                code="colleague_noted",
             )
         label = (
             "Our team approved your request; finishing it now."
