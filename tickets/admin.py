@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from babel.numbers import list_currencies
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, unquote
@@ -188,6 +189,12 @@ class OrderLineForm(PageReadForm):
 
     editable = ("sku", "description", "quantity", "unit_price_cents")
 
+    def clean_quantity(self) -> int | None:
+        quantity = self.cleaned_data.get("quantity")
+        if quantity is not None and quantity < 1:
+            raise forms.ValidationError("A line's quantity must be at least 1.")
+        return quantity
+
     class Meta:
         model = OrderLine
         fields = ("sku", "description", "quantity", "unit_price_cents")
@@ -226,6 +233,25 @@ class OrderAdminForm(PageReadForm):
 
     # What was (or may have been) refunded on an order, in cents: the app that moves money says (agents/admin.py).
     refunded_on: list[Callable[[Order], int]] = []
+
+    def clean_currency(self) -> str:
+        """A currency as people write it ("USD"), kept as the ledger does ("usd"); one nobody pays in is
+        refused here, in words, not by the database's rule (or, for three letters, not at all: the
+        provider then refused every refund of the order)."""
+        code = str(self.cleaned_data.get("currency") or "").strip()
+        if not (code.isascii() and code.isalpha() and len(code) == 3 and code.upper() in list_currencies()):
+            raise forms.ValidationError(
+                f"{code!r} is not a currency: write its three-letter code, such as usd, eur or jpy."
+            )
+        return code.lower()
+
+    def clean_total_cents(self) -> int | None:
+        total = self.cleaned_data.get("total_cents")
+        if total is not None and total <= 0:
+            raise forms.ValidationError(
+                "An order's total must be more than zero, in the currency's smallest unit (cents)."
+            )
+        return total
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
