@@ -185,8 +185,14 @@ def approval_attachments(*, tickets: Iterable[int]) -> dict[int, list[dict[str, 
 
 
 def approval_needs_confirmation(approval: ApprovalRequest) -> bool:
-    """Approving this asks for the amount to be confirmed once more (settings.APPROVAL_CONFIRM_ABOVE_CENTS)."""
-    return approval.amount_cents is not None and approval.amount_cents > settings.APPROVAL_CONFIRM_ABOVE_CENTS
+    """Approving this asks for the amount to be confirmed once more: above settings.APPROVAL_CONFIRM_ABOVE_CENTS,
+    an amount of the approval policy's currency (APPROVAL_POLICY_CURRENCY). An amount in another currency is
+    never compared with it (£480.00 is no $480.00), as the policy's threshold is not: it always asks."""
+    if approval.amount_cents is None:
+        return False
+    if (approval.currency or "").lower() != settings.APPROVAL_POLICY_CURRENCY:
+        return True
+    return approval.amount_cents > settings.APPROVAL_CONFIRM_ABOVE_CENTS
 
 
 def approval_confirmation_text(approval: ApprovalRequest) -> str:
