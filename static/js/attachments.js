@@ -118,7 +118,13 @@
     chosenList.textContent = "";
     chosen.forEach(function (file, index) {
       var li = document.createElement("li");
-      li.appendChild(document.createTextNode(file.name + " (" + sizeWords(file.size) + ")"));
+      // The name in a box of its own: one too long for the screen is cut short there (its whole
+      // text in the title), never pushing its remove button out of reach.
+      var name = document.createElement("span");
+      name.className = "chosen-name";
+      name.textContent = file.name + " (" + sizeWords(file.size) + ")";
+      name.title = name.textContent;
+      li.appendChild(name);
       var remove = document.createElement("button");
       remove.type = "button";
       remove.textContent = "×";

@@ -10,6 +10,7 @@ from tests.browser.conftest import PAGE_TIMEOUT_MS, SCREENSHOTS, Stack, sign_in
 from tests.browser.test_customer_chat import wait_for_agent_messages
 from tests.conftest import make_customer
 from tests.staff.conftest import make_support_staff
+from tests.tickets.files import png_bytes
 from tests.workers import wait_until
 from tickets import services as ticket_services
 from tickets.models import AuthorKind, Message
@@ -134,3 +135,38 @@ def test_a_short_window_without_touch_keeps_the_box_and_shows_the_enter_hint(cha
     assert inside(layout["input"], layout["viewport"]) and inside(layout["send"], layout["viewport"]), layout
     assert page.locator(".composer-hint").is_visible()  # a keyboard with an Enter key
     assert page.locator(".composer-hint").bounding_box()["y"] + 10 <= KEYBOARD_OPEN["height"]
+
+
+BOX = (
+    "b => { const r = b.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; }"
+)
+
+
+def test_with_five_long_named_photos_chosen_the_box_send_and_each_remove_button_stay_on_screen(chat_on):  # noqa: ANN001
+    """A customer picks five photos from the camera roll (long names) and writes a few lines, keyboard
+    open: the list of chosen files pushed the message box and Send below the screen, left the
+    conversation 18 px, and a name wider than the screen pushed its remove button off its right edge."""
+    page = chat_on(KEYBOARD_OPEN, touch=True)
+    page.tap("#chat-input")
+    photos = [
+        {"name": f"IMG_20240614_1530{n}_camera_roll_{'long_name_' * 6}{n}.png", "mimeType": "image/png",
+         "buffer": png_bytes(12, 12)}
+        for n in range(5)
+    ]  # fmt: skip
+    page.locator("#chat-files").set_input_files(photos)
+    page.fill("#chat-input", "The lid is dented\n" * 6)
+    page.screenshot(path=str(SCREENSHOTS / "phone-390x500-five-files.png"))
+    layout = page.evaluate(LAYOUT)
+
+    assert page.locator("#chat-files-chosen li").count() == 5
+    assert inside(layout["input"], layout["viewport"]) and inside(layout["send"], layout["viewport"]), layout
+    assert layout["scroll"]["height"] >= 0.25 * KEYBOARD_OPEN["height"], layout  # some conversation still in sight
+    assert layout["pageWidth"] <= KEYBOARD_OPEN["width"], layout
+    for photo in photos:  # each file can be scrolled to and taken back
+        remove = page.get_by_role("button", name=f"Remove {photo['name']}")
+        remove.scroll_into_view_if_needed()
+        box = remove.evaluate(BOX)
+        assert inside(box, layout["viewport"]), (photo["name"], box)
+    page.get_by_role("button", name=f"Remove {photos[4]['name']}").tap()
+    assert page.locator("#chat-files-chosen li").count() == 4
+    assert inside(page.evaluate(LAYOUT)["send"], layout["viewport"])
