@@ -170,3 +170,27 @@ def test_with_five_long_named_photos_chosen_the_box_send_and_each_remove_button_
     page.get_by_role("button", name=f"Remove {photos[4]['name']}").tap()
     assert page.locator("#chat-files-chosen li").count() == 4
     assert inside(page.evaluate(LAYOUT)["send"], layout["viewport"])
+
+
+@pytest.mark.parametrize("viewport", [{"width": 844, "height": 390}, {"width": 360, "height": 360}])
+def test_on_a_resolved_ticket_a_short_screen_keeps_the_box_the_conversation_and_the_rating_in_reach(  # noqa: ANN001
+    chat_on, viewport
+):
+    """A phone turned sideways (844×390), or a small one with its keyboard open (360×360), on a resolved
+    ticket: the rating form took the whole card, the conversation got 18 px, and the message box,
+    Send and the rating's own Send button were cut off below the card, out of reach."""
+    page = chat_on(viewport, touch=True, resolved=True)
+    page.screenshot(path=str(SCREENSHOTS / f"phone-{viewport['width']}x{viewport['height']}-resolved.png"))
+    layout = page.evaluate(LAYOUT)
+
+    assert page.locator("#chat-rating").is_visible()
+    assert inside(layout["input"], layout["viewport"]) and inside(layout["send"], layout["viewport"]), layout
+    assert layout["scroll"]["height"] >= 0.2 * viewport["height"], layout
+    assert layout["pageWidth"] <= viewport["width"], layout
+    send_rating = page.get_by_role("button", name="Send rating")
+    send_rating.scroll_into_view_if_needed()
+    assert inside(send_rating.evaluate(BOX), layout["viewport"])
+    page.locator("#chat-rating label", has_text="4").tap()
+    send_rating.tap()
+    page.wait_for_url("**#chat-rating")
+    page.locator("#chat-rating legend", has_text="You rated this conversation 4 out of 5").wait_for()
