@@ -194,3 +194,30 @@ def test_on_a_resolved_ticket_a_short_screen_keeps_the_box_the_conversation_and_
     send_rating.tap()
     page.wait_for_url("**#chat-rating")
     page.locator("#chat-rating legend", has_text="You rated this conversation 4 out of 5").wait_for()
+
+
+def test_five_photos_too_large_are_said_so_without_pushing_the_box_off_screen(chat_on, tmp_path):  # noqa: ANN001
+    """Five camera photos over the size limit, keyboard open: each one's refusal ("… is 10.1 MB; a file
+    can be at most 10 MB.") is said, with its whole name (a long one ran past the screen's edge, cut
+    off), and the box and Send stay on the screen."""
+    page = chat_on(KEYBOARD_OPEN, touch=True)
+    page.tap("#chat-input")
+    photos = []
+    for n in range(5):  # over ATTACHMENT_MAX_BYTES (checked in the browser first), as a phone's photo can be
+        photo = tmp_path / f"IMG_20240614_1530{n}_camera_roll_{'long_name_' * 3}{n}.jpg"
+        with photo.open("wb") as out:
+            out.truncate(10 * 1024 * 1024 + 100_000)
+        photos.append(photo)
+    page.locator("#chat-files").set_input_files(photos)
+    error = page.locator("#chat-files-error")
+    error.wait_for()
+    page.screenshot(path=str(SCREENSHOTS / "phone-390x500-five-too-large.png"))
+    layout = page.evaluate(LAYOUT)
+
+    assert page.locator("#chat-files-chosen li").count() == 0
+    assert all(photo.name in error.inner_text() for photo in photos)
+    assert inside(layout["input"], layout["viewport"]) and inside(layout["send"], layout["viewport"]), layout
+    assert layout["scroll"]["height"] >= 0.2 * KEYBOARD_OPEN["height"], layout
+    # Each name can be read whole: none runs past the screen's edge, cut off.
+    assert error.evaluate("e => e.scrollWidth <= e.clientWidth"), error.evaluate(BOX)
+    assert error.evaluate(BOX)["right"] <= KEYBOARD_OPEN["width"]
