@@ -11,6 +11,7 @@ from django.contrib.admin import helpers
 from django.contrib.admin.apps import AdminConfig
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.urls import reverse
 
 
 def is_value_of(field: Any, value: Any) -> bool:
@@ -34,6 +35,23 @@ class SupportAdminSite(admin.AdminSite):
         if isinstance(model_admin, admin.ModelAdmin) and view == model_admin.changelist_view:
             view = _selection_checked(view, model_admin)
         return super().admin_view(view, cacheable)
+
+    def password_change(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """Django's, whose current password counts as a sign-in attempt (django-axes), as on the sign-in
+        page: guessed there, it was checked without limit."""
+        # Imported here: this module is loaded with INSTALLED_APPS, before the auth forms' models can be.
+        from support.forms import AdminThrottledPasswordChangeForm
+        from support.views import ThrottledPasswordChangeView
+
+        defaults: dict[str, Any] = {
+            "form_class": AdminThrottledPasswordChangeForm,
+            "success_url": reverse("admin:password_change_done", current_app=self.name),
+            "extra_context": {**self.each_context(request), **(extra_context or {})},
+        }
+        if self.password_change_template is not None:
+            defaults["template_name"] = self.password_change_template
+        request.current_app = self.name
+        return ThrottledPasswordChangeView.as_view(**defaults)(request)
 
 
 def _selection_checked(view: Callable[..., HttpResponse], model_admin: admin.ModelAdmin) -> Callable[..., HttpResponse]:

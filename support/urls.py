@@ -29,6 +29,12 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/password_reset/", forms_only(views.ThrottledPasswordResetView.as_view()), name="password_reset"),
     path("accounts/login/", forms_only(auth_views.LoginView.as_view(authentication_form=LoginForm)), name="login"),
+    # The current password it asks counts as a sign-in attempt (django-axes), as on the sign-in page.
+    path(
+        "accounts/password_change/",
+        forms_only(views.ThrottledPasswordChangeView.as_view()),
+        name="password_change",
+    ),
     path("accounts/", include([_forms_only(p) for p in auth_urls.urlpatterns])),
     path("staff/approvals/", include("approvals.urls")),
     path("staff/", include("staff.urls")),

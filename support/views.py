@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.contrib.auth.views import PasswordResetView
+from django.contrib.auth.views import PasswordChangeView, PasswordResetView
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -13,6 +14,7 @@ from django.urls import Resolver404, resolve, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET
 
+from support.forms import ThrottledPasswordChangeForm
 from support.throttle import over_limit, too_many
 
 # How long a browser or load balancer should wait before asking again while the database is away.
@@ -111,6 +113,16 @@ class ThrottledPasswordResetView(PasswordResetView):
         if wait is not None:
             return too_many(wait, f"Too many password reset requests; please try again in {wait} s.", json=False)
         return super().post(request, *args, **kwargs)
+
+
+class ThrottledPasswordChangeView(PasswordChangeView):
+    """Django's password change, whose current password counts as a sign-in attempt
+    (``support.forms.ThrottledPasswordChangeForm``, which needs the request)."""
+
+    form_class = ThrottledPasswordChangeForm
+
+    def get_form_kwargs(self) -> dict[str, Any]:
+        return {**super().get_form_kwargs(), "request": self.request}
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
