@@ -526,6 +526,10 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         raise CustomerWroteSince(f"refund {key}: the customer wrote after it was decided; not sent")
     # Committed: the provider may now act under the key; a crash from here on is reconciled.
     metadata = {"ticket_id": str(ctx.ticket.pk), "order_number": order.number, "tool_call_id": str(ctx.call.pk)}
+    # Decided without the payment's refunds at the provider (none of the reads before the transaction
+    # answered): the first answer that comes before the refund is first sent decides instead
+    # (``_withdrawn_for_money_held_at_the_provider``). Never once a send was tried: it may have landed.
+    blind = existing is None and listed is None
     if faults.armed("skip_idempotency_key"):  # a drill breaking the money path on purpose
         key = f"{key}-{uuid.uuid4().hex[:8]}"
     try:
@@ -539,10 +543,23 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 # (``listed``), unless the provider may have forgotten the key: then it asks again now.
                 forgotten = _key_may_be_forgotten(call)
                 first = attempt.retry_state.attempt_number == 1 and not forgotten
-                found = _lookup(key, order.payment_reference, must_answer=forgotten, listed=listed if first else None)
+                if blind:
+                    # The look-up under the key reads the payment's refunds: what it reads is what the
+                    # reads before the transaction could not tell, and it is not passed over.
+                    read = _read_payment_refunds(key, order.payment_reference, must_answer=forgotten)
+                    found = None if read is None else refund_under_key(read, key)
+                    if read is not None:
+                        blind = False
+                        if found is None:
+                            _withdrawn_for_money_held_at_the_provider(ctx, call, refund, args, read, reviewed=reviewed)
+                else:
+                    found = _lookup(
+                        key, order.payment_reference, must_answer=forgotten, listed=listed if first else None
+                    )
                 if found is None and attempt.retry_state.attempt_number > 1:
                     _go_on_or_stop(ctx, refund)  # a backoff is long enough for a take-over
                 if found is None:
+                    blind = False  # sent (or maybe): from here on it is settled under its key, never withdrawn
                     found = provider().create_refund(
                         payment_reference=order.payment_reference,
                         amount_cents=amount,
@@ -706,6 +723,65 @@ def _go_ahead_given_to_another_order(call: ToolCall, ctx: ToolContext, args: dic
     if not approved and call.approval_order_number not in {"", order.number}:
         return f"order {call.approval_order_number} on which this refund was decided (no staff approval needed there)"
     return ""
+
+
+def _read_payment_refunds(key: str, payment_reference: str, *, must_answer: bool) -> list[ProviderRefund] | None:
+    """The payment's refunds at the provider, read as the look-up under ``key`` (``_lookup``) reads them:
+    None when the provider does not answer, unless ``must_answer`` (then ProviderUncertain: not sent
+    without asking)."""
+    try:
+        read = provider().list_refunds(payment_reference=payment_reference)
+        refund_under_key(read, key)  # two refunds under one key: no answer to go on, as in ``_lookup``
+        return read
+    except ProviderError as exc:
+        logger.warning("could not look up refund %s at the provider", key, exc_info=True)
+        if must_answer:
+            raise ProviderUncertain(
+                f"could not ask the payment provider what happened under a key it may have forgotten ({exc}); "
+                "not sent without asking"
+            ) from exc
+        return None
+
+
+def _withdrawn_for_money_held_at_the_provider(
+    ctx: ToolContext,
+    call: ToolCall,
+    refund: Refund,
+    args: dict[str, Any],
+    read: list[ProviderRefund],
+    *,
+    reviewed: bool,
+) -> None:
+    """A refund about to be first sent, decided on the ledger alone (no read of the payment's refunds
+    answered before its transaction), whose look-up under the key has just read them: money the provider
+    holds on the payment outside the ledger decides as it would have, had the first read answered. Nothing
+    was sent under the key yet, so the refund's row is taken back (it never left the ledger) and the call
+    is refused (more than the payment has left, as the provider counts it) or goes to staff (nobody
+    reviewed it, or its card did not show that money). Otherwise returns, and the refund is sent."""
+    key = refund.idempotency_key
+    if not refunds_outside_the_ledger(refund.order, key, read):
+        return
+    refused: ToolError | None = None
+    late: str | None = None
+    with ctx.fenced():
+        locked = Refund.objects.select_for_update().get(pk=refund.pk)
+        try:
+            order, _, _ = _check_guardrails(ctx, args, key, order=refund.order, listed=read)
+        except ToolError as exc:
+            refused = exc
+        else:
+            if reviewed:
+                late = _held_since_the_approval(call, order, key, read)
+            else:
+                late = _review_asked_since(ctx, order) or _unknown_at_the_provider(order, key, read)
+        if refused is None and late is None:
+            return
+        if locked.status != RefundStatus.SUBMITTED or locked.provider_refund_id:
+            return  # settled meanwhile (it cannot be, unsent): left to its key, never taken back
+        locked.delete()  # a crash after this leaves the call to run again, read afresh (``reconcile_call``)
+    if refused is not None:
+        raise refused
+    raise ToolNeedsApproval(f"{late} (read as the refund was about to be sent)")
 
 
 def _agent_still_has_the_ticket(ctx: ToolContext) -> bool:
