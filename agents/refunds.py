@@ -526,10 +526,12 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         raise CustomerWroteSince(f"refund {key}: the customer wrote after it was decided; not sent")
     # Committed: the provider may now act under the key; a crash from here on is reconciled.
     metadata = {"ticket_id": str(ctx.ticket.pk), "order_number": order.number, "tool_call_id": str(ctx.call.pk)}
-    # Decided without the payment's refunds at the provider (none of the reads before the transaction
-    # answered): the first answer that comes before the refund is first sent decides instead
-    # (``_withdrawn_for_money_held_at_the_provider``). Never once a send was tried: it may have landed.
-    blind = existing is None and listed is None
+    # Sent now without the payment's refunds at the provider read for it: decided on the ledger alone
+    # (none of the reads before the transaction answered), or tried again (after a crash, or a provider
+    # out of reach, the first try maybe never made: money refunded in its dashboard meanwhile). The look-up
+    # under the key reads them: what it shows decides (``_held_back_for_money_at_the_provider``), until
+    # this pass sends it.
+    unread = listed is None
     if faults.armed("skip_idempotency_key"):  # a drill breaking the money path on purpose
         key = f"{key}-{uuid.uuid4().hex[:8]}"
     try:
@@ -543,15 +545,16 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 # (``listed``), unless the provider may have forgotten the key: then it asks again now.
                 forgotten = _key_may_be_forgotten(call)
                 first = attempt.retry_state.attempt_number == 1 and not forgotten
-                if blind:
-                    # The look-up under the key reads the payment's refunds: what it reads is what the
-                    # reads before the transaction could not tell, and it is not passed over.
+                if unread:
+                    # The look-up under the key reads the payment's refunds: what it reads is not passed over.
                     read = _read_payment_refunds(key, order.payment_reference, must_answer=forgotten)
                     found = None if read is None else refund_under_key(read, key)
                     if read is not None:
-                        blind = False
+                        unread = False
                         if found is None:
-                            _withdrawn_for_money_held_at_the_provider(ctx, call, refund, args, read, reviewed=reviewed)
+                            _held_back_for_money_at_the_provider(
+                                ctx, call, refund, args, read, reviewed=reviewed, tried_before=existing is not None
+                            )
                 else:
                     found = _lookup(
                         key, order.payment_reference, must_answer=forgotten, listed=listed if first else None
@@ -559,7 +562,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 if found is None and attempt.retry_state.attempt_number > 1:
                     _go_on_or_stop(ctx, refund)  # a backoff is long enough for a take-over
                 if found is None:
-                    blind = False  # sent (or maybe): from here on it is settled under its key, never withdrawn
+                    unread = False  # sent (or maybe): from here on it is settled under its key
                     found = provider().create_refund(
                         payment_reference=order.payment_reference,
                         amount_cents=amount,
@@ -743,7 +746,7 @@ def _read_payment_refunds(key: str, payment_reference: str, *, must_answer: bool
         return None
 
 
-def _withdrawn_for_money_held_at_the_provider(
+def _held_back_for_money_at_the_provider(
     ctx: ToolContext,
     call: ToolCall,
     refund: Refund,
@@ -751,13 +754,17 @@ def _withdrawn_for_money_held_at_the_provider(
     read: list[ProviderRefund],
     *,
     reviewed: bool,
+    tried_before: bool,
 ) -> None:
-    """A refund about to be first sent, decided on the ledger alone (no read of the payment's refunds
-    answered before its transaction), whose look-up under the key has just read them: money the provider
-    holds on the payment outside the ledger decides as it would have, had the first read answered. Nothing
-    was sent under the key yet, so the refund's row is taken back (it never left the ledger) and the call
-    is refused (more than the payment has left, as the provider counts it) or goes to staff (nobody
-    reviewed it, or its card did not show that money). Otherwise returns, and the refund is sent."""
+    """A refund about to be sent with nothing under its key at the provider, decided without the payment's
+    refunds there read (``read``, just now): decided on the ledger alone (no read before its transaction
+    answered), or tried before (a crash, a provider out of reach: maybe never sent, and money may have
+    been refunded in the provider's dashboard since). Money the provider holds on the payment outside the
+    ledger decides as the read before its first send does: the call is refused (more than the payment has
+    left, as the provider counts it) or goes to staff (nobody reviewed it, or its card did not show that
+    money). It is not sent. A refund never tried is taken back (its row never left the ledger); one tried
+    before is failed unseen, asked about again by the reconciler while a try may still land
+    (``refund_recheck_failed``), and counted against the order meanwhile. Otherwise returns: it is sent."""
     key = refund.idempotency_key
     if not refunds_outside_the_ledger(refund.order, key, read):
         return
@@ -765,6 +772,8 @@ def _withdrawn_for_money_held_at_the_provider(
     late: str | None = None
     with ctx.fenced():
         locked = Refund.objects.select_for_update().get(pk=refund.pk)
+        if locked.status != RefundStatus.SUBMITTED or locked.provider_refund_id:
+            return  # settled meanwhile (the reconciler found it): left to its key
         try:
             order, _, _ = _check_guardrails(ctx, args, key, order=refund.order, listed=read)
         except ToolError as exc:
@@ -773,12 +782,13 @@ def _withdrawn_for_money_held_at_the_provider(
             if reviewed:
                 late = _held_since_the_approval(call, order, key, read)
             else:
-                late = _review_asked_since(ctx, order) or _unknown_at_the_provider(order, key, read)
+                late = _unknown_at_the_provider(order, key, read)
         if refused is None and late is None:
             return
-        if locked.status != RefundStatus.SUBMITTED or locked.provider_refund_id:
-            return  # settled meanwhile (it cannot be, unsent): left to its key, never taken back
-        locked.delete()  # a crash after this leaves the call to run again, read afresh (``reconcile_call``)
+        if tried_before:
+            _set_status(locked, RefundStatus.FAILED, error=f"not sent again: {refused or late}"[:2000])
+        else:
+            locked.delete()  # a crash after this leaves the call to run again, read afresh (``reconcile_call``)
     if refused is not None:
         raise refused
     raise ToolNeedsApproval(f"{late} (read as the refund was about to be sent)")

@@ -15,16 +15,20 @@ The provider is the payment sandbox (a separate process, over HTTP); its own rec
 
 from __future__ import annotations
 
+import socket
 import uuid
 
 import pytest
 from django.conf import settings
 
+from agents import refunds as refund_module
 from agents.calls import arguments_digest
-from agents.models import CallStatus, Refund, RunStatus, ToolCall
+from agents.models import CallStatus, Refund, RefundStatus, RunStatus, ToolCall
 from agents.runner import advance
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest, ApprovalStatus
+from payments.provider import PaymentProvider
+from tests.agents.conftest import retry_time_comes
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer, make_order
 from tickets import services as ticket_services
@@ -136,4 +140,60 @@ def test_an_approved_refund_goes_back_to_staff_when_every_read_before_it_failed_
     assert state == RunStatus.WAITING_APPROVAL
     again = ApprovalRequest.objects.get(ticket=ticket, status=ApprovalStatus.PENDING)
     assert "not sent after the approval" in again.reason and "$30.00" in again.reason, again.reason
+    _the_ledgers_refunds_are_at_the_provider_approved(sandbox)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_refund_due_while_the_provider_was_down_is_held_for_staff_after_a_dashboard_refund_meanwhile(
+    sandbox, provider, monkeypatch
+):  # noqa: ANN001
+    """The provider refused connections when the refund was due: it stays submitted under its key, to be
+    tried again when the provider is back. Meanwhile a person refunded the customer in the provider's
+    dashboard (the customer waited on an outage). When the agent tries again, the payment's refunds read
+    with the look-up under its key show that money: the refund is not sent again on its own, but put to
+    staff; nothing was under its key, so it is failed unseen (asked about again while a try may land)."""
+    customer = make_customer()
+    order = make_order(customer, number="P-5604", total_cents=8000)
+    sandbox.seed_payment(order.payment_reference, order.total_cents, order.currency)
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund $30 of order P-5604, it arrived broken"
+    )
+    down = PaymentProvider(api_base=f"http://127.0.0.1:{_closed_port()}", timeout_seconds=1)
+    monkeypatch.setattr(refund_module, "_provider", down)
+    assert advance(ticket.pk).state == "retry"  # an outage: the run tries again after its backoff
+    (refund,) = Refund.objects.filter(ticket=ticket)
+    assert refund.status == RefundStatus.SUBMITTED and _paid(sandbox, order) == []
+
+    provider.create_refund(  # a person, in the provider's dashboard, during the outage
+        payment_reference=order.payment_reference,
+        amount_cents=3000,
+        currency="usd",
+        idempotency_key=f"dashboard-refund-{uuid.uuid4()}",
+        metadata={},
+    )
+    monkeypatch.setattr(refund_module, "_provider", None)  # the provider is back
+    retry_time_comes(ticket.pk)
+    state = advance(ticket.pk).state
+
+    assert _paid(sandbox, order) == [3000], "the agent paid $30 again, unreviewed, after the outage"
+    assert state == RunStatus.WAITING_APPROVAL
+    request = ApprovalRequest.objects.get(ticket=ticket, status=ApprovalStatus.PENDING)
+    assert "payment provider" in request.reason and "$30.00" in request.reason, request.reason
+    refund.refresh_from_db()
+    assert refund.status == RefundStatus.FAILED and refund.provider_refund_id is None and refund.escalated_at is None
+    assert refund_module.refund_recheck_failed(refund=refund) == RefundStatus.FAILED  # nothing landed under its key
+
+    # Staff approve it knowing: it is paid once, under its key.
+    approval_services.approval_decide(
+        approval_id=request.pk, user=make_staff("outage-approver", can_decide=True), approve=True
+    )
+    advance(ticket.pk)
+    assert _paid(sandbox, order) == [3000, 3000]
+    refund.refresh_from_db()
+    assert refund.status == RefundStatus.SUCCEEDED
     _the_ledgers_refunds_are_at_the_provider_approved(sandbox)
