@@ -27,6 +27,9 @@ Whether a refund needs a staff approval is decided with its intent
   (``_unknown_at_the_provider``: the provider's record wins); for a refund staff
   approved, such money its card did not show them hands it back to staff
   (``_held_since_the_approval``; the card reads it when the request is made).
+  A send made without those refunds read for it (none of the reads answered, or
+  a refund tried again after a crash or an outage) is decided by what the
+  look-up under its key reads of them (``_held_back_for_money_at_the_provider``).
 
 The provider call carries the tool call's idempotency key. The provider is asked
 what happened under the key before every try, the first included (Stripe forgets
