@@ -99,7 +99,7 @@ def confirm(ticket: Ticket, call: ToolCall) -> int:
 
 
 def refund_calls(ticket: Ticket) -> list[ToolCall]:
-    return list(ToolCall.objects.filter(ticket=ticket, name="issue_refund").order_by("step__index", "index"))
+    return list(ToolCall.objects.filter(ticket=ticket, name="issue_refund").order_by("run_id", "step__index", "index"))
 
 
 def press_every_confirm(ticket: Ticket, model) -> None:  # noqa: ANN001
