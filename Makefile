@@ -23,10 +23,11 @@ run: $(STAMP)
 	$(PY) -m support.launcher
 
 ## Run the whole test suite (embedded servers unless DATABASE_URL/REDIS_URL are set), on one
-## pytest-xdist worker per core (at most 4), each with a database and a Redis database of its own
-## (tests/parallel.py). TEST_WORKERS=0 runs it in one process; so does a RabbitMQ broker, which
-## the workers would share. It ends with the 25 slowest tests: the suite is kept well under 20 minutes.
-TEST_WORKERS ?= $(if $(CELERY_BROKER_URL),0,auto)
+## pytest-xdist worker per core and one more (at most 4: much of the suite waits on servers, workers
+## and browsers), each with a database and a Redis database of its own (tests/parallel.py).
+## TEST_WORKERS=0 runs it in one process; so does a RabbitMQ broker, which the workers would share.
+## It ends with the 25 slowest tests: the suite is kept well under 20 minutes.
+TEST_WORKERS ?= $(if $(CELERY_BROKER_URL),0,$(shell echo $$(( $$(nproc) + 1 ))))
 test: $(STAMP)
 	$(PY) -m support.embedded -- $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist=loadgroup --durations=25 $(PYTEST_ARGS)
 
