@@ -740,13 +740,19 @@ def _read_payment_refunds(key: str, payment_reference: str, *, must_answer: bool
         refund_under_key(read, key)  # two refunds under one key: no answer to go on, as in ``_lookup``
         return read
     except ProviderError as exc:
-        logger.warning("could not look up refund %s at the provider", key, exc_info=True)
-        if must_answer:
-            raise ProviderUncertain(
-                f"could not ask the payment provider what happened under a key it may have forgotten ({exc}); "
-                "not sent without asking"
-            ) from exc
+        _look_up_unanswered(exc, key, must_answer=must_answer)
         return None
+
+
+def _look_up_unanswered(exc: ProviderError, key: str, *, must_answer: bool) -> None:
+    """A look-up under ``key`` got no answer (called while ``exc`` is handled): logged; and when it
+    ``must_answer`` (the key may be one the provider has forgotten), ProviderUncertain: not sent."""
+    logger.warning("could not look up refund %s at the provider", key, exc_info=True)
+    if must_answer:
+        raise ProviderUncertain(
+            f"could not ask the payment provider what happened under a key it may have forgotten ({exc}); "
+            "not sent without asking"
+        ) from exc
 
 
 def _held_back_for_money_at_the_provider(
@@ -906,12 +912,7 @@ def _lookup(
             return refund_under_key(listed, key)
         return provider().find_refund(idempotency_key=key, payment_reference=payment_reference)
     except ProviderError as exc:
-        logger.warning("could not look up refund %s at the provider", key, exc_info=True)
-        if must_answer:
-            raise ProviderUncertain(
-                f"could not ask the payment provider what happened under a key it may have forgotten ({exc}); "
-                "not sent without asking"
-            ) from exc
+        _look_up_unanswered(exc, key, must_answer=must_answer)
         return None
 
 
