@@ -9,22 +9,14 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.cache import cache
 from django.test import Client
 
 from support.client_ip import client_ip
 from tests.conftest import make_customer
+from tests.support.test_hardening import PASSWORD, _fresh_counters  # noqa: F401 - its lockouts, cleared
 
-PASSWORD = "pw-for-tests-123"
 PROXY = "10.0.0.1"
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_counters():
-    cache.clear()
-    yield
-    cache.clear()
 
 
 def through_the_proxy(forwarded_for: str) -> dict[str, str]:

@@ -9,17 +9,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-PASSWORD = "pw-for-tests-123"
+from tests.support.test_hardening import PASSWORD, _fresh_counters  # noqa: F401 - its lockouts, cleared
+
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_counters():
-    from django.core.cache import cache
-
-    cache.clear()  # rate-limit windows and lockouts of earlier tests share the Redis cache
-    yield
-    cache.clear()
 
 
 def change(client: Client, path: str, old: str, new: str = "A-new-password-4711") -> int:
