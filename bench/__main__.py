@@ -110,7 +110,7 @@ def _configure_environment() -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.suite_settings"
     os.environ["BENCH_DATABASE"] = SCRATCH_DB
     os.environ["BENCH_QUEUE"] = HARNESS_QUEUE
-    from bench.common import configure_loopback_stack
+    from bench.environment import configure_loopback_stack
 
     configure_loopback_stack(secret_key="bench-only-secret-key-not-for-production", DEMO_DATA="1")
 

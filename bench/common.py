@@ -25,29 +25,6 @@ from bench.overhead import BenchError, percentile
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def configure_loopback_stack(*, secret_key: str, **extra: str) -> None:
-    """The environment of a harness (benchmark, drill) and of the processes it starts: production
-    settings (DEBUG off) served over plain HTTP on loopback, to customers who send far more than
-    a person would, with no fault armed unless the harness arms one."""
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    os.environ["DEBUG"] = "0"  # DEBUG keeps every query in memory: not what production measures
-    defaults = {
-        "SECRET_KEY": secret_key,
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "SECURE_SSL_REDIRECT": "0",
-        "SESSION_COOKIE_SECURE": "0",
-        "CSRF_COOKIE_SECURE": "0",
-        "SECURE_HSTS_SECONDS": "0",
-        "CUSTOMER_MESSAGE_RATE": "100000/s",
-        "CUSTOMER_TICKET_RATE": "100000/s",
-        **extra,
-    }
-    for name, value in defaults.items():
-        os.environ.setdefault(name, value)
-    for name in ("AGENT_FAULT_POINTS", "AGENT_FAULT_ONCE_DIR", "AGENT_FAULT_KILL_PARENT"):
-        os.environ.pop(name, None)
-
-
 RESULTS_DIR = ROOT / "bench-results"
 # Each demo customer asks about an order of their own (tickets.demo.DEMO_CUSTOMERS).
 DEMO_QUESTIONS = {

@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
     os.environ["BENCH_FIRST_TOKEN_DATABASE"] = DATABASE
     os.environ.setdefault("LOG_LEVEL", "WARNING")
-    from bench.common import configure_loopback_stack
+    from bench.environment import configure_loopback_stack
 
     # Production settings over plain HTTP on loopback (also when run on its own, not from bench).
     configure_loopback_stack(secret_key=os.environ.get("SECRET_KEY") or uuid.uuid4().hex * 2)

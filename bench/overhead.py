@@ -50,6 +50,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.environment import configure_loopback_stack
+
 OUR_DB = "bench_overhead"
 DBOS_DB = "bench_dbos"
 LANGGRAPH_DB = "bench_langgraph"
@@ -709,8 +711,6 @@ def production_settings() -> None:
     """The settings a deployment runs with, whatever the shell says: ``make`` exports DEBUG=1 (for
     ``make run`` and ``make test``), and with DEBUG on Django passes every statement through its
     logging cursor and keeps its text, which no production worker pays for."""
-    from bench.common import configure_loopback_stack
-
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "support.settings")
     configure_loopback_stack(secret_key=os.environ.get("SECRET_KEY") or uuid.uuid4().hex * 2)
 

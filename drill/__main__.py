@@ -79,7 +79,7 @@ class Check:
 def _setup_environment(args: argparse.Namespace) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "drill.settings"
     os.environ["DRILL_DATABASE"] = SCRATCH_DB
-    from bench.common import configure_loopback_stack
+    from bench.environment import configure_loopback_stack
 
     configure_loopback_stack(secret_key="drill-only-secret-key-not-for-production")
 
