@@ -35,6 +35,7 @@ from agents.llm import (
     OWN_REQUEST_KEYS,
     Message,
     ModelError,
+    ModelOutputInvalid,
     ModelResponse,
     StreamMeter,
     TokenCallback,
@@ -169,7 +170,9 @@ class OpenAIChatModel:
 
         try:
             with stream:
-                return self._assemble(stream, on_token, request["messages"], meter)
+                whole = _answered_whole(stream.response)
+                chunks = _whole_answer(self.name, stream.response, meter) if whole else stream
+                return self._assemble(chunks, on_token, request["messages"], meter)
         except _CallerRaised as raised:
             raise raised.original from None  # the caller's own, unchanged
         except ModelError:
@@ -196,7 +199,7 @@ class OpenAIChatModel:
 
     def _assemble(
         self,
-        stream: openai.Stream[ChatCompletionChunk],
+        stream: Iterable[ChatCompletionChunk],
         on_token: TokenCallback | None,
         messages: list[Message],
         meter: StreamMeter,
@@ -458,6 +461,41 @@ def _status_of_error_event(body: object) -> int | None:
         if isinstance(kind, str) and kind in _STATUS_OF_ERROR_TYPE:
             return _STATUS_OF_ERROR_TYPE[kind]
     return None
+
+
+def _answered_whole(response: httpx2.Response) -> bool:
+    """Did the server answer the streamed request with one JSON body instead of an event stream? Some
+    servers and gateways ignore ``stream`` (or buffer the stream away); some report an upstream's
+    failure as a 200 with ``{"error": {...}}`` as the whole body. Either read as an empty stream."""
+    return response.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json"
+
+
+def _whole_answer(name: str, response: httpx2.Response, meter: StreamMeter) -> list[ChatCompletionChunk]:
+    """A whole answer read as the one chunk of a stream: each choice's ``message`` as its ``delta``
+    (its tool calls whole, with no index, as Google's endpoint streams them). An ``{"error": ...}``
+    body raises as the status it names (``_status_of_error_event``): an upstream down is an outage.
+    The body is read up to what the meter's limits allow an answer, escaped (then the meter reads it)."""
+    limit = 6 * (meter.max_reply + meter.max_calls * meter.max_arguments) + 65536
+    pieces, size = [], 0
+    for piece in response.iter_bytes():
+        size += len(piece)
+        if size > limit:
+            raise ModelOutputInvalid(f"the answer passed {limit} bytes, sent whole; stopped there", usage=meter.usage())
+        pieces.append(piece)
+    body = json.loads(b"".join(pieces))
+    if not isinstance(body, dict):
+        raise TypeError(f"the answer is a JSON {type(body).__name__}, not an object")
+    error = body.get("error")
+    if error is not None and not body.get("choices"):
+        status = _status_of_error_event(error)
+        message = error.get("message") if isinstance(error, dict) else None
+        raise ModelError(
+            f"{name}: {message if isinstance(message, str) and message else json.dumps(error)[:500]}",
+            retryable=status is None or _is_retryable_status(status),
+            status_code=status,
+        )
+    choices = [{**c, "delta": c.get("message")} for c in body.get("choices") or () if isinstance(c, dict)]
+    return [ChatCompletionChunk.construct(**{**body, "choices": choices})]
 
 
 def _is_retryable_status(status_code: int) -> bool:

@@ -36,6 +36,9 @@ rather than an ordinary end of body.
 - ``"content-parts"``: as Databricks' gpt-oss endpoints: ``delta.content`` is a
   list of parts, ``{"type": "text", "text": ...}`` for the answer and a
   ``{"type": "reasoning", ...}`` part for the model's reasoning.
+- ``"whole-json"``: as a server or gateway that ignores ``stream`` (or buffers the
+  stream away): every answer is one whole ``chat.completion`` as
+  ``application/json``, never a stream.
 - ``"gemini"``: as Google's OpenAI-compatible endpoint (and Ollama's older
   ones): tool-call deltas carry no ``index`` at all; each call comes whole,
   its id, name and arguments in one delta.
@@ -116,7 +119,12 @@ class _ErrorInStream:
     error: dict[str, Any]
 
 
-_Script = _Text | _ToolCalls | _Error | _Drop | _Stall | _Truncated | _ErrorInStream
+@dataclass
+class _ErrorWith200:
+    error: dict[str, Any]
+
+
+_Script = _Text | _ToolCalls | _Error | _Drop | _Stall | _Truncated | _ErrorInStream | _ErrorWith200
 
 
 @dataclass
@@ -171,6 +179,11 @@ class OpenAIServer:
         as OpenRouter reports what went wrong once the answer has begun (its ``code`` the HTTP status
         the error would have had), and OpenAI its ``server_error``."""
         self._push(_ErrorInStream(partial_text, error))
+
+    def enqueue_error_with_200(self, error: dict[str, Any]) -> None:
+        """Answer the next request with HTTP 200 and a JSON body ``{"error": error}``, no stream, as
+        gateways do that report an upstream's failure in the body (its ``code`` the status it stands for)."""
+        self._push(_ErrorWith200(error))
 
     def enqueue_stall_mid_stream(self, partial_text: str, *, seconds: float) -> None:
         """Start a stream, send ``partial_text``, then go silent for ``seconds`` and close.
@@ -315,7 +328,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_event(json.dumps({"error": item.error}))
             self._end_stream()
             return
-        if body.get("stream"):
+        if isinstance(item, _ErrorWith200):
+            self._send_json(200, {"error": item.error})
+            return
+        if body.get("stream") and self.owner.dialect != "whole-json":
             self._stream(body, item)
         else:
             self._send_json(200, _completion(body, item))

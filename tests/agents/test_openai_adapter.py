@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from agents.llm import ChatModel, ModelError, ToolCallRequest, Usage
+from agents.llm import ChatModel, ModelError, ModelOutputInvalid, ToolCallRequest, Usage
 from agents.llm_openai import OpenAIChatModel
 from agents.model_factory import get_model
 from tests.agents.openai_server import OpenAIServer, split_text
@@ -247,7 +247,7 @@ TWO_CALLS = [("lookup_order", {"order_number": "A-1001"}), ("lookup_order", {"or
     "dialect",
     [
         "openai", "llama.cpp", "litellm", "ollama", "poolside", "gemini", "azure", "arguments-object", "choices-null",
-        "numbered-chunks", "no-choice-index", "content-parts",
+        "numbered-chunks", "no-choice-index", "content-parts", "whole-json",
     ],
 )  # fmt: skip
 def test_tool_calls_are_assembled_by_index_whatever_the_server_repeats(dialect):
@@ -267,7 +267,9 @@ def test_tool_calls_are_assembled_by_index_whatever_the_server_repeats(dialect):
     assert response.finish_reason == "tool_calls"
 
 
-@pytest.mark.parametrize("dialect", ["azure", "choices-null", "numbered-chunks", "no-choice-index", "content-parts"])
+@pytest.mark.parametrize(
+    "dialect", ["azure", "choices-null", "numbered-chunks", "no-choice-index", "content-parts", "whole-json"]
+)
 def test_an_answer_is_read_whole_whatever_its_chunks_say_of_their_one_choice(dialect):
     server = OpenAIServer(dialect=dialect).start()
     try:
@@ -292,6 +294,51 @@ def test_a_server_that_reports_no_usage_gets_an_estimate_marked_as_such():
 
     assert response.usage.estimated is True
     assert response.usage.prompt_tokens > 0 and response.usage.completion_tokens > 0
+
+
+def test_an_answer_sent_whole_instead_of_streamed_keeps_its_usage():
+    server = OpenAIServer(dialect="whole-json").start()
+    try:
+        server.enqueue_text("Done.", prompt_tokens=33, completion_tokens=2)
+        response = make_model(server).complete(messages=MESSAGES, tools=[])
+    finally:
+        server.stop()
+
+    assert response.usage == Usage(prompt_tokens=33, completion_tokens=2)
+    assert response.text == "Done." and response.finish_reason == "stop"
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "retryable"),
+    [
+        ({"code": 503, "message": "upstream overloaded"}, 503, True),
+        ({"type": "server_error", "message": "The server had an error"}, 500, True),
+        ({"code": 403, "message": "flagged by moderation"}, 403, False),
+        ({"message": "something odd"}, None, True),
+    ],
+)
+def test_an_error_sent_with_http_200_is_read_as_the_status_it_names(openai_server, error, status, retryable):
+    openai_server.enqueue_error_with_200(error)
+
+    with pytest.raises(ModelError) as raised:
+        make_model(openai_server, max_retries=0).complete(messages=MESSAGES, tools=[])
+
+    assert raised.value.status_code == status
+    assert raised.value.retryable is retryable
+    assert error["message"] in str(raised.value)
+
+
+def test_an_answer_sent_whole_is_read_only_up_to_the_limits_of_an_answer(settings):
+    settings.AGENT_MAX_REPLY_CHARS = 100
+    settings.AGENT_MAX_TOOL_CALLS_PER_STEP = 1
+    settings.AGENT_MAX_TOOL_ARGUMENT_CHARS = 100
+    server = OpenAIServer(dialect="whole-json").start()
+    try:
+        server.enqueue_text("word " * 40_000)  # 200 kB, past 6 x 200 characters + 64 KiB
+        with pytest.raises(ModelOutputInvalid, match="sent whole"):
+            make_model(server).complete(messages=MESSAGES, tools=[])
+    finally:
+        server.stop()
 
 
 def test_usage_on_the_finishing_chunk_is_read_and_not_estimated():
