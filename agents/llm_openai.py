@@ -170,6 +170,13 @@ class OpenAIChatModel:
 
         try:
             with stream:
+                if _answered_with_a_page(stream.response):
+                    raise ModelError(
+                        f"{self.name}: the endpoint answered with a web page, not the model's API "
+                        "(a proxy's or gateway's error page?)",
+                        retryable=True,
+                        unreachable=True,
+                    )
                 whole = _answered_whole(stream.response)
                 chunks = _whole_answer(self.name, stream.response, meter) if whole else stream
                 return self._assemble(chunks, on_token, request["messages"], meter)
@@ -468,6 +475,12 @@ def _answered_whole(response: httpx2.Response) -> bool:
     servers and gateways ignore ``stream`` (or buffer the stream away); some report an upstream's
     failure as a 200 with ``{"error": {...}}`` as the whole body. Either read as an empty stream."""
     return response.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json"
+
+
+def _answered_with_a_page(response: httpx2.Response) -> bool:
+    """An HTML page where the API's answer should be: a proxy, gateway or captive portal in front of the
+    model answered with its own error page (with 200 too). The model was not reached: an outage."""
+    return response.headers.get("content-type", "").split(";")[0].strip().lower() == "text/html"
 
 
 def _whole_answer(name: str, response: httpx2.Response, meter: StreamMeter) -> list[ChatCompletionChunk]:

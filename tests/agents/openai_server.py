@@ -124,7 +124,12 @@ class _ErrorWith200:
     error: dict[str, Any]
 
 
-_Script = _Text | _ToolCalls | _Error | _Drop | _Stall | _Truncated | _ErrorInStream | _ErrorWith200
+@dataclass
+class _Page:
+    html: str
+
+
+_Script = _Text | _ToolCalls | _Error | _Drop | _Stall | _Truncated | _ErrorInStream | _ErrorWith200 | _Page
 
 
 @dataclass
@@ -184,6 +189,11 @@ class OpenAIServer:
         """Answer the next request with HTTP 200 and a JSON body ``{"error": error}``, no stream, as
         gateways do that report an upstream's failure in the body (its ``code`` the status it stands for)."""
         self._push(_ErrorWith200(error))
+
+    def enqueue_page(self, html: str) -> None:
+        """Answer the next request with HTTP 200 and an HTML page, as a proxy or captive portal in front
+        of the model does."""
+        self._push(_Page(html))
 
     def enqueue_stall_mid_stream(self, partial_text: str, *, seconds: float) -> None:
         """Start a stream, send ``partial_text``, then go silent for ``seconds`` and close.
@@ -327,6 +337,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_event(json.dumps(chunk))
             self._send_event(json.dumps({"error": item.error}))
             self._end_stream()
+            return
+        if isinstance(item, _Page):
+            data = item.html.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
             return
         if isinstance(item, _ErrorWith200):
             self._send_json(200, {"error": item.error})

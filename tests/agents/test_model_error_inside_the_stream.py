@@ -44,13 +44,18 @@ def test_an_upstream_down_reported_inside_the_stream_is_waited_out_and_the_custo
     assert AgentRun.objects.get(ticket=ticket).failures == 0
 
 
-def test_an_upstream_down_reported_with_http_200_and_an_error_body_is_waited_out(openai_server, settings):
-    # Some gateways answer 200 whatever the upstream did, with {"error": {...}} as the whole body.
+@pytest.mark.parametrize("answer", ["error body", "web page"])
+def test_an_upstream_down_answered_with_http_200_is_waited_out(openai_server, settings, answer):
+    # Some gateways answer 200 whatever the upstream did, with {"error": {...}} as the whole body;
+    # a proxy or captive portal in front of the model, with a web page of its own.
     settings.AGENT_MAX_CONSECUTIVE_FAILURES = 3
     ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Hello", body="Are you open on Sunday?")
     model = make_model(openai_server, max_retries=0)
     for _ in range(4):
-        openai_server.enqueue_error_with_200({"code": 503, "message": "No upstream available"})
+        if answer == "web page":
+            openai_server.enqueue_page("<html><body><h1>502 Bad Gateway</h1></body></html>")
+        else:
+            openai_server.enqueue_error_with_200({"code": 503, "message": "No upstream available"})
         assert advance(ticket.pk, model=model).state == "retry"
         ticket.refresh_from_db()
         assert ticket.status != TicketStatus.WITH_HUMAN, "parked during a few seconds of an upstream outage"
