@@ -105,6 +105,9 @@ class Lease:
     session_pid: int | None = None
     # This worker's session was ended while it lived on (seen by its heartbeat): see ``session_cut``.
     cut: bool = False
+    # The ticket's advisory lock is held for this pass by the heartbeat's own session, taken again
+    # after the database cut the pass's (``_Heartbeat._lock_again``): released by the heartbeat.
+    heartbeat_locked: bool = field(default=False, repr=False)
     # The owner this lease was taken from had its session ended while it lived on: the pass it lost
     # was cut off by an outage of the database, not stopped by a crash of its worker.
     took_over_from_a_cut: bool = False
@@ -208,8 +211,12 @@ class Lease:
 
     def unlock(self) -> None:
         """Let go of the advisory lock only (a lease lost to another worker)."""
-        with connection.cursor() as cursor:
-            _unlock(cursor, self)
+        try:
+            with connection.cursor() as cursor:
+                _unlock(cursor, self)
+        finally:
+            if self.heartbeat_locked:
+                _the_heartbeat().unlock(self)
 
     def release(self, *, ask: tuple[str, list[Any]] = ("NULL", [])) -> Any:
         """Give the lease up: the row, then the advisory lock, in one statement. ``ask``: a question
@@ -235,6 +242,8 @@ class Lease:
                 return cursor.fetchone()[1]
             finally:
                 self.locked = False
+                if self.heartbeat_locked:  # after the row: a worker ringing between sees a release
+                    _the_heartbeat().unlock(self)
 
 
 class _Heartbeat:
@@ -252,6 +261,9 @@ class _Heartbeat:
     (``session_cut``): the lease is then held as a plain lease, renewed while the pass goes on and
     released when it ends (its next statement meets the cut and waits out the outage), or taken over
     at its expiry, as an outage, not a stop. A killed worker's heartbeat dies with it: taken over at once.
+    So that a worker killed after such a cut is still seen dead at once (not at the lease's expiry),
+    the heartbeat takes the ticket's lock again on its own session, which dies with the worker, and
+    lets go of it when the lease is released (``_lock_again``, ``unlock``).
     """
 
     CHECK_SECONDS = 0.5
@@ -262,6 +274,9 @@ class _Heartbeat:
         self.wakes_at = 0.0  # when the thread wakes up next (0 while it is awake)
         self.check_at = 0.0  # when the sessions of the passes are checked next
         self.pid = os.getpid()
+        # Locks this thread's session holds for released leases, to let go of (``unlock``), and the
+        # event each releasing pass waits on until it is done.
+        self.unlocking: list[tuple[int, threading.Event]] = []
         threading.Thread(target=self._run, name="lease-heartbeat", daemon=True).start()
 
     @staticmethod
@@ -279,9 +294,25 @@ class _Heartbeat:
         with self.changed:
             self.due.pop(id(lease), None)
 
+    def unlock(self, lease: Lease, wait: float = 1.0) -> None:
+        """Let go of the ticket's lock this thread's session took again for ``lease`` (released now),
+        waiting up to ``wait`` s: a worker taking the ticket next finds the lock free (``_lease_from``)."""
+        lease.heartbeat_locked = False
+        done = threading.Event()
+        with self.changed:
+            self.unlocking.append((lock_key(lease.ticket_id), done))
+            self.changed.notify()
+        done.wait(wait)
+
     def _run(self) -> None:
         while True:
             with self.changed:
+                unlocking, self.unlocking = self.unlocking, []
+            if unlocking:
+                self._let_go(unlocking)
+            with self.changed:
+                if self.unlocking:
+                    continue
                 now = time.monotonic()
                 next_at = min((at for _, at in self.due.values()), default=None)
                 if any(lease.session_pid and not lease.cut for lease, _ in self.due.values()):
@@ -314,9 +345,32 @@ class _Heartbeat:
                 if not holding:
                     with contextlib.suppress(Exception):
                         connection.close()
-                else:
+                elif not any(lease.heartbeat_locked for lease, _ in list(self.due.values())):
+                    # Not while it holds a pass's lock (``_lock_again``): closed as obsolete (at
+                    # CONN_MAX_AGE), the lock would go while the pass lives on. A session that
+                    # failed fails the next round, which closes it.
                     with contextlib.suppress(Exception):
                         connection.close_if_unusable_or_obsolete()
+
+    def _let_go_later(self, lease: Lease) -> None:
+        """A lease this thread stops renewing holds no lock of this thread's session past its next round
+        (caller: holds ``changed``)."""
+        if lease.heartbeat_locked:
+            lease.heartbeat_locked = False
+            self.unlocking.append((lock_key(lease.ticket_id), threading.Event()))
+
+    def _let_go(self, unlocking: list[tuple[int, threading.Event]]) -> None:
+        try:
+            with connection.cursor() as cursor:
+                for key, _ in unlocking:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+        except Exception:  # noqa: BLE001 - a session that failed holds no lock any more
+            logger.warning("the lease heartbeat could not let go of a ticket's lock", exc_info=True)
+            with contextlib.suppress(Exception):
+                connection.close()
+        finally:
+            for _, done in unlocking:
+                done.set()
 
     def _check_sessions(self, leases: list[Lease]) -> None:
         """Mark the leases whose pass's session no longer holds the ticket's lock (``session_cut``)."""
@@ -345,11 +399,38 @@ class _Heartbeat:
                     lease.ticket_id,
                     lease.epoch,
                 )
+                self._lock_again(lease)
+
+    def _lock_again(self, lease: Lease) -> None:
+        """Hold the ticket's lock for a pass whose session was cut, on this thread's session: it dies
+        with the worker, so a worker killed before its pass ends is seen dead at once, as one whose
+        session lives on. Checked like a pass's session from then on (cut again: taken again)."""
+        with connection.cursor() as cursor:
+            key = lock_key(lease.ticket_id)
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+            if not cursor.fetchone()[0]:
+                return  # another session has it: the lease is someone else's by now
+            cursor.execute(
+                "UPDATE agents_ticketlease SET session_locked = TRUE, session_cut = FALSE "
+                "WHERE ticket_id = %s AND epoch = %s AND owner = %s",
+                [lease.ticket_id, lease.epoch, lease.owner],
+            )
+            if cursor.rowcount != 1:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+                return
+            with self.changed:
+                if id(lease) not in self.due:  # released meanwhile: its release did not see this lock
+                    self.unlocking.append((key, threading.Event()))
+                    return
+                lease.heartbeat_locked = True
+                lease.session_pid = connection.connection.info.backend_pid
+                lease.cut = False
 
     def _renew(self, lease: Lease) -> None:
         if time.monotonic() - lease.taken_at > held_at_most():
             with self.changed:
                 self.due.pop(id(lease), None)
+                self._let_go_later(lease)
             logger.error(
                 "ticket %s: held for more than %g s (CELERY_TASK_TIME_LIMIT) by a pass that does not end; "
                 "its lease is left to expire and another worker takes the ticket over",
@@ -367,6 +448,7 @@ class _Heartbeat:
         with self.changed:
             if self.due.pop(id(lease), None) is None:
                 return  # released meanwhile: nothing was lost
+            self._let_go_later(lease)
         lease.lost = True
         logger.warning("lost the lease on ticket %s (epoch %s)", lease.ticket_id, lease.epoch)
 
