@@ -170,7 +170,7 @@ class Lease:
         (``agents.tool_thread``): it fences that thread's transactions on its own connection, and
         what it learns (the timeline's numbers, a lease lost) comes back only through ``taken_back``,
         so a handler given up at its bound changes nothing this lease knows."""
-        return dataclasses.replace(self, _fencing=False)
+        return dataclasses.replace(self, _fencing=False, heartbeat_locked=False)  # the lock is not its to let go
 
     def taken_back(self, lent: Lease) -> None:
         """What the handler's thread learnt with ``lent`` (its own writes numbered, others' seen, the
