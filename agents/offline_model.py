@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from babel.numbers import get_currency_precision
 from django.conf import settings
 
 from agents.llm import Message, ModelResponse, TokenCallback, ToolCallRequest, ToolSpec, Usage
-from tickets.money import format_money
+from tickets.money import format_money, minor_digits
 
 # An order number: one letter and digits ("A-1001", "a-1001", "R-4102-2"), or, written in capitals, a
 # longer prefix ("ORD-24010", "EU-2024-00017"). Lower-case words before digits ("mid-2024") are not one,
@@ -149,7 +148,7 @@ class Written:
         currency = currency.lower()
         if self.currency != currency and not (self.currency == "$" and currency in DOLLARS):
             return None
-        cents = self.number.scaleb(get_currency_precision(currency.upper()))
+        cents = self.number.scaleb(minor_digits(currency))
         return int(cents) if cents == cents.to_integral_value() else None
 
 

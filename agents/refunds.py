@@ -9,7 +9,9 @@ approval wait):
 - the order is in a refundable state;
 - the currency is the order's;
 - the amount is positive and at most what remains refundable, counting every
-  refund that has happened or may have happened (pending and uncertain ones too).
+  refund that has happened or may have happened (pending and uncertain ones too);
+- the amount is one the provider takes in the currency (``tickets.money.amount_step``:
+  a three-decimal currency's ends in 0, ISK's in whole krónur).
 
 Whether a refund needs a staff approval is decided with its intent
 (``refund_approval_reason``), from the ledger, whatever the model says:
@@ -112,7 +114,7 @@ from support import rounds
 from support.clock import database_now
 from tickets import services as ticket_services
 from tickets.models import REFUNDABLE_ORDER_STATUSES, ActorKind, AuthorKind, Customer, Message, Order, OrderStatus
-from tickets.money import format_money
+from tickets.money import amount_step, format_money
 
 logger = logging.getLogger(__name__)
 
@@ -242,6 +244,14 @@ def _check_guardrails(
     amount = args["amount_cents"]
     if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
         raise ToolError("A refund amount must be a positive whole number of cents.")
+    step = amount_step(order.currency)
+    if amount % step:
+        # The provider refuses any other amount in this currency: never put to staff, never sent.
+        raise ToolError(
+            f"The payment provider refunds {order.currency.upper()} only in steps of "
+            f"{format_money(step, order.currency)}: amount_cents must be a multiple of {step} ({amount} is not; "
+            f"{amount - amount % step} is the step below)."
+        )
     remaining = order.total_cents - refunded_total_cents(order, exclude_key=key)
     held = refunds_outside_the_ledger(order, key, listed) if listed and key else []
     outside = sum(found.amount_cents for found in held)

@@ -77,7 +77,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from tickets.money import format_money
+from tickets.money import amount_step, format_money
 
 log = logging.getLogger("payments.sandbox")
 
@@ -395,10 +395,24 @@ def payment_seed(
     return payment_intent_json(row)
 
 
+def refuse_off_step(amount: int, currency: str) -> None:
+    """Stripe takes a three-decimal currency's amounts with a last digit of 0 only, and ISK's in whole
+    krónur (multiples of 100): any other amount is refused, and nothing is stored."""
+    step = amount_step(currency)
+    if amount % step:
+        raise ApiError(
+            400,
+            f"Invalid amount: amounts in {currency.upper()} must be evenly divisible by {step} "
+            f"({format_money(step, currency)}). See https://stripe.com/docs/currencies#special-cases.",
+            param="amount",
+        )
+
+
 def create_payment_intent(conn: Conn, params: dict[str, Any], match: re.Match[str]) -> Response:
     amount = int_param(params, "amount", required=True)
     currency = currency_param(params, required=True)
     assert amount is not None and currency is not None
+    refuse_off_step(amount, currency)
     metadata = metadata_param(params)
     return Response.json(
         200, payment_seed(conn, payment_id=new_id("pi_"), amount=amount, currency=currency, metadata=metadata)
@@ -453,6 +467,7 @@ def create_refund(conn: Conn, params: dict[str, Any], match: re.Match[str]) -> R
         )
     if amount is None:
         amount = remaining
+    refuse_off_step(amount, payment["currency"])
     if amount > remaining:
         raise ApiError(
             400,
