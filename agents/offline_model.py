@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from babel.numbers import list_currencies
 from django.conf import settings
 
 from agents.llm import Message, ModelResponse, TokenCallback, ToolCallRequest, ToolSpec, Usage
@@ -107,9 +108,14 @@ SUBCLAUSE = re.compile(r",|\band\b|\bso\b|\bbecause\b|\bas\b|\bsince\b", re.IGNO
 # "1,50 EUR" (a decimal comma).
 _NUMBER = r"\d(?:[\d.,]*\d)?"
 _CODES = r"usd|eur|gbp|jpy|chf|cad|aud|dollars?|euros?|pounds?|yen"
+# Any currency named by its ISO code in capitals ("KWD 6.170", "20.00 SEK"): the form the agent's
+# question shows for an order in a currency it has no symbol for here (``_example_amount``). In
+# capitals only: "all", "top" or "try" in lower case are words.
+_ISO_CODE = rf"(?-i:{'|'.join(sorted(list_currencies()))})"
 MONEY = re.compile(
-    rf"(?P<symbol>[$€£¥])\s?(?P<n1>{_NUMBER})|(?P<n2>{_NUMBER})\s?(?:(?P<after>{_CODES})\b|(?P<sign>[$€£¥]))"
-    rf"|\b(?P<before>{_CODES})\s?(?P<n3>{_NUMBER})",
+    rf"(?P<symbol>[$€£¥])\s?(?P<n1>{_NUMBER})"
+    rf"|(?P<n2>{_NUMBER})\s?(?:(?P<after>{_CODES}|{_ISO_CODE})\b|(?P<sign>[$€£¥]))"
+    rf"|\b(?P<before>{_CODES}|{_ISO_CODE})\s?(?P<n3>{_NUMBER})",
     re.IGNORECASE,
 )
 _CURRENCY_OF = {"€": "eur", "£": "gbp", "¥": "jpy", "euro": "eur", "euros": "eur", "pound": "gbp", "pounds": "gbp"}
@@ -298,6 +304,17 @@ _PLAIN_AMOUNT = re.compile(
     rf"(?<![\w$€£¥])[$€£¥]\s?{_PLAIN_NUMBER}|(?<![\w.,$€£¥]){_PLAIN_NUMBER}\s?(?:[$€£¥]|(?:usd|eur|gbp|jpy"
     rf"|dollars?|euros?|pounds?|yen)\b)|\b(?:usd|eur|gbp|jpy)\s?{_PLAIN_NUMBER}"
 )
+# An amount named by its currency's code in capitals, any currency ("KWD 6.170", "20.00 SEK"): read
+# before the request is put in lower case.
+_PLAIN_CODED_AMOUNT = re.compile(
+    rf"\b(?P<before>{_ISO_CODE})\s?(?P<n1>{_PLAIN_NUMBER})|(?<![\w.,$€£¥])(?P<n2>{_PLAIN_NUMBER})\s?(?P<after>{_ISO_CODE})\b"
+)
+
+
+def _ambiguous_point(number: str, code: str = "") -> bool:
+    """Is a point in the number a decimal point or thousands ("1.500")? Asked, unless the currency
+    counts three digits ("KWD 6.170" is six dinars and 170 fils)."""
+    return bool(re.search(r"\.\d{3}(?!\d)", number)) and "," not in number and not (code and minor_digits(code) == 3)
 
 
 def plainly_asked(request: str, *, items: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
@@ -314,10 +331,15 @@ def plainly_asked(request: str, *, items: set[str] = frozenset()) -> bool:  # ty
     text = _QUOTED.sub(lambda m: " " if not re.search(r"refund|\d", m[1], re.I) else m[0], text)
     if len(_distinct(ORDER_NUMBER.findall(text))) > 1:
         return False
-    text = ORDER_NUMBER.sub(" onum ", text).lower()
-    if any(re.search(r"\.\d{3}(?!\d)", m[0]) and "," not in m[0] for m in _PLAIN_AMOUNT.finditer(text)):
+    text = ORDER_NUMBER.sub(" onum ", text)
+    coded = list(_PLAIN_CODED_AMOUNT.finditer(text))
+    if any(_ambiguous_point(m["n1"] or m["n2"], m["before"] or m["after"]) for m in coded):
+        return False  # "SEK 1.500": a decimal point or thousands? Asked.
+    text = _PLAIN_CODED_AMOUNT.sub(" amt ", text).lower()
+    if any(_ambiguous_point(m[0]) for m in _PLAIN_AMOUNT.finditer(text)):
         return False  # "$1.500": a decimal point or thousands? Asked.
     text, amounts = _PLAIN_AMOUNT.subn(" amt ", text)
+    amounts += len(coded)
     if amounts > 1 or any(not (c.isalpha() or c.isspace() or c in _PLAIN_MARKS) for c in text):
         return False
     for short, long in _SPELLED_OUT:
@@ -328,6 +350,18 @@ def plainly_asked(request: str, *, items: set[str] = frozenset()) -> bool:  # ty
         if sentence and not forms.fullmatch(sentence):
             return False
     return True
+
+
+def _example_amount(cents: int, currency: str) -> str:
+    """An amount as the agent shows it in a question, in a form it reads back: the amount as people
+    read it ("$20.00", "€20.00", "CHF 20.00"), or, where that is a symbol not read here ("CA$20.00",
+    "A$20.00"), by its code ("CAD 20.00")."""
+    shown = format_money(cents, currency)
+    found = MONEY.fullmatch(shown)
+    written = _written(found) if found else None
+    if written is not None and written.cents_in(currency) == cents and plainly_asked(f"Refund {shown} on A-1001."):
+        return shown
+    return f"{currency.upper()} {re.sub(r'^[^0-9]+', '', shown)}"
 
 
 _SENTENCE = re.compile(r"[.;!?:,\n()–—]+|\s-+\s|\b(?:as|because|since|and|but)\b")
@@ -888,7 +922,7 @@ class OfflineDeterministicModel:
             if not refund.how_much and not refund.plain(lookup):
                 parts.append(_TO_BE_SURE.format(number=refund.order_number))
             elif refund.cents(lookup) is None:
-                example = format_money(min(2000, int(lookup.get("total_cents", 0))), str(lookup.get("currency")))
+                example = _example_amount(min(2000, int(lookup.get("total_cents", 0))), str(lookup.get("currency")))
                 parts.append(
                     f"How much of order {refund.order_number} would you like refunded? Tell me the amount in "
                     f'{str(lookup.get("currency")).upper()}, for example "refund {example} on {refund.order_number}".'
