@@ -247,10 +247,11 @@ def _check_guardrails(
     step = amount_step(order.currency)
     if amount % step:
         # The provider refuses any other amount in this currency: never put to staff, never sent.
+        # Said in words a customer may read as they are (the offline model passes them on).
+        below = f"; {format_money(amount - amount % step, order.currency)} can" if amount > step else ""
         raise ToolError(
-            f"The payment provider refunds {order.currency.upper()} only in steps of "
-            f"{format_money(step, order.currency)}: amount_cents must be a multiple of {step} ({amount} is not; "
-            f"{amount - amount % step} is the step below)."
+            f"Refunds in {order.currency.upper()} are made in steps of {format_money(step, order.currency)}: "
+            f"{format_money(amount, order.currency)} cannot be refunded as it is{below}."
         )
     remaining = order.total_cents - refunded_total_cents(order, exclude_key=key)
     held = refunds_outside_the_ledger(order, key, listed) if listed and key else []

@@ -18,17 +18,19 @@ import json
 import pytest
 
 from agents.models import CallStatus, ToolCall
+from agents.offline_model import OfflineDeterministicModel
 from agents.runner import advance
 from approvals import selectors as approval_selectors
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest
+from tests.agents.conftest import rung_again_and_again
 from tests.agents.test_money_path import assert_money_invariants, paid
 from tests.agents.test_refunds import ScriptedRefund
 from tests.approvals.conftest import make_staff
 from tests.conftest import make_customer
 from tests.payments.test_provider import AUTH, http
 from tickets import services as ticket_services
-from tickets.models import Order, OrderStatus
+from tickets.models import AuthorKind, Message, Order, OrderStatus
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -94,7 +96,7 @@ def test_an_amount_the_provider_refuses_in_its_currency_never_reaches_staff(sand
     call = refund_asked(customer, order, amount)
 
     assert call.status == CallStatus.FAILED, (call.status, call.error)
-    assert "multiple of" in call.error
+    assert "are made in steps of" in call.error
     assert not ApprovalRequest.objects.filter(tool_call=call).exists()
     assert paid(sandbox, order) == []
 
@@ -110,3 +112,19 @@ def test_the_sandbox_refuses_an_amount_stripe_refuses_in_its_currency(payment_sa
     assert status == 400, (status, body)
     assert body["error"]["param"] == "amount"
     assert payment_sandbox.refunds() == []
+
+
+def test_the_customer_who_asks_for_an_amount_off_the_step_is_told_which_can_be_refunded(sandbox):  # noqa: ANN001
+    customer = make_customer()
+    order = order_in(customer, "N-7001", 12350, "kwd", sandbox)
+    ticket, _ = ticket_services.ticket_open(
+        customer=customer, subject="Refund", body="Please refund KWD 6.175 of order N-7001."
+    )
+
+    rung_again_and_again(ticket.pk, OfflineDeterministicModel(), rings=3, until_settled=True)
+
+    answer = Message.objects.filter(ticket=ticket, author_kind=AuthorKind.AGENT).order_by("-id").first().body
+    assert f"KWD{NBSP}6.175 cannot be refunded as it is; KWD{NBSP}6.170 can." in answer, answer
+    assert "amount_cents" not in answer
+    assert not ApprovalRequest.objects.filter(ticket=ticket).exists()
+    assert paid(sandbox, order) == []
