@@ -313,8 +313,11 @@ _PLAIN_CODED_AMOUNT = re.compile(
 
 def _ambiguous_point(number: str, code: str = "") -> bool:
     """Is a point in the number a decimal point or thousands ("1.500")? Asked, unless the currency
-    counts three digits ("KWD 6.170" is six dinars and 170 fils)."""
-    return bool(re.search(r"\.\d{3}(?!\d)", number)) and "," not in number and not (code and minor_digits(code) == 3)
+    counts three digits ("KWD 6.170" is six dinars and 170 fils); in such a currency a comma before
+    three digits is asked about instead ("KWD 6,170": six thousand dinars, or six and 170 fils?)."""
+    if code and minor_digits(code) == 3:
+        return bool(re.search(r",\d{3}(?!\d)", number)) and "." not in number
+    return bool(re.search(r"\.\d{3}(?!\d)", number)) and "," not in number
 
 
 def plainly_asked(request: str, *, items: set[str] = frozenset()) -> bool:  # type: ignore[assignment]

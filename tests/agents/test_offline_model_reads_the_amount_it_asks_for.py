@@ -7,7 +7,8 @@ outside plain requests), so on an order in any other currency (CHF, CAD, AUD, SE
 the customer who wrote the example back word for word was asked the same question again, for
 ever: no partial refund could be asked for at all. An amount named by its ISO code in capitals
 ("KWD 6.170", "20.00 SEK") is read now, in the order's digits as the payment provider counts
-them; "SEK 1.500" (a decimal point, or thousands?) is still asked about, as "$1.500" is.
+them; "SEK 1.500" (a decimal point, or thousands?) is still asked about, as "$1.500" is, and so
+is "KWD 6,170" (a decimal comma, or thousands?).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def test_an_amount_named_by_its_code_is_asked_for_as_written(sandbox, currency, 
         ("sek", "Please refund SEK 1.500 of order {n}."),  # a decimal point, or thousands?
         ("usd", "Please refund 20 SEK of order {n}."),  # another currency than the order's
         ("kwd", "Please refund KWD 6.1700 of order {n}."),  # more digits than the dinar has
+        ("kwd", "Please refund 6,170 KWD of order {n}."),  # a decimal comma, or thousands?
     ],
 )
 def test_an_amount_named_by_its_code_that_cannot_be_read_one_way_is_asked_about(sandbox, currency, words):  # noqa: ANN001
