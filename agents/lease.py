@@ -315,7 +315,7 @@ class _Heartbeat:
                     continue
                 now = time.monotonic()
                 next_at = min((at for _, at in self.due.values()), default=None)
-                if any(lease.session_pid and not lease.cut for lease, _ in self.due.values()):
+                if any(lease.session_pid for lease, _ in self.due.values()):
                     next_at = min(next_at if next_at is not None else math.inf, self.check_at)
                 if next_at is None or next_at > now:
                     if not self.due:  # no lease held: its connection is not kept while idle
@@ -328,9 +328,11 @@ class _Heartbeat:
                 renewing = [lease for lease, at in self.due.values() if at <= now]
                 for lease in renewing:
                     self.due[id(lease)] = (lease, now + self.interval())
-                checking = []
+                checking, relocking = [], []
                 if self.check_at <= now:
                     checking = [lease for lease, _ in self.due.values() if lease.session_pid and not lease.cut]
+                    # Cut, and the lock not taken again (another session held it a moment): try again.
+                    relocking = [lease for lease, _ in self.due.values() if lease.cut]
                     self.check_at = now + self.CHECK_SECONDS
                 holding = bool(self.due)
             try:
@@ -338,6 +340,8 @@ class _Heartbeat:
                     self._renew(lease)
                 if checking:
                     self._check_sessions(checking)
+                for lease in relocking:
+                    self._lock_again(lease)
             except Exception:  # noqa: BLE001 - the next round tries again, on a new connection
                 logger.warning("the lease heartbeat's round failed", exc_info=True)
                 holding = False

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from agents.lease import lease_acquire, ticket_lease_held
+from agents.lease import lease_acquire, lock_key, ticket_lease_held
 from agents.models import TicketLease
 from tests.agents.test_crash_recovery import at_rest, replies
 from tests.agents.test_database_sessions_cut import END_THE_OTHER_SESSIONS
@@ -113,3 +113,30 @@ def test_the_lock_the_heartbeat_took_again_is_let_go_with_the_lease(end):
     finally:
         beside.stop_heartbeat()
         beside.release()
+
+
+def test_the_heartbeat_takes_the_lock_again_once_another_session_lets_go_of_it():
+    # A worker taking the ticket over looks at the lock by taking it for a moment: the heartbeat that
+    # finds it taken then tries again at its next round, instead of leaving the lease unlocked.
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Hours", body="hello")
+    lease = lease_acquire(ticket_id=ticket.pk, owner="worker-cut")
+    assert lease is not None
+    lease.start_heartbeat()
+    try:
+        with psycopg.connect(database_url(), autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", [lease.session_pid])
+            wait_until(
+                lambda: other.execute("SELECT pg_try_advisory_lock(%s)", [lock_key(ticket.pk)]).fetchone()[0],
+                timeout=5,
+                what="the lock free once the pass's session ended",
+            )
+            connection.close()
+            wait_until(lambda: lease.cut, timeout=10, what="the heartbeat saw the cut")
+            time.sleep(1.2)
+            assert not lease.heartbeat_locked
+            other.execute("SELECT pg_advisory_unlock(%s)", [lock_key(ticket.pk)])
+            wait_until(lambda: lease.heartbeat_locked, timeout=5, what="the heartbeat took the lock again")
+        assert ticket_lease_held(ticket.pk)
+    finally:
+        lease.stop_heartbeat()
+        lease.release()
