@@ -296,18 +296,6 @@ def test_a_server_that_reports_no_usage_gets_an_estimate_marked_as_such():
     assert response.usage.prompt_tokens > 0 and response.usage.completion_tokens > 0
 
 
-def test_an_answer_sent_whole_instead_of_streamed_keeps_its_usage():
-    server = OpenAIServer(dialect="whole-json").start()
-    try:
-        server.enqueue_text("Done.", prompt_tokens=33, completion_tokens=2)
-        response = make_model(server).complete(messages=MESSAGES, tools=[])
-    finally:
-        server.stop()
-
-    assert response.usage == Usage(prompt_tokens=33, completion_tokens=2)
-    assert response.text == "Done." and response.finish_reason == "stop"
-
-
 @pytest.mark.parametrize(
     ("error", "status", "retryable"),
     [
@@ -341,8 +329,9 @@ def test_an_answer_sent_whole_is_read_only_up_to_the_limits_of_an_answer(setting
         server.stop()
 
 
-def test_usage_on_the_finishing_chunk_is_read_and_not_estimated():
-    server = OpenAIServer(dialect="litellm").start()
+@pytest.mark.parametrize("dialect", ["litellm", "whole-json"])
+def test_usage_on_the_finishing_chunk_or_a_whole_answer_is_read_and_not_estimated(dialect):
+    server = OpenAIServer(dialect=dialect).start()
     try:
         server.enqueue_text("Done.", prompt_tokens=33, completion_tokens=2)
         response = make_model(server).complete(messages=MESSAGES, tools=[])

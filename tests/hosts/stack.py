@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import psycopg
 
+from bench.environment import loopback_settings
 from tests.hosts.netns import Host, HostProcess, Network
 from tests.workers import wait_until
 
@@ -76,15 +77,8 @@ class Stack:
                 "DATABASE_URL": self.database_url,
                 "REDIS_URL": self.redis_url,
                 "STRIPE_API_BASE": self.sandbox_url,
-                "DEBUG": "0",
-                "SECRET_KEY": "hosts-test-only-secret-key",
+                **loopback_settings(secret_key="hosts-test-only-secret-key"),
                 "ALLOWED_HOSTS": ",".join(h.address for h in self.web_hosts),
-                "SECURE_SSL_REDIRECT": "0",
-                "SESSION_COOKIE_SECURE": "0",
-                "CSRF_COOKIE_SECURE": "0",
-                "SECURE_HSTS_SECONDS": "0",
-                "CUSTOMER_MESSAGE_RATE": "100000/s",
-                "CUSTOMER_TICKET_RATE": "100000/s",
                 "REFUND_CUSTOMER_CONFIRMATION": "0",
                 "AGENT_MODEL": "offline",
                 "DEMO_DATA": "1",
