@@ -578,14 +578,19 @@ APPROVAL_CONFIRM_ABOVE_CENTS = env_int("APPROVAL_CONFIRM_ABOVE_CENTS", 50_000)
 # Times in the admin and on staff pages to the second (support/formats).
 FORMAT_MODULE_PATH = ["support.formats"]
 
+# Each round's interval is at least a second: at 0 s beat sends the round without pause, and the
+# queue fills with it ahead of every customer's doorbell.
 CELERY_BEAT_SCHEDULE = {
     "agents.sweep": {"task": "agents.sweep", "schedule": float(AGENT_SWEEP_SECONDS)},
     "agents.reconcile_refunds": {"task": "agents.reconcile_refunds", "schedule": float(REFUND_RECONCILE_SECONDS)},
-    "approvals.expire_due": {"task": "approvals.expire_due", "schedule": float(env_int("APPROVAL_EXPIRY_SECONDS", 60))},
+    "approvals.expire_due": {
+        "task": "approvals.expire_due",
+        "schedule": float(env_int("APPROVAL_EXPIRY_SECONDS", 60, minimum=1)),
+    },
     # Refunds the customer did not confirm in time are not paid, and the customer is told.
     "agents.expire_confirmations": {
         "task": "agents.expire_confirmations",
-        "schedule": float(env_int("AGENT_CONFIRMATION_EXPIRY_SECONDS", 30)),
+        "schedule": float(env_int("AGENT_CONFIRMATION_EXPIRY_SECONDS", 30, minimum=1)),
     },
 }
 

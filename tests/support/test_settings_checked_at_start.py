@@ -2,11 +2,12 @@
 default.
 
 README, Configuration: "A missing or malformed value stops the process at start with a message
-naming the variable." A zero or negative lease, step limit, token budget, sweep or reconcile
-interval, uncertainty delay or connect timeout would start every process without a word and then do
-the wrong thing (a lease expired when taken: two writers on one ticket; no ticket ever answered; beat
-every 0 s; libpq waiting forever); a model class that cannot be built would fail every run. Each stops
-the process at start. EMAIL_BACKEND= and LOG_LEVEL= (empty) mean their defaults.
+naming the variable." A zero or negative lease, step limit, token budget, interval of one of beat's
+rounds (sweep, reconcile, approval and confirmation expiry), uncertainty delay or connect timeout
+would start every process without a word and then do the wrong thing (a lease expired when taken:
+two writers on one ticket; no ticket ever answered; beat every 0 s; libpq waiting forever); a model
+class that cannot be built would fail every run. Each stops the process at start. EMAIL_BACKEND= and
+LOG_LEVEL= (empty) mean their defaults.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ def manage_check(**env: str) -> subprocess.CompletedProcess[str]:
         ("AGENT_MAX_STEPS", "0"),
         ("AGENT_TOKEN_BUDGET", "0"),
         ("AGENT_SWEEP_SECONDS", "0"),
+        # Beat's other rounds: every 0 s, beat sent them without pause (1,700 in 4 s), and each
+        # customer's doorbell queued behind them.
+        ("APPROVAL_EXPIRY_SECONDS", "0"),
+        ("AGENT_CONFIRMATION_EXPIRY_SECONDS", "0"),
         ("REFUND_RECONCILE_SECONDS", "0"),
         ("REFUND_UNCERTAIN_AFTER_SECONDS", "-1"),
         ("DB_CONNECT_TIMEOUT", "0"),
