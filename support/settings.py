@@ -502,7 +502,16 @@ REFUND_UNCERTAIN_AFTER_SECONDS = env_int("REFUND_UNCERTAIN_AFTER_SECONDS", 120, 
 REFUND_RECHECK_FAILED_HOURS = env_int("REFUND_RECHECK_FAILED_HOURS", 24)
 
 # --- The agent loop ---------------------------------------------------------------------
-AGENT_LEASE_SECONDS = env_int("AGENT_LEASE_SECONDS", 60, minimum=2)
+AGENT_LEASE_SECONDS = env_int("AGENT_LEASE_SECONDS", 60, minimum=2, maximum=86_400)
+# Past the task's time limit a pass's heartbeat stops renewing its lease (agents.lease.held_at_most): a
+# pass that never ends keeps its ticket for one more lease at most, so a lease longer than the limit
+# kept it longer than the limit promises (and one past what a timestamp holds failed every pass).
+if AGENT_LEASE_SECONDS > CELERY_TASK_TIME_LIMIT:
+    raise ImproperlyConfigured(
+        f"AGENT_LEASE_SECONDS={AGENT_LEASE_SECONDS} must be at most CELERY_TASK_TIME_LIMIT={CELERY_TASK_TIME_LIMIT}: "
+        "past the time limit a pass's heartbeat stops renewing its lease, and another worker takes the ticket "
+        "over once the lease runs out"
+    )
 AGENT_MAX_STEPS = env_int("AGENT_MAX_STEPS", 16, minimum=2)
 AGENT_TOKEN_BUDGET = env_int("AGENT_TOKEN_BUDGET", 200_000, minimum=1)
 # Failures in a row (bad model output, a model outage, a tool or database error) before the

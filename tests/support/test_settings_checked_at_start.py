@@ -34,6 +34,12 @@ def manage_check(**env: str) -> subprocess.CompletedProcess[str]:
     [
         ("AGENT_LEASE_SECONDS", "0"),
         ("AGENT_LEASE_SECONDS", "-30"),
+        # Past what a timestamp holds: every pass failed taking the lease ("timestamp out of range"),
+        # and the sweeper rang the ticket for ever. Past the task's time limit (660 s): a pass that
+        # never ends kept its ticket an hour past the limit, when its heartbeat stopped renewing it.
+        ("AGENT_LEASE_SECONDS", "1000000000000000"),
+        ("AGENT_LEASE_SECONDS", "3600"),
+        ("CELERY_TASK_TIME_LIMIT", "10"),  # below the default lease (60 s)
         ("AGENT_MAX_STEPS", "0"),
         ("AGENT_TOKEN_BUDGET", "0"),
         ("AGENT_SWEEP_SECONDS", "0"),
