@@ -57,6 +57,11 @@ def env_str(name: str, default: str) -> str:
     return default if raw is None or raw.strip() == "" else raw.strip()
 
 
+# The longest timeout a setting may give: a day. Far past it a wait or a socket refuses the value
+# (OverflowError past about 9.2e9 s), at every call rather than at start.
+MAX_TIMEOUT_SECONDS = 86_400.0
+
+
 def env_seconds(name: str, default: float) -> float:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -65,8 +70,10 @@ def env_seconds(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise ImproperlyConfigured(f"{name}={raw!r} must be a positive number of seconds")
+    if not value > 0 or value > MAX_TIMEOUT_SECONDS:
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} must be a positive number of seconds, at most {MAX_TIMEOUT_SECONDS:g} (a day)"
+        )
     return value
 
 

@@ -52,6 +52,11 @@ def manage_check(**env: str) -> subprocess.CompletedProcess[str]:
         ("DB_CONNECT_TIMEOUT", "0"),
         ("AGENT_MODEL_STEP_SECONDS", "0"),
         ("EMAIL_TIMEOUT", "0"),
+        # Past what a wait or a socket's timeout holds (about 9.2e9 s): the process started, then every
+        # tool call failed with "OverflowError: timestamp out of range for platform time_t" (the
+        # ticket's failures counted, refunds and look-ups never made); a socket refuses such a timeout too.
+        ("AGENT_TOOL_TIMEOUT_SECONDS", "1e10"),
+        ("EMAIL_TIMEOUT", "1e10"),
         ("AGENT_MODEL", "agents.llm_openai.OpenAIChatModel"),
         ("APPROVAL_POLICY_CURRENCY", "dollars"),
         ("STATE_BUNDLE_KEY", "short-enough-to-guess"),
