@@ -60,6 +60,9 @@ def env_str(name: str, default: str) -> str:
 # The longest timeout a setting may give: a day. Far past it a wait or a socket refuses the value
 # (OverflowError past about 9.2e9 s), at every call rather than at start.
 MAX_TIMEOUT_SECONDS = 86_400.0
+# The longest interval of one of beat's rounds: a day. Far past it beat stops at its start ("date value
+# out of range"), and no round (the sweep that rings lost doorbells and dead owners' tickets) ever runs.
+MAX_INTERVAL_SECONDS = 86_400
 
 
 def env_seconds(name: str, default: float) -> float:
@@ -491,7 +494,7 @@ STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "sk_test_sandbox")
 STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "http://127.0.0.1:12111")
 PAYMENTS_TIMEOUT_SECONDS = env_seconds("PAYMENTS_TIMEOUT_SECONDS", 10.0)
 # Refunds left submitted/uncertain are settled from the provider's records this often.
-REFUND_RECONCILE_SECONDS = env_int("REFUND_RECONCILE_SECONDS", 60, minimum=1)
+REFUND_RECONCILE_SECONDS = env_int("REFUND_RECONCILE_SECONDS", 60, minimum=1, maximum=MAX_INTERVAL_SECONDS)
 # A round holding the reconciler's lock on a session idle this long (far longer than a provider call,
 # PAYMENTS_TIMEOUT_SECONDS, or a statement takes) is one whose worker is frozen: the next round goes on.
 REFUND_RECONCILE_STALLED_SECONDS = env_int("REFUND_RECONCILE_STALLED_SECONDS", 120, minimum=1)
@@ -572,7 +575,7 @@ AGENT_MAX_OUTPUT_TOKENS = env_int("AGENT_MAX_OUTPUT_TOKENS", 0)
 AGENT_SYSTEM_PROMPT = os.environ.get("AGENT_SYSTEM_PROMPT", "")
 OFFLINE_MODEL_TOKEN_DELAY_MS = env_int("OFFLINE_MODEL_TOKEN_DELAY_MS", 0)
 # Short: the sweeper is also how a dead lease owner is noticed (its advisory lock is gone).
-AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 3, minimum=1)
+AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 3, minimum=1, maximum=MAX_INTERVAL_SECONDS)
 
 # Before a refund is paid (after any staff approval) the customer confirms the amount with a
 # button in the chat (agents.confirmation). The admin's approval policy can turn it off too.
@@ -594,19 +597,19 @@ APPROVAL_CONFIRM_ABOVE_CENTS = env_int("APPROVAL_CONFIRM_ABOVE_CENTS", 50_000)
 # Times in the admin and on staff pages to the second (support/formats).
 FORMAT_MODULE_PATH = ["support.formats"]
 
-# Each round's interval is at least a second: at 0 s beat sends the round without pause, and the
-# queue fills with it ahead of every customer's doorbell.
+# Each round's interval is at least a second (at 0 s beat sends the round without pause, and the queue
+# fills with it ahead of every customer's doorbell) and at most MAX_INTERVAL_SECONDS.
 CELERY_BEAT_SCHEDULE = {
     "agents.sweep": {"task": "agents.sweep", "schedule": float(AGENT_SWEEP_SECONDS)},
     "agents.reconcile_refunds": {"task": "agents.reconcile_refunds", "schedule": float(REFUND_RECONCILE_SECONDS)},
     "approvals.expire_due": {
         "task": "approvals.expire_due",
-        "schedule": float(env_int("APPROVAL_EXPIRY_SECONDS", 60, minimum=1)),
+        "schedule": float(env_int("APPROVAL_EXPIRY_SECONDS", 60, minimum=1, maximum=MAX_INTERVAL_SECONDS)),
     },
     # Refunds the customer did not confirm in time are not paid, and the customer is told.
     "agents.expire_confirmations": {
         "task": "agents.expire_confirmations",
-        "schedule": float(env_int("AGENT_CONFIRMATION_EXPIRY_SECONDS", 30, minimum=1)),
+        "schedule": float(env_int("AGENT_CONFIRMATION_EXPIRY_SECONDS", 30, minimum=1, maximum=MAX_INTERVAL_SECONDS)),
     },
 }
 
