@@ -11,6 +11,7 @@ endpoint, the offline deterministic model and a user's own class all fit.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -135,8 +136,9 @@ def validate_response(response: ModelResponse) -> ModelResponse:
 
     Limits (settings): AGENT_MAX_REPLY_CHARS, AGENT_MAX_TOOL_CALLS_PER_STEP,
     AGENT_MAX_TOOL_ARGUMENT_CHARS; call ids and tool names at most 100 characters.
-    Text loses NUL characters and lone surrogates; anything else out of bounds is
-    refused whole, so no half of a poison answer is acted on.
+    Text loses NUL characters and lone surrogates, and a call id used twice is made
+    unique; anything else out of bounds is refused whole, so no half of a poison
+    answer is acted on.
     """
     usage = response.usage if isinstance(response.usage, Usage) else Usage()
     if not (plausible_tokens(usage.prompt_tokens) and plausible_tokens(usage.completion_tokens)):
@@ -170,7 +172,10 @@ def validate_response(response: ModelResponse) -> ModelResponse:
         except ModelOutputInvalid as exc:
             raise ModelOutputInvalid(str(exc), usage=usage) from None
         if call_id in seen:
-            raise ModelOutputInvalid(f"tool call id {call_id!r} is used twice in one step", usage=usage)
+            # Some endpoints give every parallel call of an answer the same id (DeepSeek's, Zhipu GLM's).
+            # The id only pairs a call with its result, and the answer is stored once as given here: a
+            # call whose id is taken gets a fresh one, rather than the whole answer refused every time.
+            call_id = f"call_{uuid.uuid4().hex}"
         seen.add(call_id)
         arguments = call.arguments
         if not isinstance(arguments, str):

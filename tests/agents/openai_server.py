@@ -42,6 +42,9 @@ rather than an ordinary end of body.
 - ``"gemini"``: as Google's OpenAI-compatible endpoint (and Ollama's older
   ones): tool-call deltas carry no ``index`` at all; each call comes whole,
   its id, name and arguments in one delta.
+- ``"same-id"``: as DeepSeek's and Zhipu GLM's endpoints are reported to do
+  (HKUDS/nanobot#3943): the parallel calls of an answer, each under its own
+  ``index``, all carry the same ``id``.
 """
 
 from __future__ import annotations
@@ -164,6 +167,8 @@ class OpenAIServer:
     ) -> list[str]:
         """Answer the next request with tool calls; returns the call ids the server will use."""
         scripted = [(f"call_{uuid.uuid4().hex[:24]}", name, json.dumps(args)) for name, args in calls]
+        if self.dialect == "same-id":
+            scripted = [(scripted[0][0], name, arguments) for _, name, arguments in scripted]
         self._push(_ToolCalls(scripted, text, prompt_tokens, completion_tokens))
         return [call_id for call_id, _, _ in scripted]
 
