@@ -10,6 +10,7 @@ endpoint, the offline deterministic model and a user's own class all fit.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from django.conf import settings
+from django.db import connection
 
 from support.storable import clean_text, shows_something
 
@@ -263,6 +265,61 @@ class StreamMeter:
                 retryable=True,
                 usage=self.usage(),
             )
+
+
+# How long past the step's deadline a model call is still waited for: the adapter's own stop at the
+# deadline (the OpenAI-compatible one cuts its socket reads there), with the tokens it counted, comes first.
+STEP_GRACE_SECONDS = 2.0
+
+
+def complete_within_step(
+    model: ChatModel, *, messages: list[Message], tools: list[ToolSpec], on_token: TokenCallback, meter: StreamMeter
+) -> ModelResponse:
+    """``model.complete``, waited for until the step's deadline (``meter``, AGENT_MODEL_STEP_SECONDS)
+    and STEP_GRACE_SECONDS more. The meter stops a stream at the deadline only as pieces arrive; a call
+    that streams nothing and never returns (a model of the deployment's own whose client has no
+    timeout, a lock) held the pass, and every worker that took the ticket over after it, for good.
+    Past the wait the call is given up: a retryable ModelError, counted as any failed step. Its thread
+    cannot be stopped; it is left to end when it may, and any text it streams from then on is refused.
+
+    Inside a transaction of the caller's (a test's, which wraps it all) the call is made where it is:
+    no other connection could read what that transaction holds."""
+    if connection.in_atomic_block:
+        return model.complete(messages=messages, tools=tools, on_token=on_token)
+    given_up = threading.Event()
+    finished = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def guarded(text: str) -> None:
+        if given_up.is_set():
+            raise ModelError("the step's time was over; this answer was given up", retryable=True)
+        on_token(text)
+
+    def call() -> None:
+        try:
+            outcome["response"] = model.complete(messages=messages, tools=tools, on_token=guarded)
+        except BaseException as exc:  # noqa: BLE001 - raised in the pass's thread
+            outcome["error"] = exc
+        finally:
+            finished.set()
+            connection.close()  # one a model of the deployment's own opened in this thread
+
+    threading.Thread(target=call, name="model-call", daemon=True).start()
+    try:
+        done = finished.wait(max(0.0, meter.deadline - time.monotonic()) + STEP_GRACE_SECONDS)
+    except BaseException:
+        given_up.set()  # the pass is going down (a time limit, a shutdown): nothing streams on behind it
+        raise
+    if not done:
+        given_up.set()
+        raise ModelError(
+            f"the model did not answer within {meter.seconds:g} s (AGENT_MODEL_STEP_SECONDS); given up",
+            retryable=True,
+            usage=meter.usage(),
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["response"]
 
 
 @runtime_checkable

@@ -29,7 +29,14 @@ from agents import services as agent_services
 from agents.confirmation import acknowledge_while_confirming
 from agents.execution import Stop, ToolCrashed, record_intents, run_calls
 from agents.lease import Lease, LeaseLost, lease_acquire_and_read, worker_identity
-from agents.llm import ChatModel, ModelError, StreamMeter, validate_response, wasted_tokens
+from agents.llm import (
+    ChatModel,
+    ModelError,
+    StreamMeter,
+    complete_within_step,
+    validate_response,
+    wasted_tokens,
+)
 from agents.model_factory import get_model
 from agents.models import PAUSED_RUN_STATUSES, AgentProfile, AgentRun, RunStatus, StepStatus
 from agents.outage import is_outage, outage_delay, patience_seconds
@@ -423,7 +430,9 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
     }  # fmt: skip
     try:
         specs = tool_specs(enabled=p.enabled_tools)
-        response = validate_response(model.complete(messages=list(messages), tools=specs, on_token=on_token))
+        response = validate_response(
+            complete_within_step(model, messages=list(messages), tools=specs, on_token=on_token, meter=meter)
+        )
     except ModelError as exc:
         wasted = exc.usage.total_tokens if exc.usage is not None else 0
         with lease.guard():
