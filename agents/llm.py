@@ -138,9 +138,9 @@ def validate_response(response: ModelResponse) -> ModelResponse:
 
     Limits (settings): AGENT_MAX_REPLY_CHARS, AGENT_MAX_TOOL_CALLS_PER_STEP,
     AGENT_MAX_TOOL_ARGUMENT_CHARS; call ids and tool names at most 100 characters.
-    Text loses NUL characters and lone surrogates, and a call id used twice is made
-    unique; anything else out of bounds is refused whole, so no half of a poison
-    answer is acted on.
+    Text loses NUL characters and lone surrogates, and a call id missing or used
+    twice is replaced by a fresh one; anything else out of bounds is refused whole,
+    so no half of a poison answer is acted on.
     """
     usage = response.usage if isinstance(response.usage, Usage) else Usage()
     if not (plausible_tokens(usage.prompt_tokens) and plausible_tokens(usage.completion_tokens)):
@@ -168,15 +168,17 @@ def validate_response(response: ModelResponse) -> ModelResponse:
     seen: set[str] = set()
     clean: list[ToolCallRequest] = []
     for n, call in enumerate(calls, 1):
+        # The id only pairs a call with its result, and the answer is stored once as given here: a call
+        # without one (a model API that has none) or whose id is taken (some endpoints give every
+        # parallel call of an answer the same id: DeepSeek's, Zhipu GLM's) gets a fresh one, rather
+        # than the whole answer refused every time.
+        given = getattr(call, "id", None)
         try:
-            call_id = _printable_name(getattr(call, "id", None), f"tool call {n}'s id", 100)
+            call_id = "" if given in (None, "") else _printable_name(given, f"tool call {n}'s id", 100)
             name = _printable_name(getattr(call, "name", None), f"tool call {n}'s name", 100)
         except ModelOutputInvalid as exc:
             raise ModelOutputInvalid(str(exc), usage=usage) from None
-        if call_id in seen:
-            # Some endpoints give every parallel call of an answer the same id (DeepSeek's, Zhipu GLM's).
-            # The id only pairs a call with its result, and the answer is stored once as given here: a
-            # call whose id is taken gets a fresh one, rather than the whole answer refused every time.
+        if not call_id or call_id in seen:
             call_id = f"call_{uuid.uuid4().hex}"
         seen.add(call_id)
         arguments = call.arguments

@@ -6,7 +6,8 @@ every parallel call of an answer the same ``id``. The agent refused such an answ
 and after three tries the ticket was parked with a person and the customer told "something went
 wrong on our side", for a question the model had answered well. The id only pairs each call with
 its result in the conversation, and the agent stores the answer once, so a call whose id was taken
-is given a fresh one at the adapter boundary and both calls run.
+is given a fresh one at the adapter boundary and both calls run. So is a call a model of the
+deployment's own gives no id at all (it was refused as poison the same way).
 """
 
 from __future__ import annotations
@@ -85,3 +86,32 @@ def test_any_models_calls_that_share_an_id_both_run():
         ("shipping", CallStatus.SUCCEEDED),
     ]
     assert len({c.model_call_id for c in calls}) == 2
+
+
+class CallsWithoutIds:
+    """A model of the user's own that leaves its calls' ids out, as some model APIs have none."""
+
+    name = "calls-without-ids"
+
+    def __init__(self, missing: object) -> None:
+        self.missing = missing
+
+    def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001, ANN201
+        if any(m["role"] == "tool" for m in messages):
+            return ModelResponse(text="Found nothing on either.")
+        calls = [ToolCallRequest(self.missing, "search_help", '{"query": "returns"}'),  # type: ignore[arg-type]
+                 ToolCallRequest(self.missing, "search_help", '{"query": "shipping"}')]  # type: ignore[arg-type]  # fmt: skip
+        return ModelResponse(text="", tool_calls=calls, usage=Usage(10, 5), finish_reason="tool_calls")
+
+
+@pytest.mark.parametrize("missing", ["", None], ids=["empty", "none"])
+def test_calls_a_model_gives_no_id_each_run_under_an_id_of_their_own(missing):
+    """As the OpenAI-compatible adapter gives a call a server sent without an id one of its own."""
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Returns and shipping?")
+
+    outcome = advance(ticket.pk, model=CallsWithoutIds(missing))
+
+    assert outcome.state == RunStatus.COMPLETED, (outcome, AgentRun.objects.get(ticket=ticket).last_error)
+    calls = list(ToolCall.objects.filter(ticket=ticket).order_by("index"))
+    assert [c.status for c in calls] == [CallStatus.SUCCEEDED] * 2
+    assert len({c.model_call_id for c in calls}) == 2 and all(c.model_call_id for c in calls)
