@@ -206,9 +206,21 @@ def _validator(name: str, schema: dict[str, Any]) -> jsonschema.protocols.Valida
     return validator
 
 
+# Deeper than this, arguments are refused (PostgreSQL's jsonb and the conversation would hold them).
+MAX_ARGUMENT_DEPTH = 32
+
+
+def _depth(value: Any, depth: int = 0) -> int:
+    """How deep ``value`` nests, counted up to just past MAX_ARGUMENT_DEPTH."""
+    if depth > MAX_ARGUMENT_DEPTH or not isinstance(value, dict | list):
+        return depth
+    children = value.values() if isinstance(value, dict) else value
+    return max((_depth(child, depth + 1) for child in children), default=depth)
+
+
 def _storable(value: Any, depth: int = 0) -> bool:
     """Can PostgreSQL's jsonb hold this (no NUL, no lone surrogates, not absurdly deep)?"""
-    if depth > 32:
+    if depth > MAX_ARGUMENT_DEPTH:
         return False
     if isinstance(value, str):
         if "\x00" in value:
@@ -244,6 +256,8 @@ def parse_arguments(name: str, raw: str | dict[str, Any]) -> tuple[Tool, dict[st
             raise ToolError(f"Arguments for {name} are nested too deeply.") from None
     if not isinstance(args, dict):
         raise ToolError(f"Arguments for {name} must be a JSON object.")
+    if _depth(args) > MAX_ARGUMENT_DEPTH:
+        raise ToolError(f"Arguments for {name} are nested too deeply.")
     if not _storable(args):
         raise ToolError(f"Arguments for {name} contain NUL characters or invalid Unicode.")
     try:

@@ -316,3 +316,21 @@ def test_poison_arguments_escaped_in_json_become_an_error_the_model_sees():
     assert advance(ticket.pk, model=EscapedNul()).state == RunStatus.COMPLETED
     call = ToolCall.objects.get(ticket=ticket)
     assert call.status == CallStatus.FAILED and "NUL" in call.error
+
+
+def test_arguments_nested_deeper_than_can_be_stored_are_told_to_the_model_as_such():
+    """An object nested 900 deep (valid JSON Python reads) was refused to the model as holding "NUL
+    characters or invalid Unicode", which it does not: the model was told to fix what was not wrong."""
+    ticket = open_ticket()
+
+    class Nested:
+        name = "nested"
+
+        def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001
+            if any(m["role"] == "tool" for m in messages):
+                return ModelResponse(text="Done.")
+            return calls(ToolCallRequest("c1", "search_help", '{"query": ' + "[" * 900 + "]" * 900 + "}"))
+
+    assert advance(ticket.pk, model=Nested()).state == RunStatus.COMPLETED
+    call = ToolCall.objects.get(ticket=ticket)
+    assert call.status == CallStatus.FAILED and "nested too deeply" in call.error, call.error
