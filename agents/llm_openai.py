@@ -91,6 +91,10 @@ class OpenAIChatModel:
     reuse across calls from one thread.
     """
 
+    #: Its calls end at the step's deadline by themselves (``_StepBoundTransport``): the pass calls it
+    #: in its own thread (``agents.llm.complete_within_step``).
+    bounds_its_own_step = True
+
     def __init__(
         self,
         *,

@@ -658,6 +658,8 @@ class OfflineDeterministicModel:
     """Rule-based stand-in for a chat model. Clearly not an LLM; see the module docstring."""
 
     name = "offline-deterministic"
+    #: Never blocks: it answers at once, or streams with a delay per word that the step's meter ends.
+    bounds_its_own_step = True
 
     def __init__(self, token_delay_ms: float | None = None) -> None:
         delay = token_delay_ms if token_delay_ms is not None else getattr(settings, "OFFLINE_MODEL_TOKEN_DELAY_MS", 0)

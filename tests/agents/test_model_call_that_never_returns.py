@@ -20,6 +20,7 @@ from django.db import connection
 
 from agents.llm import ModelResponse, Usage
 from agents.models import ModelStep, StepStatus
+from agents.offline_model import OfflineDeterministicModel
 from tests.agents.test_poison import assert_parked, drive_until_at_rest, open_ticket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -65,3 +66,38 @@ def test_a_model_call_that_never_returns_is_given_up_at_the_steps_time_and_the_t
     failed = ModelStep.objects.filter(ticket=ticket, status=StepStatus.FAILED)
     assert failed.count() == 3
     # Nothing of the late answers is posted (assert_parked: the customer read only the parking note).
+
+
+class Quick:
+    """A model of the deployment's own that answers at once."""
+
+    name = "quick"
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+
+    def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001, ANN201
+        self.threads.append(threading.current_thread())
+        return ModelResponse(text="Here is your answer.", usage=Usage(5, 5))
+
+
+class OfflineInThread(OfflineDeterministicModel):
+    def __init__(self) -> None:
+        super().__init__(token_delay_ms=0)
+        self.threads: list[threading.Thread] = []
+
+    def complete(self, **kwargs):  # noqa: ANN003, ANN201
+        self.threads.append(threading.current_thread())
+        return super().complete(**kwargs)
+
+
+@pytest.mark.parametrize(("model_class", "watched"), [(Quick, True), (OfflineInThread, False)])
+def test_only_a_model_that_does_not_end_its_own_calls_is_watched_from_another_thread(model_class, watched):
+    # The product's own models (the offline one, the OpenAI-compatible adapter) end their calls at the
+    # step's deadline themselves: a thread more per step would cost every turn its start and hand-off.
+    ticket = open_ticket("Where is my order?")
+    model = model_class()
+
+    assert drive_until_at_rest(ticket, model)[-1] == "completed"
+    assert model.threads
+    assert all((thread is not threading.current_thread()) is watched for thread in model.threads)
