@@ -1,12 +1,13 @@
 """Input the database cannot store is refused at the door with a clear 400, before any view
 writes half of it: NUL characters, lone surrogates, JSON nested beyond reason or naming a key
-twice; and a body past
+twice, a form or a query whose bytes are not UTF-8; and a body past
 DATA_UPLOAD_MAX_MEMORY_SIZE with a 413 that says so."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from urllib.parse import unquote_to_bytes
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
@@ -16,6 +17,19 @@ from django.http.multipartparser import MultiPartParserError
 from support.storable import KeyTwice, each_key_once, unstorable
 
 FORM_TYPES = {"application/x-www-form-urlencoded", "multipart/form-data"}
+
+
+_NOT_UTF8 = "has bytes that are not UTF-8"
+
+
+def _utf8(encoded: str | bytes) -> bool:
+    """Are a query's or a form's bytes, percent-escapes decoded, UTF-8? Django reads any others as
+    U+FFFD (or a form's raw bytes as Latin-1): the words stored would not be the words sent."""
+    try:
+        unquote_to_bytes(encoded).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class RejectUnstorableInput:
@@ -47,6 +61,8 @@ class RejectUnstorableInput:
         reason = unstorable(request.path)
         if reason:
             where = "The address"
+        if not reason and not _utf8(request.META.get("QUERY_STRING", "")):
+            reason, where = _NOT_UTF8, "The address's query"
         if not reason:
             for key, values in request.GET.lists():
                 reason = unstorable([key, *values])
@@ -69,6 +85,8 @@ class RejectUnstorableInput:
                     reason = unstorable(data)
                     where = "The request body"
             else:
+                if request.content_type == "application/x-www-form-urlencoded" and not _utf8(request.body):
+                    return self._answer(wants_json, f"The form {_NOT_UTF8}; nothing was saved. Send it as UTF-8.")
                 try:
                     fields = list(request.POST.lists())
                 except MultiPartParserError:
