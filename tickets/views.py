@@ -239,12 +239,33 @@ class _Refusal(Exception):
         self.status = status
 
 
+# What a message is sent with; a form may carry Django's CSRF field too. Any other field is refused:
+# read by nobody, it was dropped without a word (a photo sent as ``file`` was lost, the message stored).
+MESSAGE_FIELDS = ("client_msg_id", "body")
+FORM_ONLY_FIELDS = ("csrfmiddlewaretoken",)
+FILES_FIELD = "files"
+
+
+def _unread_fields(names: list[str]) -> _Refusal | None:
+    if not names:
+        return None
+    listed = ", ".join(repr(name[:40]) for name in names[:5])
+    return _Refusal(
+        f"This endpoint does not read {listed}; nothing was sent. Send client_msg_id and body, "
+        f"and any files as {FILES_FIELD!r} in a multipart form."
+    )
+
+
 def _message_input(request: HttpRequest) -> tuple[str, str, list[attachments.IncomingFile] | None]:
     """(client_msg_id, body, files) from a JSON body, or from a form (multipart with ``files``).
 
     A form is read as the form its label says, never as JSON: the input check at the door
     (support.middleware) read it as a form, so a JSON body labelled one went unchecked."""
     if request.content_type in FORM_TYPES:
+        unread = [name for name in request.POST if name not in (*MESSAGE_FIELDS, *FORM_ONLY_FIELDS)]
+        refusal = _unread_fields(unread + [name for name in request.FILES if name != FILES_FIELD])
+        if refusal is not None:
+            raise refusal
         client_msg_id, body = request.POST.get("client_msg_id"), request.POST.get("body", "")
         uploads = request.FILES.getlist("files")
         if not isinstance(client_msg_id, str):
@@ -269,15 +290,19 @@ def _message_input(request: HttpRequest) -> tuple[str, str, list[attachments.Inc
         or not isinstance(data.get("client_msg_id"), str)
     ):
         raise _Refusal("Send a JSON object with a client_msg_id and a body.")
+    refusal = _unread_fields([name for name in data if name not in MESSAGE_FIELDS])
+    if refusal is not None:
+        raise refusal
     return data["client_msg_id"], data["body"], None
 
 
 @require_POST
 def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
     """POST {client_msg_id, body} as JSON, or as a multipart form that may carry ``files``
-    (attachments): 201 first time, 200 with the original on a retry, 400, 409 (a client message ID used for
-    other words, or a closed ticket: ``"code": "ticket_closed"``), 413; 401 with a
-    sign-in link back to the ticket when the session has ended."""
+    (attachments): 201 first time, 200 with the original on a retry, 400 (also for a field it does not
+    read, such as a file sent as other than ``files``), 409 (a client message ID used for other words,
+    or a closed ticket: ``"code": "ticket_closed"``), 413; 401 with a sign-in link back to the ticket
+    when the session has ended."""
     if not request.user.is_authenticated:
         # Told before the ticket is looked up: whether it exists is nobody's business yet.
         return JsonResponse(
