@@ -12,13 +12,16 @@ from agents.confirmation import ConfirmationClosed, confirmation_decide
 from tickets.selectors import ticket_get_for_customer
 
 ANSWERS = {"confirm": True, "cancel": False}
+FIELDS = ("answer", "digest")
+# A plain form carries Django's CSRF field too.
+FORM_ONLY_FIELDS = ("csrfmiddlewaretoken",)
 
 
 @require_POST
 def confirmation_answer(request: HttpRequest, ticket_id: int, call_id: int) -> JsonResponse:
     """POST {"answer": "confirm"|"cancel", "digest": ...}: 200 with the answer that stands (also on a
-    repeat of the same answer), 400 bad input, 404 not the customer's ticket, 409 already answered
-    otherwise, expired, or changed."""
+    repeat of the same answer), 400 bad input (any other field too), 404 not the customer's ticket,
+    409 already answered otherwise, expired, or changed."""
     if not request.user.is_authenticated:
         # The session ended while the question was on screen: say so (the page offers to sign in).
         return JsonResponse(
@@ -28,12 +31,23 @@ def confirmation_answer(request: HttpRequest, ticket_id: int, call_id: int) -> J
     ticket = ticket_get_for_customer(user=request.user, ticket_id=ticket_id)  # 404 for anyone else
     if request.content_type in {"multipart/form-data", "application/x-www-form-urlencoded"}:
         # A plain form (its body already read by the middleware that checks input): its fields.
-        data: Any = {name: request.POST.get(name) for name in ("answer", "digest")}
+        data: Any = {name: request.POST.get(name) for name in FIELDS}
+        sent = [*request.POST, *request.FILES]
+        unread = [name for name in sent if name not in (*FIELDS, *FORM_ONLY_FIELDS)]
     else:
         try:
             data = json.loads(request.body or b"{}")
         except (ValueError, UnicodeDecodeError, RecursionError):
             return JsonResponse({"error": "The request body must be JSON."}, status=400)
+        unread = [name for name in data if name not in FIELDS] if isinstance(data, dict) else []
+    if unread:
+        # The answer is to the question shown, exactly: one that says more (another amount, another
+        # order) was taken as a Confirm of the question's own amount, and that amount was paid.
+        listed = ", ".join(repr(name[:40]) for name in unread[:5])
+        return JsonResponse(
+            {"error": f"An answer is only Confirm or Cancel; {listed} cannot be read, so nothing was done."},
+            status=400,
+        )
     answer = data.get("answer") if isinstance(data, dict) else None
     if not isinstance(answer, str) or answer not in ANSWERS or not isinstance(data.get("digest"), str):
         return JsonResponse({"error": 'Send {"answer": "confirm" or "cancel", "digest": "..."}.'}, status=400)
