@@ -71,6 +71,10 @@ def ticket_list(request: HttpRequest) -> HttpResponse:
     return render(request, "tickets/list.html", {"rows": rows})
 
 
+# The new-ticket form's fields (and Django's CSRF field).
+NEW_TICKET_FIELDS = ("subject", "body", "client_ref", "csrfmiddlewaretoken")
+
+
 @never_cache  # Back to the form gets a fresh one (a new reference), not the page it sent
 @login_required
 @require_http_methods(["GET", "POST"])
@@ -82,6 +86,15 @@ def ticket_new(request: HttpRequest) -> HttpResponse:
     body = request.POST.get("body", "")
     # Generated per form render: a double submit of the same form opens one ticket.
     client_ref = request.POST.get("client_ref", "").strip() or None
+    unread = [name for name in request.POST if name not in NEW_TICKET_FIELDS] + list(request.FILES)
+    if unread:
+        # Read by nobody, it would be dropped without a word (a photo: the ticket opened without it).
+        listed = ", ".join(repr(name[:40]) for name in unread[:5])
+        return _new_form(
+            request, client_ref=client_ref or uuid.uuid4().hex, subject=subject, body=body, status=400,
+            error=f"This form does not read {listed}; no ticket was opened. Photos can be sent in the chat "
+            "once the ticket is open.",
+        )  # fmt: skip
     if client_ref is not None and len(client_ref) > services.CLIENT_REF_MAX_CHARS:
         # Not cut short: two references sharing a prefix would open one ticket and lose a message.
         return _new_form(

@@ -106,3 +106,18 @@ def test_the_fields_the_chat_sends_are_read(signed_in, ticket, media):  # noqa: 
 
     assert (as_json.status_code, as_form.status_code) == (201, 201), (as_json.content[:200], as_form.content[:200])
     assert Attachment.objects.filter(message__client_msg_id="f-1").count() == 1
+
+
+@pytest.mark.parametrize("extra", ["photo", "order_number"])
+def test_a_new_ticket_form_with_a_field_it_does_not_read_opens_no_ticket(signed_in, media, extra):  # noqa: ANN001
+    before = Ticket.objects.count()
+    sent = SimpleUploadedFile("kettle.png", png_bytes(), content_type="image/png") if extra == "photo" else "A-1002"
+
+    response = signed_in.post(
+        reverse("tickets:new"), {"subject": "Kettle", "body": "It arrived cracked", "client_ref": "new-1", extra: sent}
+    )
+
+    assert response.status_code == 400, (response.status_code, response.content[:300])
+    assert repr(extra) in response.content.decode().replace("&#x27;", "'")
+    assert Ticket.objects.count() == before
+    assert stored_files(media) == []
