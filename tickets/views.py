@@ -151,6 +151,8 @@ def ticket_chat(request: HttpRequest, ticket_id: int) -> HttpResponse:
     return _chat_page(request, ticket, mark_seen=True)
 
 
+# The rating form's fields (and Django's CSRF field).
+RATING_FIELDS = ("score", "comment", "csrfmiddlewaretoken")
 RATING_CHOICES = [(1, "Very poor"), (2, "Poor"), (3, "Okay"), (4, "Good"), (5, "Excellent")]
 
 
@@ -215,6 +217,12 @@ def ticket_rate(request: HttpRequest, ticket_id: int) -> HttpResponse:
         return pages.sign_in_again(request, reverse("tickets:chat", args=[ticket_id]))
     ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
     form = {"score": request.POST.get("score", ""), "comment": request.POST.get("comment", "")}
+    unread = [name for name in request.POST if name not in RATING_FIELDS] + list(request.FILES)
+    if unread:
+        # Read by nobody, it would be dropped without a word (a comment sent as "comments": rated without it).
+        listed = ", ".join(repr(name[:40]) for name in unread[:5])
+        error = f"The rating form does not read {listed}; nothing was rated. Send a score and a comment."
+        return _chat_page(request, ticket, rating_error=error, rating_form=form, status=400)
     try:
         services.ticket_rate(ticket=ticket, user=request.user, score=form["score"], comment=form["comment"])
     except services.RatingRefused as exc:

@@ -1,7 +1,7 @@
-"""A message sent with a field the endpoint does not read is refused with a 400 that names it, and
-nothing is stored. A photo sent under another name than ``files`` (``file``, ``photo``), or listed
-in a JSON body, was dropped without a word: the message was stored without it, with a 201, and the
-customer's photo was lost."""
+"""A message (a new ticket, a rating) sent with a field the endpoint does not read is refused with a
+400 that names it, and nothing is stored. A photo sent under another name than ``files`` (``file``,
+``photo``), or listed in a JSON body, was dropped without a word: the message was stored without it,
+with a 201, and the customer's photo was lost."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.conftest import stored_files
+from tests.staff.conftest import make_support_staff
 from tests.tickets.files import png_bytes
 from tickets import services
-from tickets.models import Attachment, Message, Ticket
+from tickets.models import Attachment, AuthorKind, Message, Ticket, TicketRating
 
 pytestmark = pytest.mark.django_db
 
@@ -121,3 +122,16 @@ def test_a_new_ticket_form_with_a_field_it_does_not_read_opens_no_ticket(signed_
     assert repr(extra) in response.content.decode().replace("&#x27;", "'")
     assert Ticket.objects.count() == before
     assert stored_files(media) == []
+
+
+def test_a_rating_with_a_field_the_form_does_not_read_rates_nothing(signed_in, ticket):  # noqa: ANN001
+    services.message_post(ticket=ticket, author_kind=AuthorKind.AGENT, body="A new one is on its way.")
+    services.ticket_resolve(ticket=ticket, user=make_support_staff("rita", first_name="Rita"))
+
+    response = signed_in.post(
+        reverse("tickets:rate", args=[ticket.pk]), {"score": "2", "comments": "The new one is cracked too"}
+    )
+
+    assert response.status_code == 400, (response.status_code, response.content[:300])
+    assert "'comments'" in response.content.decode().replace("&#x27;", "'")
+    assert not TicketRating.objects.filter(ticket=ticket).exists()
