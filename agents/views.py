@@ -9,6 +9,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_POST
 
 from agents.confirmation import ConfirmationClosed, confirmation_decide
+from support.storable import fields_twice, twice_words
 from tickets.selectors import ticket_get_for_customer
 
 ANSWERS = {"confirm": True, "cancel": False}
@@ -34,6 +35,9 @@ def confirmation_answer(request: HttpRequest, ticket_id: int, call_id: int) -> J
         data: Any = {name: request.POST.get(name) for name in FIELDS}
         sent = [*request.POST, *request.FILES]
         unread = [name for name in sent if name not in (*FIELDS, *FORM_ONLY_FIELDS)]
+        twice = fields_twice(request.POST)
+        if twice:  # answer=cancel&answer=confirm counted as its last: a Confirm, and the refund paid
+            return JsonResponse({"error": f"{twice_words(twice)}, so nothing was done."}, status=400)
     else:
         try:
             data = json.loads(request.body or b"{}")

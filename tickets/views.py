@@ -21,6 +21,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from support.middleware import FORM_TYPES
+from support.storable import fields_twice, twice_words
 from support.throttle import over_limit, too_many
 from tickets import attachments, pages, presenters, selectors, services
 from tickets.models import (
@@ -87,14 +88,20 @@ def ticket_new(request: HttpRequest) -> HttpResponse:
     # Generated per form render: a double submit of the same form opens one ticket.
     client_ref = request.POST.get("client_ref", "").strip() or None
     unread = [name for name in request.POST if name not in NEW_TICKET_FIELDS] + list(request.FILES)
-    if unread:
-        # Read by nobody, it would be dropped without a word (a photo: the ticket opened without it).
+    twice = fields_twice(request.POST)
+    if unread or twice:
+        # Read by nobody, it would be dropped without a word (a photo: the ticket opened without it);
+        # sent twice, one of its values would be.
         listed = ", ".join(repr(name[:40]) for name in unread[:5])
+        error = (
+            f"This form does not read {listed}; no ticket was opened. Photos can be sent in the chat once "
+            "the ticket is open."
+            if unread
+            else f"{twice_words(twice)}; no ticket was opened. Send the form once more."
+        )
         return _new_form(
-            request, client_ref=client_ref or uuid.uuid4().hex, subject=subject, body=body, status=400,
-            error=f"This form does not read {listed}; no ticket was opened. Photos can be sent in the chat "
-            "once the ticket is open.",
-        )  # fmt: skip
+            request, client_ref=client_ref or uuid.uuid4().hex, subject=subject, body=body, status=400, error=error
+        )
     if client_ref is not None and len(client_ref) > services.CLIENT_REF_MAX_CHARS:
         # Not cut short: two references sharing a prefix would open one ticket and lose a message.
         return _new_form(
@@ -218,10 +225,16 @@ def ticket_rate(request: HttpRequest, ticket_id: int) -> HttpResponse:
     ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
     form = {"score": request.POST.get("score", ""), "comment": request.POST.get("comment", "")}
     unread = [name for name in request.POST if name not in RATING_FIELDS] + list(request.FILES)
-    if unread:
-        # Read by nobody, it would be dropped without a word (a comment sent as "comments": rated without it).
+    twice = fields_twice(request.POST)
+    if unread or twice:
+        # Read by nobody, it would be dropped without a word (a comment sent as "comments": rated without
+        # it); sent twice, one of its values would be.
         listed = ", ".join(repr(name[:40]) for name in unread[:5])
-        error = f"The rating form does not read {listed}; nothing was rated. Send a score and a comment."
+        error = (
+            f"The rating form does not read {listed}; nothing was rated. Send a score and a comment."
+            if unread
+            else f"{twice_words(twice)}; nothing was rated. Send one score and one comment."
+        )
         return _chat_page(request, ticket, rating_error=error, rating_form=form, status=400)
     try:
         services.ticket_rate(ticket=ticket, user=request.user, score=form["score"], comment=form["comment"])
@@ -287,6 +300,9 @@ def _message_input(request: HttpRequest) -> tuple[str, str, list[attachments.Inc
         refusal = _unread_fields(unread + [name for name in request.FILES if name != FILES_FIELD])
         if refusal is not None:
             raise refusal
+        twice = fields_twice(request.POST)
+        if twice:
+            raise _Refusal(f"{twice_words(twice)}; nothing was sent. Send each field once.")
         client_msg_id, body = request.POST.get("client_msg_id"), request.POST.get("body", "")
         uploads = request.FILES.getlist("files")
         if not isinstance(client_msg_id, str):

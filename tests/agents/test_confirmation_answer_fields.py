@@ -87,3 +87,29 @@ def test_an_answer_sent_as_a_form_with_another_field_is_refused(encoding):  # no
 
     assert response.status_code == 400, (response.status_code, response.content[:300])
     assert "'amount_cents'" in response.json()["error"] and "csrfmiddlewaretoken" not in response.json()["error"]
+
+
+def test_an_answer_sent_twice_in_one_form_is_refused_and_pays_nothing(sandbox):  # noqa: ANN001
+    """``answer=cancel&answer=confirm``: the last one counted, a Confirm, and the refund was paid."""
+    only_the_order_threshold()
+    customer = make_customer()
+    order = order_for(customer, "CF-201", 5000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund $40 on CF-201")
+    model = Refunds(("CF-201", 4000))
+    advance(ticket.pk, model=model)
+    (asked,) = refund_calls(ticket)
+    client = Client(raise_request_exception=False)
+    client.force_login(customer.user)
+
+    response = client.post(
+        f"/tickets/{ticket.pk}/confirmations/{asked.pk}",
+        urlencode([("answer", "cancel"), ("answer", "confirm"), ("digest", asked.confirmation_digest)]),
+        content_type="application/x-www-form-urlencoded",
+    )
+    advance(ticket.pk, model=model)
+
+    assert response.status_code == 400, (response.status_code, response.content[:300])
+    assert "'answer'" in response.json()["error"]
+    asked.refresh_from_db()
+    assert asked.confirmation_decision is None
+    assert paid(sandbox, order) == []
