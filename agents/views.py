@@ -9,13 +9,11 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_POST
 
 from agents.confirmation import ConfirmationClosed, confirmation_decide
-from support.storable import fields_twice, twice_words
+from support import fields
 from tickets.selectors import ticket_get_for_customer
 
 ANSWERS = {"confirm": True, "cancel": False}
 FIELDS = ("answer", "digest")
-# A plain form carries Django's CSRF field too.
-FORM_ONLY_FIELDS = ("csrfmiddlewaretoken",)
 
 
 @require_POST
@@ -33,25 +31,24 @@ def confirmation_answer(request: HttpRequest, ticket_id: int, call_id: int) -> J
     if request.content_type in {"multipart/form-data", "application/x-www-form-urlencoded"}:
         # A plain form (its body already read by the middleware that checks input): its fields.
         data: Any = {name: request.POST.get(name) for name in FIELDS}
-        sent = [*request.POST, *request.FILES]
-        unread = [name for name in sent if name not in (*FIELDS, *FORM_ONLY_FIELDS)]
-        twice = fields_twice(request.POST)
+        unread = fields.form_unread(request, FIELDS)
+        twice = fields.form_twice(request)
         if twice:  # answer=cancel&answer=confirm counted as its last: a Confirm, and the refund paid
-            return JsonResponse({"error": f"{twice_words(twice)}, so nothing was done."}, status=400)
+            return JsonResponse({"error": f"{fields.twice_words(twice)}, so nothing was done."}, status=400)
     else:
         try:
             data = json.loads(request.body or b"{}")
         except (ValueError, UnicodeDecodeError, RecursionError):
             return JsonResponse({"error": "The request body must be JSON."}, status=400)
-        unread = [name for name in data if name not in FIELDS] if isinstance(data, dict) else []
+        unread = fields.unread(data, FIELDS) if isinstance(data, dict) else []
     if unread:
         # The answer is to the question shown, exactly: one that says more (another amount, another
         # order) was taken as a Confirm of the question's own amount, and that amount was paid.
-        listed = ", ".join(repr(name[:40]) for name in unread[:5])
         return JsonResponse(
-            {"error": f"An answer is only Confirm or Cancel; {listed} cannot be read, so nothing was done."},
+            {"error": f"An answer is only Confirm or Cancel; {fields.listed(unread)} cannot be read, so nothing "
+             "was done."},
             status=400,
-        )
+        )  # fmt: skip
     answer = data.get("answer") if isinstance(data, dict) else None
     if not isinstance(answer, str) or answer not in ANSWERS or not isinstance(data.get("digest"), str):
         return JsonResponse({"error": 'Send {"answer": "confirm" or "cancel", "digest": "..."}.'}, status=400)

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from django.http import QueryDict
+from typing import Any
 
 # JSON nested deeper than this is refused as input (no form or client of ours nests past a few levels).
 MAX_JSON_DEPTH = 32
@@ -36,17 +33,6 @@ def each_key_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                 raise KeyTwice(key)
             seen.add(key)
     return obj
-
-
-def fields_twice(fields: QueryDict) -> list[str]:
-    """The names of a form's fields sent more than once: as with a JSON key named twice, which value
-    counts would be the parser's choice (Django's the last), and the others would be lost unread.
-    For forms whose every field holds one value (files, read from ``request.FILES``, are apart)."""
-    return [name for name, values in fields.lists() if len(values) > 1]
-
-
-def twice_words(names: list[str]) -> str:
-    return ", ".join(repr(name[:40]) for name in names[:5]) + (" was" if len(names) == 1 else " were") + " sent twice"
 
 
 def unstorable(value: Any, depth: int = 0) -> str | None:

@@ -20,8 +20,8 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from support import fields
 from support.middleware import FORM_TYPES
-from support.storable import fields_twice, twice_words
 from support.throttle import over_limit, too_many
 from tickets import attachments, pages, presenters, selectors, services
 from tickets.models import (
@@ -72,8 +72,7 @@ def ticket_list(request: HttpRequest) -> HttpResponse:
     return render(request, "tickets/list.html", {"rows": rows})
 
 
-# The new-ticket form's fields (and Django's CSRF field).
-NEW_TICKET_FIELDS = ("subject", "body", "client_ref", "csrfmiddlewaretoken")
+NEW_TICKET_FIELDS = ("subject", "body", "client_ref")
 
 
 @never_cache  # Back to the form gets a fresh one (a new reference), not the page it sent
@@ -87,17 +86,13 @@ def ticket_new(request: HttpRequest) -> HttpResponse:
     body = request.POST.get("body", "")
     # Generated per form render: a double submit of the same form opens one ticket.
     client_ref = request.POST.get("client_ref", "").strip() or None
-    unread = [name for name in request.POST if name not in NEW_TICKET_FIELDS] + list(request.FILES)
-    twice = fields_twice(request.POST)
-    if unread or twice:
-        # Read by nobody, it would be dropped without a word (a photo: the ticket opened without it);
-        # sent twice, one of its values would be.
-        listed = ", ".join(repr(name[:40]) for name in unread[:5])
+    unread, twice = fields.form_unread(request, NEW_TICKET_FIELDS), fields.form_twice(request)
+    if unread or twice:  # read by nobody, dropped without a word (a photo: the ticket opened without it)
         error = (
-            f"This form does not read {listed}; no ticket was opened. Photos can be sent in the chat once "
-            "the ticket is open."
+            f"This form does not read {fields.listed(unread)}; no ticket was opened. Photos can be sent in "
+            "the chat once the ticket is open."
             if unread
-            else f"{twice_words(twice)}; no ticket was opened. Send the form once more."
+            else f"{fields.twice_words(twice)}; no ticket was opened. Send the form once more."
         )
         return _new_form(
             request, client_ref=client_ref or uuid.uuid4().hex, subject=subject, body=body, status=400, error=error
@@ -158,8 +153,7 @@ def ticket_chat(request: HttpRequest, ticket_id: int) -> HttpResponse:
     return _chat_page(request, ticket, mark_seen=True)
 
 
-# The rating form's fields (and Django's CSRF field).
-RATING_FIELDS = ("score", "comment", "csrfmiddlewaretoken")
+RATING_FIELDS = ("score", "comment")
 RATING_CHOICES = [(1, "Very poor"), (2, "Poor"), (3, "Okay"), (4, "Good"), (5, "Excellent")]
 
 
@@ -224,16 +218,12 @@ def ticket_rate(request: HttpRequest, ticket_id: int) -> HttpResponse:
         return pages.sign_in_again(request, reverse("tickets:chat", args=[ticket_id]))
     ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
     form = {"score": request.POST.get("score", ""), "comment": request.POST.get("comment", "")}
-    unread = [name for name in request.POST if name not in RATING_FIELDS] + list(request.FILES)
-    twice = fields_twice(request.POST)
-    if unread or twice:
-        # Read by nobody, it would be dropped without a word (a comment sent as "comments": rated without
-        # it); sent twice, one of its values would be.
-        listed = ", ".join(repr(name[:40]) for name in unread[:5])
+    unread, twice = fields.form_unread(request, RATING_FIELDS), fields.form_twice(request)
+    if unread or twice:  # read by nobody, dropped without a word (a comment sent as "comments")
         error = (
-            f"The rating form does not read {listed}; nothing was rated. Send a score and a comment."
+            f"The rating form does not read {fields.listed(unread)}; nothing was rated. Send a score and a comment."
             if unread
-            else f"{twice_words(twice)}; nothing was rated. Send one score and one comment."
+            else f"{fields.twice_words(twice)}; nothing was rated. Send one score and one comment."
         )
         return _chat_page(request, ticket, rating_error=error, rating_form=form, status=400)
     try:
@@ -273,20 +263,16 @@ class _Refusal(Exception):
         self.status = status
 
 
-# What a message is sent with; a form may carry Django's CSRF field too. Any other field is refused:
-# read by nobody, it was dropped without a word (a photo sent as ``file`` was lost, the message stored).
+# What a message is sent with (support.fields: any other field is refused, not dropped: a photo sent as
+# ``file`` was lost, the message stored without it).
 MESSAGE_FIELDS = ("client_msg_id", "body")
-FORM_ONLY_FIELDS = ("csrfmiddlewaretoken",)
 FILES_FIELD = "files"
 
 
-def _unread_fields(names: list[str]) -> _Refusal | None:
-    if not names:
-        return None
-    listed = ", ".join(repr(name[:40]) for name in names[:5])
+def _unread_refusal(unread: list[str]) -> _Refusal:
     return _Refusal(
-        f"This endpoint does not read {listed}; nothing was sent. Send client_msg_id and body, "
-        f"and any files as {FILES_FIELD!r} in a multipart form."
+        f"This endpoint does not read {fields.listed(unread)}; nothing was sent. Send client_msg_id and "
+        f"body, and any files as {FILES_FIELD!r} in a multipart form."
     )
 
 
@@ -296,13 +282,12 @@ def _message_input(request: HttpRequest) -> tuple[str, str, list[attachments.Inc
     A form is read as the form its label says, never as JSON: the input check at the door
     (support.middleware) read it as a form, so a JSON body labelled one went unchecked."""
     if request.content_type in FORM_TYPES:
-        unread = [name for name in request.POST if name not in (*MESSAGE_FIELDS, *FORM_ONLY_FIELDS)]
-        refusal = _unread_fields(unread + [name for name in request.FILES if name != FILES_FIELD])
-        if refusal is not None:
-            raise refusal
-        twice = fields_twice(request.POST)
+        unread = fields.form_unread(request, MESSAGE_FIELDS, files=[FILES_FIELD])
+        if unread:
+            raise _unread_refusal(unread)
+        twice = fields.form_twice(request)
         if twice:
-            raise _Refusal(f"{twice_words(twice)}; nothing was sent. Send each field once.")
+            raise _Refusal(f"{fields.twice_words(twice)}; nothing was sent. Send each field once.")
         client_msg_id, body = request.POST.get("client_msg_id"), request.POST.get("body", "")
         uploads = request.FILES.getlist("files")
         if not isinstance(client_msg_id, str):
@@ -327,9 +312,9 @@ def _message_input(request: HttpRequest) -> tuple[str, str, list[attachments.Inc
         or not isinstance(data.get("client_msg_id"), str)
     ):
         raise _Refusal("Send a JSON object with a client_msg_id and a body.")
-    refusal = _unread_fields([name for name in data if name not in MESSAGE_FIELDS])
-    if refusal is not None:
-        raise refusal
+    unread = fields.unread(data, MESSAGE_FIELDS)
+    if unread:
+        raise _unread_refusal(unread)
     return data["client_msg_id"], data["body"], None
 
 
