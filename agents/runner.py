@@ -56,6 +56,7 @@ from agents.selectors import (
     ticket_has_agent_work,
 )
 from agents.tools import tool_specs
+from support.storable import clean_piece
 from tickets import realtime
 from tickets.models import AGENT_STAYS_OUT, Ticket
 from tickets.selectors import (
@@ -416,12 +417,18 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
     # Whatever the adapter, no text past the longest accepted reply reaches the customer's chat.
     meter = StreamMeter()
 
+    held = ""  # the first half of an emoji whose second half is in the next piece (clean_piece)
+
     def on_token(text: str) -> None:
-        nonlocal streamed
+        nonlocal streamed, held
         meter.add_text(text)
         meter.check_time()
-        realtime.stream_token(run.ticket_id, stream, streamed, text, begun=begun)
-        streamed += len(text)
+        # As the reply will be stored (validate_response): half an emoji could be neither kept nor sent,
+        # and failed the step.
+        text, held = clean_piece(held, text)
+        if text:
+            realtime.stream_token(run.ticket_id, stream, streamed, text, begun=begun)
+            streamed += len(text)
         faults.hit("mid_stream")
 
     step_fields = {

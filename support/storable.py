@@ -71,6 +71,18 @@ def clean_text(text: str) -> str:
     return text
 
 
+def clean_piece(held: str, piece: str) -> tuple[str, str]:
+    """A piece of text that comes in parts (a model's streamed answer), made ready to keep and send as
+    ``clean_text`` makes the whole: (the text, what is held back for the next piece). An emoji's two
+    UTF-16 halves may come in two pieces (a gateway that cuts text by code units): a first half at the
+    end is held until the second comes, and the two go as the one character they are."""
+    text = held + piece
+    held = ""
+    if text and "\ud800" <= text[-1] <= "\udbff":
+        text, held = text[:-1], text[-1]
+    return clean_text(text), held
+
+
 def clean_json(value: Any) -> Any:
     """``value`` as jsonb holds it: JSON types only (anything else as its text), every string
     and key cleaned as ``clean_text`` cleans it."""

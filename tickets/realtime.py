@@ -301,14 +301,15 @@ def stream_token(ticket_id: int, step_id: int, offset: int, text: str, *, begun:
     key = _stream_key(ticket_id)
     group = group_name(ticket_id)
     message = {"type": "ticket.token", "step": step_id, "offset": offset, "text": text}
-    publish = _publish_command(group, message)
-    channel, payload = (publish[1], publish[2]) if publish is not None else ("", b"")
     ago_ms = 0 if begun is None else max(0, int((time.monotonic() - begun) * 1000))
-    script: Command = (
-        "EVAL", _TOKEN, 4, key, f"{key}:{step_id}", f"{key}:closed", f"{key}:taken_at",
-        text, "0" if offset else "1", STREAM_TTL_SECONDS, step_id, channel, payload, ago_ms,
-    )  # fmt: skip
     try:
+        # Encoded in here: a piece that cannot be (half an emoji) is not sent, and fails no step.
+        publish = _publish_command(group, message)
+        channel, payload = (publish[1], publish[2]) if publish is not None else ("", b"")
+        script: Command = (
+            "EVAL", _TOKEN, 4, key, f"{key}:{step_id}", f"{key}:closed", f"{key}:taken_at",
+            text, "0" if offset else "1", STREAM_TTL_SECONDS, step_id, channel, payload, ago_ms,
+        )  # fmt: skip
         _write([script])
         if publish is None and not stream_is_closed(ticket_id):  # another layer: its own group_send
             layer = get_channel_layer()
