@@ -34,6 +34,7 @@ from state.rows import (
     user_rights,
     user_row_problems,
 )
+from tickets import attachments
 from tickets.models import ActorKind
 from tickets.money import format_money
 
@@ -321,9 +322,27 @@ def _compare_database(bundled: dict[str, list[Row]], manifest: dict, report: Rep
         extra = set(_by_pk(label, current.get(label, []))) - set(_by_pk(label, bundled.get(label, [])))
         policy.violations += [f"{label} {key} is in force here but not in the bundle" for key in sorted(extra)]
     missing.detail = "bundle/database rows: " + ", ".join(counts)
-    report.checks += [missing, altered, policy]
+    report.checks += [missing, altered, policy, _attachment_files(bundled, current)]
     report.notes.insert(0, f"{changed} row(s) changed since the bundle was written (the work moved on)")
     return current
+
+
+def _attachment_files(bundled: dict[str, list[Row]], current: dict[str, list[Row]]) -> Check:
+    """Every bundled attachment here has its file in this deployment's storage, with the bytes it had: the
+    bundle carries the records only, so a move that did not copy the media storage lost the photos."""
+    check = Check("every attachment's file is in this deployment's storage, as stored")
+    here = _by_pk("tickets.Attachment", current.get("tickets.Attachment", []))
+    checked = 0
+    for key in _by_pk("tickets.Attachment", bundled.get("tickets.Attachment", [])):
+        row = here.get(key)
+        if row is None:
+            continue  # reported as a missing row
+        checked += 1
+        problem = attachments.stored_file_problem(storage_name=row["storage_name"], sha256=row["sha256"])
+        if problem:
+            check.violations.append(f"tickets.Attachment {key}: {problem}")
+    check.detail = f"{checked} file(s) checked" if check.ok else ""
+    return check
 
 
 def references(rows: dict[str, list[Row]]) -> Check:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.files.storage import default_storage
 from PIL import Image, UnidentifiedImageError
 
 # Pillow's format name -> (content type, the extension a download gets).
@@ -63,6 +64,24 @@ class CheckedFile:
     @property
     def extension(self) -> str:
         return EXTENSIONS[self.content_type]
+
+
+def stored_file_problem(*, storage_name: str, sha256: str) -> str:
+    """Why the file an attachment's row names is not in this deployment's storage as it was stored
+    (missing, unreadable, or other bytes than its SHA-256); empty when it is. A state bundle carries
+    the rows, not the files: after a move, this says whether the files were copied alongside."""
+    digest = hashlib.sha256()
+    try:
+        with default_storage.open(storage_name, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    except FileNotFoundError:
+        return f"its file {storage_name} is not in this deployment's storage"
+    except Exception as exc:  # noqa: BLE001 - any storage's error (a bucket denied, a folder unreadable)
+        return f"its file {storage_name} cannot be read here ({type(exc).__name__}: {exc})"
+    if digest.hexdigest() != sha256:
+        return f"its file {storage_name} holds other bytes than were stored (SHA-256 {digest.hexdigest()[:12]}…)"
+    return ""
 
 
 def max_bytes() -> int:
