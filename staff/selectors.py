@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -111,15 +112,111 @@ def inbox(
         # a host ten minutes ahead would send the longest wait to the bottom).
         came_in=Subquery(changed.values("id")[:1]),
     )
-    if view == "rated":
-        order = ["-rating__updated_at", "-id"]
-    elif view == "all":
-        order = ["-updated_at", "-id"]  # looking one up: the latest first
-    elif view in QUEUES:
-        order = [F("came_in").asc(nulls_first=True), "id"]
+    # What the view is ordered by, as ``sort_key`` (then the id): a page starts after the last row of the
+    # page before it (``inbox_page``).
+    key = {"rated": F("rating__updated_at"), "all": F("updated_at")}.get(view)
+    if key is None:
+        key = F("came_in") if view in QUEUES else F("updated_at")
+    return tickets.annotate(sort_key=key).order_by(*_order(view))
+
+
+# The views listed latest first ("rated": the latest rating; "all", looking one up: the latest change).
+LATEST_FIRST = {"rated", "all"}
+
+
+def _order(view: str, *, backwards: bool = False) -> list[Any]:
+    descending = (view in LATEST_FIRST) != backwards
+    if descending:
+        return [F("sort_key").desc(nulls_last=True), "-id"]
+    return [F("sort_key").asc(nulls_first=True), "id"]
+
+
+# Where a page of the inbox starts: after (or before) the row with this sort key and ticket id.
+Cursor = tuple[Any, int]
+
+
+def cursor_of(ticket: Ticket) -> str:
+    """The place of a listed ticket in its view, as a link carries it: its sort key and its id."""
+    value = ticket.sort_key  # type: ignore[attr-defined]
+    text = "" if value is None else value.isoformat() if hasattr(value, "isoformat") else str(value)
+    return f"{text}~{ticket.pk}"
+
+
+def cursor_read(view: str, text: str) -> Cursor | None:
+    """The cursor a link carries (``cursor_of``); None when it is not one of this view's."""
+    value, _, pk = text.rpartition("~")
+    if not (pk.isascii() and pk.isdigit() and len(pk) < 19):
+        return None
+    if value == "":
+        return (None, int(pk)) if view in QUEUES else None
+    if view in QUEUES:
+        return (int(value), int(pk)) if value.isascii() and value.isdigit() and len(value) < 19 else None
+    try:
+        moment = datetime.fromisoformat(value)
+        moment = moment.astimezone(UTC) if moment.tzinfo is not None else None  # as the database reads it
+    except (ValueError, OverflowError):  # not a time, or one past the calendar's ends in UTC
+        return None
+    return (moment, int(pk)) if moment is not None else None
+
+
+def _beyond(view: str, cursor: Cursor, *, backwards: bool) -> Q:
+    """The rows of the view after the cursor in its order (before it, ``backwards``)."""
+    value, pk = cursor
+    if value is None:  # only a queue's (nulls first): a ticket never changed status
+        return (
+            Q(sort_key__isnull=True, pk__lt=pk)
+            if backwards
+            else Q(sort_key__isnull=True, pk__gt=pk) | Q(sort_key__isnull=False)
+        )
+    later = "lt" if (view in LATEST_FIRST) != backwards else "gt"
+    beyond = Q(**{f"sort_key__{later}": value}) | Q(sort_key=value, **{f"pk__{later}": pk})
+    if backwards and view not in LATEST_FIRST:
+        beyond |= Q(sort_key__isnull=True)
+    return beyond
+
+
+@dataclass
+class InboxPage:
+    tickets: list[Ticket]
+    start: int  # the place of the first ticket in the view (from 1); 0 when the page is empty
+    total: int
+    previous: str  # the cursor before which the previous page ends ("" when there is none)
+    next: str  # the cursor after which the next page starts ("" when there is none)
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.tickets) - 1 if self.tickets else 0
+
+
+def inbox_page(
+    tickets: QuerySet[Ticket], *, view: str, size: int, after: Cursor | None = None, before: Cursor | None = None
+) -> InboxPage:
+    """One page of an ``inbox`` view: the ``size`` tickets after the cursor ``after`` (before ``before``;
+    neither: the first page). A page starts where the page read before it ended, not at a count of rows:
+    a ticket that left the view meanwhile, or moved to its end, does not move the next page's first
+    ticket onto the page already read."""
+    if before is not None:
+        earlier_rows = tickets.filter(_beyond(view, before, backwards=True)).order_by(*_order(view, backwards=True))
+        rows = list(earlier_rows[:size])[::-1]
+        if len(rows) < size:  # the start of the view: its first page
+            return inbox_page(tickets, view=view, size=size)
     else:
-        order = ["updated_at", "id"]
-    return tickets.order_by(*order)
+        rows = list((tickets.filter(_beyond(view, after, backwards=False)) if after is not None else tickets)[:size])
+        if not rows and after is not None:  # the tickets after it left the view meanwhile: its last page
+            rows = list(tickets.order_by(*_order(view, backwards=True))[:size])[::-1]
+    total = tickets.count()
+    if not rows:
+        return InboxPage(tickets=[], start=0, total=total, previous="", next="")
+    first, last = (rows[0].sort_key, rows[0].pk), (rows[-1].sort_key, rows[-1].pk)  # type: ignore[attr-defined]
+    earlier = tickets.filter(_beyond(view, first, backwards=True)).count()
+    later = tickets.filter(_beyond(view, last, backwards=False)).exists()
+    return InboxPage(
+        tickets=rows,
+        start=earlier + 1,
+        total=total,
+        previous=cursor_of(rows[0]) if earlier else "",
+        next=cursor_of(rows[-1]) if later else "",
+    )
 
 
 def orders_beside(*, ticket: Ticket) -> list[Order]:

@@ -17,7 +17,6 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -58,17 +57,21 @@ def inbox(request: HttpRequest) -> HttpResponse:
     assignee = request.GET.get("assignee", "")
     query = request.GET.get("q", "")[:200]
     tickets = selectors.inbox(user=request.user, view=view, status=status, assignee=assignee, query=query)
-    page = Paginator(tickets, INBOX_PAGE_SIZE).get_page(request.GET.get("page"))
+    # A page starts after the last ticket of the page read before it (before the first, going back): not
+    # at a count of rows, which colleagues change as they work the view.
+    after = selectors.cursor_read(view, request.GET.get("after", ""))
+    before = None if after is not None else selectors.cursor_read(view, request.GET.get("before", ""))
+    page = selectors.inbox_page(tickets, view=view, size=INBOX_PAGE_SIZE, after=after, before=before)
     kept = {k: v for k, v in (("view", view), ("q", query), ("status", status), ("assignee", assignee)) if v}
     context = {
         "views": selectors.VIEWS,
         "view": view,
         "queue": view in selectors.QUEUES,
         "counts": selectors.view_counts(user=request.user),
-        "tickets": page.object_list,
+        "tickets": page.tickets,
         "page": page,
-        "previous": urlencode({**kept, "page": page.previous_page_number()}) if page.has_previous() else "",
-        "next": urlencode({**kept, "page": page.next_page_number()}) if page.has_next() else "",
+        "previous": urlencode({**kept, "before": page.previous}) if page.previous else "",
+        "next": urlencode({**kept, "after": page.next}) if page.next else "",
         "status": status,
         "assignee": assignee,
         "nobody": selectors.NOBODY,
