@@ -467,6 +467,8 @@ class AgentProfileAdmin(IdsChecked):
             "system_prompt", "model", "model_parameters", "tools", "approval_policy", "note", "make_active",
             "active_version",
         ]  # fmt: skip
+        if not request.user.has_perm(PROFILE_PERMISSION):  # saved, never made active (``save_model``)
+            editable.remove("make_active")
         return ["version", "is_active", "created_at", "created_by", "changes", *editable] if obj else editable
 
     @admin.display(description="runs", ordering="runs_total")
@@ -483,10 +485,19 @@ class AgentProfileAdmin(IdsChecked):
 
     def save_model(self, request: HttpRequest, obj: AgentProfile, form: AgentProfileForm, change: bool) -> None:
         changes = {name: form.cleaned_data[name] for name in CONTENT_FIELDS}
+        asked = form.cleaned_data.get("make_active", False)
+        # Which version new runs use is changed only by staff who may change profiles, as the "Make this
+        # version active" action asks: one who may only add versions drafts one, whatever the form says.
+        activate = asked and request.user.has_perm(PROFILE_PERMISSION)
         made = profile_new_version(
-            changes=changes, user=request.user, note=form.cleaned_data.get("note", ""),
-            activate=form.cleaned_data.get("make_active", False),
+            changes=changes, user=request.user, note=form.cleaned_data.get("note", ""), activate=activate,
         )  # fmt: skip
+        if asked and not activate:
+            messages.warning(
+                request,
+                f"Version {made.version} was not made active: making a version active needs the permission to "
+                "change agent profiles. Ask someone who has it.",
+            )
         form.instance = obj = made  # the response names the new version, not the one opened
         obj.pk = made.pk
 
