@@ -105,6 +105,9 @@ def _collect(selection: Selection, *, personal_data: bool, quoted_from: dict[str
     withhold_profile_secrets(rows)
     secrets = withhold_secrets(rows, users)
     rebind_digests(rows, bound)
+    # In the order of their key, as written (a login pseudonymised takes another name), by code point, not
+    # by the database's collation: the same users are the same bytes wherever they are exported.
+    users.sort(key=lambda user: user["username"])
     return Collected(rows=rows, users=users, withheld_secrets=secrets)
 
 
