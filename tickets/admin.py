@@ -10,16 +10,18 @@ from typing import Any
 from babel.numbers import list_currencies
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.admin.widgets import AutocompleteSelect
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.forms import UserChangeForm
 from django.contrib.auth.models import AbstractBaseUser, Group
+from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import FieldDoesNotExist, PermissionDenied, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection
-from django.db.models import Exists, Model, OuterRef, QuerySet
+from django.db import connection, transaction
+from django.db.models import Exists, Max, Model, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -494,13 +496,41 @@ class CustomerAdmin(WritesWhatThePageChanged, IdsChecked):
     # read before a colleague flagged someone would write its old value back.
     actions = ["review_every_refund", "stop_reviewing_every_refund"]
 
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # Read before the rows: the list never claims to have shown a change logged after them.
+        listed = LogEntry.objects.aggregate(last=Max("pk"))["last"] or 0
+        return super().changelist_view(request, {"listed_change": listed, **(extra_context or {})})
+
     def _flag(self, request: HttpRequest, queryset: QuerySet[Customer], flagged: bool) -> None:
-        changing = list(queryset.exclude(requires_refund_approval=flagged))
-        Customer.objects.filter(pk__in=[c.pk for c in changing]).update(requires_refund_approval=flagged)
+        with transaction.atomic():
+            chosen = Customer.objects.select_for_update().filter(pk__in=queryset.values("pk"))
+            changing = list(chosen.exclude(requires_refund_approval=flagged).order_by("pk"))
+            # The list acted on is the list as it is now ("Select all" is the filter, read again): a customer
+            # someone changed since the list was read (a colleague flagged them) is not what the person chose.
+            listed = pages.page_read(request, "listed")
+            changed_since = set()
+            if listed is not None:
+                changed_since = set(
+                    LogEntry.objects.filter(
+                        pk__gt=listed,
+                        content_type=ContentType.objects.get_for_model(Customer),
+                        object_id__in=[str(c.pk) for c in changing],
+                    ).values_list("object_id", flat=True)
+                )
+            left = [c for c in changing if str(c.pk) in changed_since]
+            changing = [c for c in changing if str(c.pk) not in changed_since]
+            Customer.objects.filter(pk__in=[c.pk for c in changing]).update(requires_refund_approval=flagged)
+            for customer in changing:
+                self.log_change(request, customer, [{"changed": {"fields": ["requires_refund_approval"]}}])
         words = "Every refund reviewed" if flagged else "Refunds follow the usual rules"
-        for customer in changing:
-            self.log_change(request, customer, [{"changed": {"fields": ["requires_refund_approval"]}}])
         self.message_user(request, f"{words}: {len(changing)} customer(s) changed.", messages.SUCCESS)
+        if left:
+            names = ", ".join(f"{c.name} <{c.email}>" for c in left)
+            self.message_user(
+                request,
+                f"Left as they are, changed by someone since this list was read: {names}. Read the list again.",
+                messages.WARNING,
+            )
 
     @admin.action(description="Review every refund of the selected customers", permissions=["change"])
     def review_every_refund(self, request: HttpRequest, queryset: QuerySet[Customer]) -> None:
