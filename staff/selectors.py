@@ -16,6 +16,7 @@ from agents.models import AgentRun, ModelStep, Refund, ToolCall
 from agents.selectors import orders_with_refunded_total
 from approvals.models import ApprovalRequest
 from tickets.models import Order, Ticket, TicketEvent, TicketStatus
+from tickets.selectors import assignable_staff
 
 FINISHED = [TicketStatus.RESOLVED, TicketStatus.CLOSED]
 
@@ -57,6 +58,18 @@ def _in_view(tickets: QuerySet[Ticket], slug: str, user: AbstractBaseUser) -> Qu
     if slug == "all":
         return tickets
     return tickets.exclude(status__in=FINISHED)
+
+
+def assignee_choices() -> list[tuple[str, str]]:
+    """Whom the inbox's assignee filter offers, (username, label), by username: everyone who can work
+    tickets, and anyone else who still holds an unfinished ticket (someone who left the team, or lost the
+    right): their tickets wait for nobody, and are found by their name."""
+    workers = assignable_staff()
+    holding = Ticket.objects.exclude(status__in=FINISHED).filter(assignee__isnull=False).values("assignee_id")
+    left = get_user_model().objects.filter(pk__in=holding).exclude(pk__in=workers.values("pk"))
+    choices = [(person.get_username(), person.get_username()) for person in workers]
+    choices += [(person.get_username(), f"{person.get_username()} (cannot work tickets)") for person in left]
+    return sorted(choices)
 
 
 def view_counts(*, user: AbstractBaseUser) -> dict[str, int]:

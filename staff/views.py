@@ -77,7 +77,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
         "nobody": selectors.NOBODY,
         "query": query,
         "statuses": TicketStatus.choices,
-        "staff_people": ticket_selectors.assignable_staff(),
+        "assignees": selectors.assignee_choices(),
     }
     return render(request, "staff/inbox.html", context)
 
