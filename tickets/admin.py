@@ -507,9 +507,10 @@ class CustomerAdmin(WritesWhatThePageChanged, IdsChecked):
             changing = list(chosen.exclude(requires_refund_approval=flagged).order_by("pk"))
             # The list acted on is the list as it is now ("Select all" is the filter, read again): a customer
             # someone changed since the list was read (a colleague flagged them) is not what the person chose.
+            # Only a loosening is held back: reviewing every refund is never unsafe to do as asked.
             listed = pages.page_read(request, "listed")
             changed_since = set()
-            if listed is not None:
+            if listed is not None and not flagged:
                 changed_since = set(
                     LogEntry.objects.filter(
                         pk__gt=listed,

@@ -80,3 +80,18 @@ def test_a_list_read_after_the_colleagues_flag_unflags_as_asked():
     )
 
     assert not Customer.objects.get(pk=suspect.pk).requires_refund_approval
+
+
+def test_review_every_refund_from_a_stale_list_still_flags_a_customer_a_colleague_unflagged_since():
+    suspect = make_customer("suspect")
+    first, second = _admin("first-admin"), _admin("second-admin")
+    listed = first.get(reverse(CHANGELIST)).content.decode()
+    second.post(reverse(CHANGELIST), {"action": "review_every_refund", "_selected_action": [suspect.pk]})
+    second.post(reverse(CHANGELIST), {"action": "stop_reviewing_every_refund", "_selected_action": [suspect.pk]})
+
+    first.post(
+        reverse(CHANGELIST),
+        {"action": "review_every_refund", "listed": _hidden(listed, "listed"), "_selected_action": [suspect.pk]},
+    )
+
+    assert Customer.objects.get(pk=suspect.pk).requires_refund_approval, "a review asked for was not set"
