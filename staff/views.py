@@ -91,6 +91,10 @@ def _ticket_page(
     request: HttpRequest, ticket: Ticket, *, reply: str = "", note: str = "", status: int = 200
 ) -> HttpResponse:
     items, last_seq = _timeline(ticket)
+    staff_people = ticket_selectors.assignable_staff()
+    # Held by someone who can no longer work tickets (who left the team): the box says so, not "Nobody".
+    held_by_one_who_left = ticket.assignee_id and not staff_people.filter(pk=ticket.assignee_id).exists()
+    assignee_left = ticket.assignee if held_by_one_who_left else None
     context = {
         "ticket": ticket,
         "items": items,
@@ -107,7 +111,8 @@ def _ticket_page(
         "refunds": selectors.refunds_of(ticket=ticket),
         "rating": ticket_selectors.ticket_rating(ticket=ticket),
         "trace": selectors.trace(ticket=ticket),
-        "staff_people": ticket_selectors.assignable_staff(),
+        "staff_people": staff_people,
+        "assignee_left": assignee_left,
         "allowed": _allowed_actions(ticket),
         "counts": selectors.view_counts(user=request.user),
         "views": selectors.VIEWS,

@@ -57,3 +57,20 @@ def test_a_colleague_who_left_and_holds_nothing_is_not_offered():
 
     assert '<option value="li"' not in inbox
     assert '<option value="maria"' in inbox
+
+
+def test_the_ticket_page_says_who_holds_it_when_they_left_the_team():
+    person = Client()
+    person.force_login(make_support_staff("maria"))
+    li = make_support_staff("li")
+    held, _ = services.ticket_open(customer=make_customer(), subject="Broken kettle", body="Hello")
+    services.ticket_take_over(ticket=held.pk, user=li)
+    li.is_active = False
+    li.save(update_fields=["is_active"])
+
+    page = person.get(reverse("staff:ticket", args=[held.pk])).content.decode()
+
+    select = page[page.index('<select id="assignee"') :]
+    select = select[: select.index("</select>")]
+    selected = re.findall(r'<option value="([^"]*)"[^>]*selected[^>]*>([^<]*)</option>', select)
+    assert selected == [("li", "li (cannot work tickets)")], f"the assign box shows {selected or 'Nobody'}"
