@@ -27,7 +27,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import F, Q
 
-from agents.models import AgentRun, ReplayPolicy, ToolCall
+from agents.models import AgentRun, ApprovalDecision, CallStatus, ReplayPolicy, ToolCall
 from agents.selectors import (
     orders_with_refunded_total,
     person_answered_after_step_read,
@@ -428,10 +428,36 @@ def add_internal_note(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     return _post(ctx, args["text"], public=False)
 
 
+def email_may_have_gone_out(ctx: ToolContext, args: dict[str, Any]) -> str | None:
+    """Why this email waits for a person: an earlier one on the ticket may have gone out (its call is
+    uncertain: the send was cut off, or its worker died, after the mail server may have taken it).
+    SMTP cannot deduplicate, and the model, told so, may still ask again: a person checks first, or
+    the customer gets it twice. None when no earlier email is in doubt."""
+    earlier = ToolCall.objects.filter(
+        ticket_id=ctx.ticket.pk, name="notify_customer_by_email", status=CallStatus.UNCERTAIN
+    ).order_by("pk")
+    if ctx.call.pk is not None:
+        earlier = earlier.exclude(pk=ctx.call.pk)
+    found = earlier.values_list("pk", "arguments").first()
+    if found is None:
+        return None
+    pk, arguments = found
+    subject = str((arguments or {}).get("subject", ""))[:80]
+    return (
+        f"an earlier email to the customer (call {pk}, {subject!r}) may have gone out: its send was cut off "
+        "before the mail server confirmed it; a person checks before another email is sent"
+    )
+
+
 def notify_customer_by_email(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if ctx.call.step_id is not None and person_answered_after_step_read(step_id=ctx.call.step_id):
         # Written before a person answered the customer (and handed the ticket back): stale words.
         raise ToolError("not sent: a person answered the customer after this was written; read their reply")
+    # Checked again next to the send: an earlier email of the same step may have been left uncertain
+    # after this call's intent was recorded. Nothing is sent; the run pauses on it for a person.
+    late = email_may_have_gone_out(ctx, args)
+    if late and ctx.call.approval_decision != ApprovalDecision.APPROVED:
+        raise ToolNeedsApproval(late)
     with ctx.fenced():
         pass  # still this worker's ticket (an email cannot be taken back, nor sent twice knowingly)
     customer = ctx.ticket.customer
@@ -535,6 +561,7 @@ register(
         ),
         replay_policy=ReplayPolicy.NEVER,
         handler=notify_customer_by_email,
+        needs_approval=email_may_have_gone_out,
         public_label="Sending you an email",
     )
 )
