@@ -16,7 +16,9 @@ decide (and meter the wasted tokens) before generating again.
 from __future__ import annotations
 
 import email.utils
+import inspect
 import json
+import numbers
 import threading
 import time
 import uuid
@@ -29,6 +31,8 @@ import httpx
 import httpx2
 import openai
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from openai.resources.chat.completions import Completions
 from openai.types.chat import ChatCompletionChunk
 
 from agents.llm import (
@@ -51,6 +55,53 @@ from agents.llm import (
 # send an obviously fake one rather than reading OPENAI_API_KEY behind the
 # settings' back.
 _NO_API_KEY = "no-api-key"
+
+# What a profile version's model parameters may be: keys the SDK's request takes (a name it does not know
+# is refused by the SDK before anything is sent, on every request), in the ranges the chat completions
+# API sets (a value outside is refused by every compatible endpoint, on every request).
+_SDK_REQUEST_KEYS = frozenset(inspect.signature(Completions.create).parameters) - {"self"}
+_IN_RANGE = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2)}
+_COUNTS = ("max_tokens", "max_completion_tokens")  # whole numbers, at least 1
+
+
+def parameters_problems(parameters: dict[str, Any]) -> list[str]:
+    """What no request may carry among a profile version's model parameters, in words for an operator
+    ([] when each can be sent). The request's own keys (``OWN_REQUEST_KEYS``) are the caller's to refuse."""
+    problems = []
+    if "timeout" in parameters:
+        # The adapter's own: it bounds each read of the stream, and the step's deadline is set apart.
+        problems.append(
+            "timeout: set by the agent itself (each read of the answer is bounded, the whole step by "
+            "AGENT_MODEL_STEP_SECONDS), not a model parameter"
+        )
+    unknown = sorted(set(parameters) - _SDK_REQUEST_KEYS - OWN_REQUEST_KEYS - {"timeout"})
+    if unknown:
+        problems.append(
+            f"not a parameter of an OpenAI-compatible request: {', '.join(unknown)}; a server's own parameter goes "
+            f'under extra_body, e.g. {{"extra_body": {{"{unknown[0]}": ...}}}}'
+        )
+    for name, (low, high) in _IN_RANGE.items():
+        value = parameters.get(name)
+        if name in parameters and not (_number(value) and low <= value <= high):
+            problems.append(f"{name}: {value!r} is not a number from {low} to {high}")
+    for name in _COUNTS:
+        value = parameters.get(name)
+        if name in parameters and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            problems.append(f"{name}: {value!r} is not a whole number of tokens, at least 1")
+    if "n" in parameters and (parameters["n"] != 1 or isinstance(parameters["n"], bool)):
+        # Several answers to one request: the agent reads one, and would mix their words and tool calls.
+        problems.append(f"n: {parameters['n']!r}; the agent reads one answer per request, so n is 1 or left out")
+    body = parameters.get("extra_body")
+    if isinstance(body, dict):
+        own = sorted(set(body) & (OWN_REQUEST_KEYS | {"n"}))
+        if own:
+            problems.append(f"extra_body: {', '.join(own)} set by the agent itself, not a model parameter")
+    return problems
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
 
 # Statuses the SDK itself retries (see openai._base_client.SyncAPIClient._should_retry):
 # if they are still failing after its retries, a later attempt may still succeed.
@@ -109,6 +160,9 @@ class OpenAIChatModel:
         self.name = f"openai:{model}"
         # A profile version's model parameters, sent with every request (never over the request's own keys).
         self.parameters = {k: v for k, v in (parameters or {}).items() if k not in OWN_REQUEST_KEYS}
+        problems = parameters_problems(self.parameters)
+        if problems:
+            raise ImproperlyConfigured(f"{self.name}: model parameters no request can carry: {'; '.join(problems)}")
         # ``timeout`` bounds each network operation, so during a stream it is
         # the longest silence tolerated between two chunks, not the length of
         # the whole generation.

@@ -27,6 +27,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 
 from agents.llm import OWN_REQUEST_KEYS
+from agents.llm_openai import parameters_problems as openai_parameters_problems
 from agents.models import (
     FINAL_CALL_STATUSES,
     PAUSED_RUN_STATUSES,
@@ -128,7 +129,11 @@ def content_problems(content: dict[str, Any]) -> list[str]:
         if type(value) is not type(policy[name]) or value != policy[name]
     ]
     problems += [f"approval_policy: {p}" for p in policy_problems]
-    problems += [f"model_parameters: {p}" for p in model_parameters_problems(content.get("model_parameters"))]
+    parameters = content.get("model_parameters")
+    problems += [f"model_parameters: {p}" for p in model_parameters_problems(parameters)]
+    if isinstance(content.get("model"), str) and content["model"].strip().startswith("openai:"):
+        if isinstance(parameters, dict):  # sent with every request of the version's runs: each one it can carry
+            problems += [f"model_parameters: {p}" for p in openai_parameters_problems(parameters)]
     return problems
 
 
