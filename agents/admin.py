@@ -24,6 +24,7 @@ from agents.profiles import (
     approval_policy_cleaned,
     model_parameters_problems,
     profile_activate,
+    profile_active_locked,
     profile_diff,
     profile_new_version,
     run_move_to_active,
@@ -368,7 +369,7 @@ class AgentProfileForm(forms.ModelForm):
         if connection.in_atomic_block:
             # Held until the save (the admin saves in this transaction): an activation in flight lands
             # first and is seen here, or waits for the new version.
-            active = AgentProfile.objects.select_for_update().filter(is_active=True).first() or active
+            active = profile_active_locked() or active
         if active.version != read:
             by = active.created_by.get_username() if active.created_by_id else "the system"
             raise forms.ValidationError(

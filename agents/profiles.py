@@ -399,7 +399,7 @@ def profile_activate(*, version: int, user: AbstractBaseUser | None, active_seen
     it showed active; another one made active since is refused (``ActivationRefused``), read under the
     rows' lock: made active over a version the person never saw, it undid that version's rules unseen."""
     with transaction.atomic():
-        previous = AgentProfile.objects.select_for_update().filter(is_active=True).order_by("-version").first()
+        previous = profile_active_locked()
         if active_seen is not None and previous is not None and previous.version != active_seen:
             raise ActivationRefused(activation_refused_words(previous.version, active_seen), code="stale")
         AgentProfile.objects.select_for_update().filter(is_active=True).exclude(version=version).update(is_active=False)
@@ -440,16 +440,22 @@ def version_changed_words(active: int, seen: int) -> str:
     )
 
 
-def _active_locked() -> AgentProfile:
+def profile_active_locked() -> AgentProfile | None:
     """The active version, its row held to the end of the transaction: an activation in flight lands
-    first (and is read) or waits for this transaction."""
+    first (and is read) or waits for this transaction. None when no version is active."""
     for _ in range(3):
         # An activation that committed while this waited for the row it read (then no longer active)
-        # gives nothing: the next statement reads the version it made active.
+        # gives nothing: the next statement reads the version it made active. (Taken as "none is
+        # active", a stale page's activation or save was made over the version it never saw.)
         found = AgentProfile.objects.select_for_update().filter(is_active=True).order_by("-version").first()
         if found is not None:
             return found
-    return active_profile()
+    return None
+
+
+def _active_locked() -> AgentProfile:
+    """``profile_active_locked``, or the active version made when none is."""
+    return profile_active_locked() or active_profile()
 
 
 def run_move_to_active(*, run: AgentRun, user: AbstractBaseUser | None, version_seen: int | None = None) -> bool:
