@@ -544,6 +544,10 @@ _ERRORS_IN_CUSTOMER_WORDS = (
     (re.compile(r"needs a staff approval"), "That refund needs a review by a member of our team first."),
     (re.compile(r"is not enabled for this agent"), "I'm not able to do that here; a member of our team can help."),
     (re.compile(r"^not (posted|sent): a person answered"), ""),
+    (
+        re.compile(r"^not sent \(the mail server did not take it\)"),
+        "our mail server did not accept it, so nothing was sent. A member of our team can help if you need it.",
+    ),
     (re.compile(r"^(Unknown tool|Arguments for|Invalid arguments for)"), "something went wrong on my side."),
     (re.compile(r"\b(Tell the customer|do not ask|the model)\b", re.IGNORECASE), "something went wrong on my side."),
 )

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import smtplib
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +25,7 @@ import jsonschema.protocols
 import jsonschema.validators
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.core.exceptions import ValidationError
-from django.core.mail import send_mail
+from django.core.mail import BadHeaderError, send_mail
 from django.db import transaction
 from django.db.models import F, Q
 
@@ -461,8 +463,29 @@ def notify_customer_by_email(ctx: ToolContext, args: dict[str, Any]) -> dict[str
     with ctx.fenced():
         pass  # still this worker's ticket (an email cannot be taken back, nor sent twice knowingly)
     customer = ctx.ticket.customer
-    sent = send_mail(args["subject"], args["body"], None, [customer.email], fail_silently=False)
+    try:
+        sent = send_mail(args["subject"], args["body"], None, [customer.email], fail_silently=False)
+    except NOT_SENT as exc:
+        # Certainly not sent: the message was never built, or the mail server refused it (or could not be
+        # reached) before taking it. Said so, not "may have gone out": nothing waits for a person.
+        raise ToolError(f"not sent (the mail server did not take it): {type(exc).__name__}: {exc}") from None
     return {"sent": bool(sent), "to": customer.email}
+
+
+# What a send raises when the message certainly did not go out. Anything else (the connection cut or
+# silent after the message was handed over) may have delivered it: the call is uncertain.
+NOT_SENT = (
+    BadHeaderError,  # a header that cannot be written (a line break in the subject): never built
+    smtplib.SMTPRecipientsRefused,
+    smtplib.SMTPSenderRefused,
+    smtplib.SMTPDataError,  # the server answered the message with an error: not taken
+    smtplib.SMTPHeloError,
+    smtplib.SMTPAuthenticationError,
+    smtplib.SMTPNotSupportedError,
+    smtplib.SMTPConnectError,
+    ConnectionRefusedError,
+    socket.gaierror,  # the mail server's name does not resolve
+)
 
 
 def hand_off_to_human(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:

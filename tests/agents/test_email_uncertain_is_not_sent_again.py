@@ -162,3 +162,86 @@ def test_the_next_email_of_the_same_step_waits_for_a_person_and_is_sent_once_app
         advance(ticket.pk, model=model)
         retry_time_comes(ticket.pk)
     assert len(smtp.messages) == 2 and b"(copy)" in smtp.messages[1]
+
+
+class RefusesTheRecipient(DropsAfterData):
+    """An SMTP server that answers "550 no such user" to the recipient: the message is never taken."""
+
+    def _serve(self, conn: socket.socket) -> None:
+        reader = conn.makefile("rb")
+        with conn:
+            conn.sendall(b"220 test ESMTP\r\n")
+            for line in reader:
+                verb = line[:4].upper()
+                if verb == b"RCPT":
+                    conn.sendall(b"550 5.1.1 no such user\r\n")
+                elif verb == b"DATA":
+                    conn.sendall(b"503 5.5.1 no valid recipients\r\n")
+                elif verb == b"QUIT":
+                    conn.sendall(b"221 bye\r\n")
+                    return
+                else:
+                    conn.sendall(b"250 OK\r\n")
+
+
+class EmailsOnceThenReplies:
+    name = "emails-once"
+
+    def __init__(self, email: dict) -> None:
+        self.email = email
+
+    def complete(self, *, messages, tools, on_token=None):  # noqa: ANN001, ANN201
+        if any(m["role"] == "tool" for m in messages):
+            return ModelResponse(text="I could not send the email.", usage=Usage(10, 5))
+        call = ToolCallRequest("e1", "notify_customer_by_email", json.dumps(self.email))
+        return ModelResponse(text="", tool_calls=[call], usage=Usage(10, 5), finish_reason="tool_calls")
+
+
+@pytest.mark.parametrize("case", ["recipient-refused", "line-break-in-subject"])
+def test_an_email_that_certainly_was_not_sent_is_failed_not_uncertain(case, settings):  # noqa: ANN001
+    """Refused by the mail server before it took the message, or never built (a header cannot hold a
+    line break): nothing went out, so the model, staff and the customer are told it was not sent, and the
+    next email is not held for a person as one that may have gone."""
+    server = RefusesTheRecipient() if case == "recipient-refused" else DropsAfterData()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", server.port, 5.0
+    email = EMAIL if case == "recipient-refused" else {**EMAIL, "subject": "Your refund\nBcc: someone@example.test"}
+    try:
+        ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Refund", body="Email me")
+        for _ in range(3):
+            advance(ticket.pk, model=EmailsOnceThenReplies(email))
+            retry_time_comes(ticket.pk)
+    finally:
+        server.close()
+
+    call = ToolCall.objects.get(ticket=ticket, name="notify_customer_by_email")
+    assert smtp_messages(server) == 0
+    assert call.status == CallStatus.FAILED, (
+        f"an email that was certainly not sent ({case}) was recorded {call.status}: {call.error!r}; the customer "
+        "is told it may have gone out, and every later email waits for a person"
+    )
+    assert "not sent" in call.error
+
+
+def smtp_messages(server: DropsAfterData) -> int:
+    return len(server.messages)
+
+
+def test_the_customer_reads_that_the_email_was_not_sent_in_plain_words(settings):  # noqa: ANN001
+    """The offline model reads the refusal out in words for customers, not the mail server's reply."""
+    from tests.agents.test_money_path import public_words
+
+    server = RefusesTheRecipient()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", server.port, 5.0
+    try:
+        ticket, _ = ticket_services.ticket_open(
+            customer=make_customer(), subject="Summary", body="Please email me a summary of this."
+        )
+        advance(ticket.pk)
+    finally:
+        server.close()
+
+    said = " ".join(public_words(ticket))
+    assert ToolCall.objects.get(ticket=ticket, name="notify_customer_by_email").status == CallStatus.FAILED
+    assert "nothing was sent" in said and "SMTP" not in said and "550" not in said, said
