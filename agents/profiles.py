@@ -84,6 +84,27 @@ def tools_problems(tools: Any) -> list[str]:
     return []
 
 
+# The longest each length of time may be: an approval's expiry is counted from now, and the customer's
+# window back from now, as dates. Ten years is past any wait a ticket has; PostgreSQL's integer limit (the
+# field's own) is past the year 9999, which no date holds: every refund failed where it was counted.
+TEN_YEARS = {
+    "ttl_hours": 10 * 365 * 24,
+    "reminder_before_hours": 10 * 365 * 24,
+    "customer_window_days": 10 * 365,
+    "confirmation_minutes": 10 * 365 * 24 * 60,
+}
+
+
+def policy_time_problems(values: dict[str, Any]) -> dict[str, str]:
+    """The lengths of time among ``values`` (the approval policy's, as cleaned) longer than ten years,
+    each with words for an operator."""
+    return {
+        name: f"{value} is longer than ten years (at most {TEN_YEARS[name]})"
+        for name, value in values.items()
+        if name in TEN_YEARS and isinstance(value, int) and value > TEN_YEARS[name]
+    }
+
+
 def approval_policy_cleaned(policy: Any) -> tuple[dict[str, Any], list[str]]:
     """A version's approval policy values as the approval policy's own fields take them (their type, their
     bounds: "30000" is read as 30000, -100 or a zero window is refused), and what is wrong with them."""
@@ -102,6 +123,7 @@ def approval_policy_cleaned(policy: Any) -> tuple[dict[str, Any], list[str]]:
             cleaned[name] = field.clean(value, None)
         except ValidationError as exc:
             problems.append(f"{name}: {' '.join(exc.messages)}")
+    problems += [f"{name}: {words}" for name, words in policy_time_problems(cleaned).items()]
     return cleaned, problems
 
 

@@ -8,7 +8,13 @@ from django.utils.formats import localize
 from django.utils.html import format_html, format_html_join
 
 from agents.models import ApprovalPolicy, ToolApprovalRule
-from agents.profiles import POLICY_FIELDS, active_profile, enabled_tools, profile_follow_policy_tables
+from agents.profiles import (
+    POLICY_FIELDS,
+    active_profile,
+    enabled_tools,
+    policy_time_problems,
+    profile_follow_policy_tables,
+)
 from approvals import selectors
 from approvals.models import ApprovalRequest
 from tickets.admin import IdsChecked, OfATicket, PageReadForm, ReadOnlyInline, TicketAdmin
@@ -61,6 +67,13 @@ def _save_what_the_page_changed(obj, form, change) -> list[str]:  # noqa: ANN001
 
 class ApprovalPolicyForm(FollowsTheActiveVersion):
     editable = POLICY_FIELDS
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        # As a profile version's values are checked: no length of time a date cannot be counted with.
+        for name, words in policy_time_problems(cleaned).items():
+            self.add_error(name, words)
+        return cleaned
 
 
 class ToolApprovalRuleForm(FollowsTheActiveVersion):
