@@ -509,7 +509,8 @@ class AgentProfileAdmin(IdsChecked):
     def response_add(
         self, request: HttpRequest, obj: AgentProfile, post_url_continue: str | None = None
     ) -> HttpResponse:
-        messages.success(request, f"Saved as version {obj.version}.")
+        active = "" if obj.is_active else f" It is not active; version {active_profile().version} is."
+        messages.success(request, f"Saved as version {obj.version}.{active}")
         return redirect("admin:agents_agentprofile_change", obj.pk)
 
 
