@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test import Client
 from django.urls import reverse
 
 from tests.staff.conftest import make_support_staff
@@ -17,19 +16,6 @@ from tickets.models import AuthorKind, Message, Ticket, TicketRating
 
 pytestmark = pytest.mark.django_db
 FORM = "application/x-www-form-urlencoded"
-
-
-@pytest.fixture
-def ticket(customer) -> Ticket:  # noqa: ANN001
-    ticket, _ = services.ticket_open(customer=customer, subject="Broken kettle", body="It arrived cracked.")
-    return ticket
-
-
-@pytest.fixture
-def signed_in(customer) -> Client:  # noqa: ANN001
-    client = Client(raise_request_exception=False)
-    client.force_login(customer.user)
-    return client
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ import json
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test import Client
 from django.urls import reverse
 
 from tests.conftest import stored_files
@@ -19,19 +18,6 @@ from tickets import services
 from tickets.models import Attachment, AuthorKind, Message, Ticket, TicketRating
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def ticket(customer) -> Ticket:  # noqa: ANN001
-    ticket, _ = services.ticket_open(customer=customer, subject="Broken kettle", body="It arrived cracked.")
-    return ticket
-
-
-@pytest.fixture
-def signed_in(customer) -> Client:  # noqa: ANN001
-    client = Client(raise_request_exception=False)
-    client.force_login(customer.user)
-    return client
 
 
 def stored(ticket: Ticket) -> tuple[list[int], int]:
