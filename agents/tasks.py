@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from celery import Task, shared_task
 from celery.backends.base import DisabledBackend
-from celery.signals import worker_ready
+from celery.signals import after_task_publish, task_received, worker_ready
 from django.db import transaction
 from django.dispatch import receiver
 
+from agents import doorbells
 from agents.confirmation import confirmations_expire_due
 from agents.refunds import reconcile_open_refunds
 from agents.runner import advance
@@ -17,6 +19,9 @@ from agents.selectors import backoffs_ending, tickets_with_agent_work
 from agents.services import runs_note_stopped
 from support.pauses import Pause
 from tickets.signals import ticket_given_back, ticket_needs_agent
+
+if TYPE_CHECKING:
+    from celery.worker.request import Request
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +74,7 @@ def _send_doorbell(ticket_id: int) -> None:
             "ticket %s: the doorbell is not sent, the broker failed a moment ago; the sweeper rings it", ticket_id
         )
         return
+    doorbells.mark(ticket_id)  # before it is sent: a worker may receive it at once, and unmarks it then
     try:
         # Tried once: Celery's publish retries (three more, each a new connection that a frozen broker
         # accepts and never answers, each waiting out its timeout) held a customer's send for ~50 s.
@@ -95,8 +101,10 @@ def tickets_needing_a_ring(*, limit: int = 500) -> list[int]:
 
 @shared_task(name="agents.sweep", base=NoResultTask)
 def sweep() -> int:
-    """Re-ring every ticket with pending work or an expired lease. Lost doorbells only delay work."""
-    ticket_ids = tickets_needing_a_ring()
+    """Re-ring every ticket with pending work or an expired lease whose doorbell is not still queued
+    (``agents.doorbells``): lost doorbells only delay work, and sweeps while no worker takes the
+    queued ones do not pile more on them."""
+    ticket_ids = doorbells.unmarked(tickets_needing_a_ring())
     for ticket_id in ticket_ids:
         advance_ticket.delay(ticket_id)
     if ticket_ids:
@@ -114,6 +122,20 @@ def ring_when_waits_end() -> int:
     for ticket_id, seconds in waits:
         advance_ticket.apply_async(args=[ticket_id], countdown=seconds)
     return len(waits)
+
+
+@after_task_publish.connect
+def _message_sent(**kwargs: object) -> None:
+    doorbells.sent()
+
+
+@task_received.connect
+def _message_received(request: Request, **kwargs: object) -> None:
+    """A doorbell a worker received is no longer in the queue: the sweeper may ring its ticket again
+    once it has work and a free lease (this one's pass ended, or its worker died). A retry waiting
+    out its countdown was never marked."""
+    doorbell = request.name == advance_ticket.name and request.eta is None and bool(request.args)
+    doorbells.received([int(request.args[0])] if doorbell else [])
 
 
 @worker_ready.connect

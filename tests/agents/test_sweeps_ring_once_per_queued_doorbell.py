@@ -1,0 +1,122 @@
+"""The sweeper rings a ticket whose doorbell is still queued only once (DESIGN.md, invariant 2).
+
+Each sweep rings every ticket with work whose lease is free. With no worker taking the doorbells (a
+deploy, a backlog, every worker busy), every sweep queued one more doorbell per waiting ticket: 50
+waiting tickets and five sweeps left 250 doorbells, every one of them a pass a worker runs later. A
+doorbell lost with the broker (flushed, purged, restarted without its data) is still rung again by
+the next sweep: what the broker lost is seen by the messages it holds, not taken on trust.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import redis
+from django.conf import settings
+
+from agents import tasks
+from support.celery import app
+from tests.agents.test_crash_recovery import at_rest, replies
+from tests.conftest import make_customer
+from tests.workers import purge_broker, wait_until
+from tickets import services as ticket_services
+from tickets.models import Ticket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def queued_messages() -> int:
+    """Messages waiting in the broker's queue, as the broker counts them."""
+    if not settings.BROKER_IS_AMQP:
+        return int(redis.Redis.from_url(settings.CELERY_BROKER_URL).llen(app.conf.task_default_queue))
+    with app.connection_for_read() as conn:
+        queue = app.amqp.queues[app.conf.task_default_queue](conn.default_channel)
+        return int(queue.queue_declare(passive=True).message_count)
+
+
+def take_doorbells() -> list[int]:
+    """Takes every message off the queue, as a worker would; the tickets of the doorbells among them."""
+    rung: list[int] = []
+    with app.connection_for_read() as conn:
+        queue = app.amqp.queues[app.conf.task_default_queue](conn.default_channel)
+        while (message := queue.get(no_ack=True)) is not None:
+            if message.headers.get("task") == "agents.advance_ticket":
+                args, _kwargs, _embed = message.decode()
+                rung.append(int(args[0]))
+    return sorted(rung)
+
+
+def open_waiting_tickets(count: int) -> list[int]:
+    customer = make_customer()
+    return [
+        ticket_services.ticket_open(customer=customer, subject=f"Help {n}", body="Where is my order?")[0].pk
+        for n in range(count)
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _empty_broker():
+    purge_broker()
+    yield
+    purge_broker()
+
+
+def test_sweeps_without_a_worker_queue_one_doorbell_per_waiting_ticket():
+    tickets = open_waiting_tickets(50)
+    purge_broker()  # the doorbells of the new messages are lost
+    assert queued_messages() == 0
+
+    for _ in range(5):
+        tasks.sweep()
+
+    assert queued_messages() == 50, "each sweep rang again every ticket whose doorbell was still queued"
+    assert take_doorbells() == tickets
+
+
+def test_doorbells_lost_with_the_broker_are_rung_again_by_the_next_sweep():
+    tickets = open_waiting_tickets(20)
+    tasks.sweep()
+
+    purge_broker()  # flushed with the doorbells it held
+    tasks.sweep()
+    assert take_doorbells() == tickets
+
+    purge_broker()
+    tasks.sweep()
+    tasks.sweep()
+    assert take_doorbells() == tickets
+
+
+def test_a_lost_doorbell_is_rung_again_while_other_messages_wait_in_the_queue():
+    tickets = open_waiting_tickets(2)
+    purge_broker()
+    # Beat's other rounds, queued meanwhile, are as many messages as the lost doorbells, and more.
+    tasks.reconcile_refunds.delay()
+    tasks.expire_confirmations.delay()
+    tasks.ring_when_waits_end.delay()
+
+    tasks.sweep()
+
+    assert take_doorbells() == tickets
+
+
+@pytest.mark.workers
+@pytest.mark.timeout(180)
+def test_a_worker_back_after_sweeps_answers_each_waiting_ticket_in_one_pass(cluster):
+    tickets = open_waiting_tickets(10)
+    purge_broker()
+    for _ in range(5):  # beat's rounds while no worker ran
+        tasks.sweep()
+
+    worker = cluster.worker()
+
+    wait_until(lambda: all(at_rest(Ticket.objects.get(pk=pk)) for pk in tickets), timeout=90,
+               what="every ticket answered", cluster=cluster)  # fmt: skip
+    # The sweep the worker asked for at its start ran, and nothing it rang is left in the queue.
+    wait_until(lambda: "agents.sweep" in worker.log() and queued_messages() == 0, timeout=30,
+               what="the queue to empty", cluster=cluster)  # fmt: skip
+    passes = len(re.findall(r"agents\.advance_ticket\[[^]]+\] received", worker.log()))
+    assert passes == len(tickets), f"{passes} doorbells answered for {len(tickets)} waiting tickets"
+    for pk in tickets:
+        assert len(replies(Ticket.objects.get(pk=pk))) == 1
