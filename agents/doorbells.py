@@ -81,7 +81,9 @@ def unmarked(ticket_ids: list[int]) -> list[int]:
         client.zremrangebyscore(key, "-inf", now - MARK_KEPT_SECONDS)
         counted = int(client.get(_count_key()) or 0)
         queued = queued_in_broker()
-        if queued < counted:
+        if queued < counted or (queued == 0 and client.zcard(key)):
+            # Messages were lost, or marks stand for doorbells never sent (their send failed and the
+            # mark could not be taken back): with nothing queued, no mark stands for anything.
             logger.warning(
                 "the broker holds %d messages of the %d sent and not received: every waiting ticket is rung again",
                 queued, counted,
@@ -113,6 +115,18 @@ def mark(ticket_id: int) -> None:
     except redis.RedisError:
         marks_pause.failed()
         logger.warning("ticket %s: its doorbell could not be marked; the sweeper may ring it once more", ticket_id)
+
+
+def unsent(ticket_ids: Iterable[int]) -> None:
+    """The doorbells of these tickets, marked, could not be sent: the sweeper rings them again."""
+    members = [str(ticket_id) for ticket_id in ticket_ids]
+    if not members or marks_pause.paused():
+        return
+    try:
+        _client().zrem(_key(), *members)
+    except redis.RedisError:
+        marks_pause.failed()  # the marks are dropped by the sweep that finds the queue empty
+        logger.warning("doorbell marks of tickets %s, not sent, could not be removed", members)
 
 
 def sent() -> None:

@@ -80,6 +80,7 @@ def _send_doorbell(ticket_id: int) -> None:
         # accepts and never answers, each waiting out its timeout) held a customer's send for ~50 s.
         advance_ticket.apply_async(args=[ticket_id], retry=False)
     except Exception:  # noqa: BLE001 - kombu's and the transport's errors alike; nothing to undo
+        doorbells.unsent([ticket_id])
         doorbell_pause.failed()
         logger.exception("ticket %s: the doorbell could not be sent to the broker; the sweeper rings it", ticket_id)
 
@@ -105,8 +106,12 @@ def sweep() -> int:
     (``agents.doorbells``): lost doorbells only delay work, and sweeps while no worker takes the
     queued ones do not pile more on them."""
     ticket_ids = doorbells.unmarked(tickets_needing_a_ring())
-    for ticket_id in ticket_ids:
-        advance_ticket.delay(ticket_id)
+    for sent, ticket_id in enumerate(ticket_ids):
+        try:
+            advance_ticket.delay(ticket_id)
+        except Exception:
+            doorbells.unsent(ticket_ids[sent:])
+            raise
     if ticket_ids:
         logger.info("sweeper rang %d tickets", len(ticket_ids))
     return len(ticket_ids)

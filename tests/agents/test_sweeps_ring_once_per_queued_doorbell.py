@@ -14,6 +14,7 @@ import re
 import pytest
 import redis
 from django.conf import settings
+from kombu.exceptions import OperationalError
 
 from agents import tasks
 from support.celery import app
@@ -120,3 +121,21 @@ def test_a_worker_back_after_sweeps_answers_each_waiting_ticket_in_one_pass(clus
     assert passes == len(tickets), f"{passes} doorbells answered for {len(tickets)} waiting tickets"
     for pk in tickets:
         assert len(replies(Ticket.objects.get(pk=pk))) == 1
+
+
+def test_doorbells_the_broker_refused_during_a_sweep_are_rung_by_the_next(monkeypatch):
+    tickets = open_waiting_tickets(3)
+    purge_broker()
+    sent = tasks.advance_ticket.delay
+
+    def broker_gone(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise OperationalError("Error 111 connecting to the broker. Connection refused.")
+
+    monkeypatch.setattr(tasks.advance_ticket, "delay", broker_gone)
+    with pytest.raises(OperationalError):
+        tasks.sweep()
+    monkeypatch.setattr(tasks.advance_ticket, "delay", sent)
+
+    tasks.sweep()
+
+    assert take_doorbells() == tickets
