@@ -321,6 +321,20 @@ def _events_of(ticket_id: int, kind: str, names: str, limit: int) -> QuerySet[An
     return events.annotate(row_id=row_id).order_by("-seq").values_list("kind", "seq", "row_id")[:limit]
 
 
+def page_mark_of_a_request(approval: ApprovalRequest) -> int:
+    """The ticket's timeline number of the event that asked for ``approval``: what a card showed at the
+    least (0 when the event is not found: nothing is taken as shown)."""
+    asked = TicketEvent.objects.filter(
+        ticket_id=approval.ticket_id, kind="approval_requested", payload__approval_id=approval.pk
+    ).values_list("seq", flat=True)
+    return int(asked.first() or 0)
+
+
+def ticket_last_seq(ticket_id: int) -> int:
+    """The ticket's last timeline number now: no page of it has shown a later one."""
+    return int(Ticket.objects.filter(pk=ticket_id).values_list("last_event_seq", flat=True).first() or 0)
+
+
 # The customer's messages after a request a card quotes; the others are in its conversation.
 WROTE_AFTER_SHOWN = 3
 

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals import selectors, services
 from approvals.models import ApprovalRequest, ApprovalStatus
+from support import fields
 from tickets import pages
 
 
@@ -107,10 +108,19 @@ def _sentence(approval: ApprovalRequest) -> str:
     )
 
 
+# What a card's forms send: Approve all of them, Reject its decision and note. A decision reads each once.
+DECISION_FIELDS = ("decision", "note", "seen_seq", "provider_seen", "confirm_amount")
+
+
 @require_POST
 @approver_required
 def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     approval = get_object_or_404(ApprovalRequest, pk=approval_id)
+    if refused := _form_refused(request):
+        # Read as it came, the last of two values counted (a Reject sent with an Approve approved) and a
+        # field not read was dropped (an amount sent beside Approve: the whole amount was approved).
+        messages.error(request, f"{refused} Nothing was changed.")
+        return render(request, "approvals/dashboard.html", _pending_context(request), status=400)
     decision = request.POST.get("decision")
     if decision not in {"approve", "reject"}:
         messages.error(request, "Choose approve or reject. Nothing was changed.")
@@ -126,15 +136,23 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
             f"“{selectors.approval_confirmation_text(approval)}” and approve again. Nothing was changed.",
         )
         return render(request, "approvals/dashboard.html", _pending_context(request, typed), status=400)
+    seen = _page_mark(request, approval)
+    if seen is None:
+        messages.error(
+            request,
+            f"The form's 'seen_seq' names no moment of ticket #{approval.ticket_id}: reload the dashboard and "
+            "decide again. Nothing was changed.",
+        )
+        return render(request, "approvals/dashboard.html", _pending_context(request, typed), status=400)
     try:
-        seen = request.POST.get("seen_seq", "")
         services.approval_decide(
             approval_id=approval.pk,
             user=request.user,
             approve=approve,
             note=request.POST.get("note", ""),
-            seen_seq=int(seen) if seen.isascii() and seen.isdigit() and len(seen) < 19 else None,
-            provider_shown=request.POST.get("provider_seen"),
+            seen_seq=seen,
+            # A form that does not say what its card showed of the provider showed none of it read.
+            provider_shown=request.POST.get("provider_seen", "unread"),
         )
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
@@ -145,6 +163,34 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     verb = "Approved" if decision == "approve" else "Rejected"
     messages.success(request, f"{verb} request #{approval.pk} for ticket #{approval.ticket_id}.")
     return redirect("approvals:dashboard")
+
+
+def _form_refused(request: HttpRequest) -> str:
+    """Why the decision's form is refused as sent ("" if it is not): a field sent twice, or one a
+    decision does not read."""
+    twice = fields.form_twice(request)
+    if twice:
+        return f"{fields.twice_words(twice)}: a card sends each once."
+    unread = fields.form_unread(request, DECISION_FIELDS)
+    if unread:
+        return (
+            f"A decision does not read {fields.listed(unread)}: it approves or rejects the request as its card "
+            "shows it."
+        )
+    return ""
+
+
+def _page_mark(request: HttpRequest, approval: ApprovalRequest) -> int | None:
+    """The ticket's timeline number the deciding card was read at (``seen_seq``), or None when the form
+    names no moment of the ticket (not a whole number, or past its last event). A form that does not say
+    is held to what the request showed when it was made: the customer's words and colleagues' notes
+    written since then are read before an approval, as on a card read before them."""
+    if "seen_seq" not in request.POST:
+        return selectors.page_mark_of_a_request(approval)
+    seen = pages.page_read(request, "seen_seq")
+    if seen is None or seen > selectors.ticket_last_seq(approval.ticket_id):
+        return None
+    return seen
 
 
 def _amount_confirmed(request: HttpRequest, approval: ApprovalRequest) -> bool:
