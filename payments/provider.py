@@ -9,7 +9,9 @@ the SDK's errors into three answers a caller can act on:
 - ``ProviderUncertain``: we do not know what happened (connection dropped,
   timeout, 5xx, another request with the same key still in flight). The refund
   may or may not exist: reconcile with ``find_refund`` before anything else, then
-  retry with the same idempotency key if it does not.
+  retry with the same idempotency key if it does not. ``ProviderUnreachable`` (no
+  answer at all) and ``ProviderInFlight`` (the provider is still working on a
+  request under the key) say to wait before asking again.
 - ``IdempotencyMismatch`` (a ``ProviderUncertain``): the key was already used, with
   other parameters (Stripe's 400 idempotency_error). The provider holds the outcome
   of that first request, a refund perhaps: it is not a refusal. Look the key up
@@ -78,6 +80,11 @@ class ProviderUncertain(ProviderError):
 class ProviderUnreachable(ProviderUncertain):
     """No answer at all: the connection was refused, reset or timed out. Every other request to
     the provider now is likely to meet the same silence."""
+
+
+class ProviderInFlight(ProviderUncertain):
+    """Another request under the same idempotency key is still being worked on at the provider (its 409):
+    the refund may be about to exist. Not an outcome to hand over: wait, then ask under the key again."""
 
 
 class IdempotencyMismatch(ProviderUncertain):
@@ -364,7 +371,7 @@ def _translate(exc: stripe.StripeError, *, doing: str) -> ProviderError:
     # A 409 is another request under the same key still running: the refund may be
     # about to exist. The SDK raises it as a plain APIError, so look at the status.
     if exc.http_status == 409:
-        return ProviderUncertain(f"While {doing}: a request with the same idempotency key is in flight ({message})")
+        return ProviderInFlight(f"While {doing}: a request with the same idempotency key is in flight ({message})")
     if isinstance(exc, stripe.IdempotencyError):
         return IdempotencyMismatch(f"While {doing}: {message}")
     if isinstance(exc, (stripe.InvalidRequestError, stripe.CardError)):
