@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from agents.llm import ModelError, ModelOutputInvalid
-from payments.provider import ProviderInFlight, ProviderUnreachable
+from payments.provider import WAIT_AND_ASK_AGAIN
 
 # Statuses of a server that is overloaded, restarting or behind a gateway whose upstream is gone.
 OUTAGE_STATUSES = frozenset({408, 409, 429})
@@ -37,8 +37,8 @@ def is_outage(exc: BaseException) -> bool:
             return True  # the connection lost, the server restarting, a deadlock: not the ticket's rows
         if isinstance(current, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
             return True
-        if isinstance(current, ProviderUnreachable | ProviderInFlight):
-            return True  # out of reach, or still working on the refund under its key: its answer is to come
+        if isinstance(current, WAIT_AND_ASK_AGAIN):
+            return True  # out of reach, still working on the refund under its key, or asking us to slow down
         if isinstance(current, ConnectionError | TimeoutError):
             return True
         if current.__cause__ is not None:

@@ -102,10 +102,10 @@ from agents.tools import (
     register,
 )
 from payments.provider import (
+    WAIT_AND_ASK_AGAIN,
     PaymentProvider,
     ProviderDeclined,
     ProviderError,
-    ProviderInFlight,
     ProviderRefund,
     ProviderUncertain,
     ProviderUnreachable,
@@ -588,12 +588,12 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                     faults.hit("after_provider_refund")  # the provider has it; our ledger does not yet
                 return _outcome(refund, found)
     except ProviderUncertain as exc:
-        waits = isinstance(exc, ProviderUnreachable | ProviderInFlight)
-        if waits and patience_seconds() and not _key_may_be_forgotten(call):
-            # The provider out of reach (refused, reset, timed out), or still working on a request under the
+        if isinstance(exc, WAIT_AND_ASK_AGAIN) and patience_seconds() and not _key_may_be_forgotten(call):
+            # The provider out of reach (refused, reset, timed out), still working on a request under the
             # key (its 409: a try that timed out, the provider finishing it after our timeout; a dead
-            # worker's request): an outage, not this refund's problem; given up on, the customer read that
-            # it could not be confirmed while the provider paid it a moment later.
+            # worker's request), or asking us to slow down (429, nothing done): an outage, not this
+            # refund's problem. Given up on, the customer read that it could not be confirmed, while the
+            # provider paid it a moment later or would have taken it on the next try.
             # It stays submitted under its key and the run tries it again with the outage's backoff
             # (agents.outage), asking the provider first what happened under the key, so it is paid once
             # when the provider is back; past AGENT_OUTAGE_PATIENCE_SECONDS the run is parked and the

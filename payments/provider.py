@@ -10,8 +10,9 @@ the SDK's errors into three answers a caller can act on:
   timeout, 5xx, another request with the same key still in flight). The refund
   may or may not exist: reconcile with ``find_refund`` before anything else, then
   retry with the same idempotency key if it does not. ``ProviderUnreachable`` (no
-  answer at all) and ``ProviderInFlight`` (the provider is still working on a
-  request under the key) say to wait before asking again.
+  answer at all), ``ProviderInFlight`` (the provider is still working on a request
+  under the key) and ``ProviderRateLimited`` (429) say to wait before asking again
+  (``WAIT_AND_ASK_AGAIN``).
 - ``IdempotencyMismatch`` (a ``ProviderUncertain``): the key was already used, with
   other parameters (Stripe's 400 idempotency_error). The provider holds the outcome
   of that first request, a refund perhaps: it is not a refusal. Look the key up
@@ -85,6 +86,15 @@ class ProviderUnreachable(ProviderUncertain):
 class ProviderInFlight(ProviderUncertain):
     """Another request under the same idempotency key is still being worked on at the provider (its 409):
     the refund may be about to exist. Not an outcome to hand over: wait, then ask under the key again."""
+
+
+class ProviderRateLimited(ProviderUncertain):
+    """The provider turned the request away for now (429, too many requests): nothing was done. Wait,
+    then ask under the key again."""
+
+
+# The provider's answers that say to wait and ask again later: an outage, not the refund's problem.
+WAIT_AND_ASK_AGAIN = (ProviderUnreachable, ProviderInFlight, ProviderRateLimited)
 
 
 class IdempotencyMismatch(ProviderUncertain):
@@ -372,6 +382,8 @@ def _translate(exc: stripe.StripeError, *, doing: str) -> ProviderError:
     # about to exist. The SDK raises it as a plain APIError, so look at the status.
     if exc.http_status == 409:
         return ProviderInFlight(f"While {doing}: a request with the same idempotency key is in flight ({message})")
+    if isinstance(exc, stripe.RateLimitError):
+        return ProviderRateLimited(f"While {doing}: the payment provider asks to slow down ({message})")
     if isinstance(exc, stripe.IdempotencyError):
         return IdempotencyMismatch(f"While {doing}: {message}")
     if isinstance(exc, (stripe.InvalidRequestError, stripe.CardError)):

@@ -39,7 +39,8 @@ Control (no auth; for tests and ``make run``)::
 
 Fault modes (queued, or for one request with the header ``X-Sandbox-Fault: MODE``):
 ``latency:<ms>`` (sleep while holding the idempotency key), ``error_before_commit``
-(500, nothing stored), ``error_after_commit`` (store the result, then 500),
+(500, nothing stored), ``rate_limited`` (429, Stripe's ``rate_limit``: nothing stored or
+claimed), ``error_after_commit`` (store the result, then 500),
 ``drop_after_commit`` (store the result, then close the socket without a response),
 ``refund_status:<status>`` (the refund is created with that Stripe status: ``pending``,
 ``requires_action``, ``failed`` or ``canceled``, as a bank may answer).
@@ -133,7 +134,9 @@ REFUND_REASONS = {"duplicate", "fraudulent", "requested_by_customer"}
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
 # Far past any request the app or the SDK sends (a refund is a few hundred bytes); Stripe refuses big bodies too.
 MAX_BODY_BYTES = 1024 * 1024
-FAULT_KINDS = {"latency", "error_before_commit", "error_after_commit", "drop_after_commit", "refund_status"}
+FAULT_KINDS = {
+    "latency", "error_before_commit", "rate_limited", "error_after_commit", "drop_after_commit", "refund_status",
+}  # fmt: skip
 # Stripe's refund statuses: the ones a refund can be created with by a fault, and settled to.
 UNSETTLED_REFUND_STATUSES = {"pending", "requires_action"}
 CREATED_REFUND_STATUSES = UNSETTLED_REFUND_STATUSES | {"failed", "canceled"}
@@ -944,6 +947,11 @@ class SandboxRequestHandler(BaseHTTPRequestHandler):
         if fault is not None and fault.kind == "error_before_commit":
             # Before anything is claimed or stored: the retry starts from nothing.
             return api_error_500("Sandbox fault: error before commit (nothing was stored).")
+        if fault is not None and fault.kind == "rate_limited":
+            # As Stripe turns a request away: before anything is claimed or stored.
+            return ApiError(
+                429, "Sandbox fault: too many requests; nothing was done. Try again later.", code="rate_limit"
+            ).response()
         if fault is not None and fault.kind == "refund_status":
             params[_STATUS_PARAM] = fault.status
         with connect(self.server.database_url) as conn:
