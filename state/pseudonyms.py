@@ -54,6 +54,7 @@ from agents.conversation import ATTACHED_LINE, customer_named
 from agents.models import NOT_RUN, PERSON_TOOK_OVER
 from state.parts import part_named
 from state.rows import Row, columns, is_user_column, key_of
+from state.terms import replacer
 
 PSEUDONYM_DOMAIN = "pseudonymised.invalid"
 WITHHELD_WORDS = "[withheld: the customer's words]"
@@ -226,22 +227,6 @@ def free_text(field: Field) -> bool:
     """Can the column hold anyone's words? Text and JSON columns; not a choice, a key or a name.
     Each of the personal parts' is declared in ``WORDS_COLUMNS``, ``RECORD_COLUMNS`` or ``CODE_COLUMNS``."""
     return isinstance(field, models.TextField | models.JSONField) and not field.choices
-
-
-def _replacer(terms: dict[str, str], *, words: bool, ignore_case: bool, joiners: str = "") -> Callable[[str], str]:
-    """Replace each of ``terms`` by its value: anywhere, or (``words``) as a word of its own, which the
-    characters in ``joiners`` join to others as letters do ("2001" is not a word of its own in "S-2001")."""
-    if not terms:
-        return lambda text: text
-    flags = re.IGNORECASE if ignore_case else 0
-    ordered = sorted(terms, key=lambda t: (-len(t), t))
-    # Each term its own group: what matched is known by the group, not by folding the match's case again
-    # (the regex matches "YILMAZ" to "Yılmaz", but they casefold to "yilmaz" and "yılmaz").
-    alternatives = "|".join(f"(?P<t{n}>{re.escape(t)})" for n, t in enumerate(ordered))
-    edge = rf"[\w{re.escape(joiners)}]"
-    pattern = re.compile(rf"(?<!{edge})(?:{alternatives})(?!{edge})" if words else f"(?:{alternatives})", flags)
-    values = [terms[t] for t in ordered]
-    return lambda text: pattern.sub(lambda m: values[int(str(m.lastgroup)[1:])], text)
 
 
 def _alternating(pieces: list[str]) -> Iterable[tuple[bool, str]]:
@@ -432,11 +417,11 @@ def pseudonymise(
             if detail.upper() not in order_numbers:
                 details.setdefault(detail, WITHHELD_WORDS)
     users[:] = [{**user, "username": logins.get(user["username"], user["username"])} for user in users]
-    quoted = _replacer(texts, words=False, ignore_case=False)
-    files = _replacer(file_names, words=True, ignore_case=False)
-    named = _replacer(identities, words=True, ignore_case=True)
-    named_short = _replacer(short_names, words=True, ignore_case=False)
-    detailed = _replacer(details, words=True, ignore_case=True, joiners="-/")
+    quoted = replacer(texts, words=False, ignore_case=False)
+    files = replacer(file_names, words=True, ignore_case=False)
+    named = replacer(identities, words=True, ignore_case=True)
+    named_short = replacer(short_names, words=True, ignore_case=False)
+    detailed = replacer(details, words=True, ignore_case=True, joiners="-/")
 
     def whole_message(text: str) -> str:
         # A customer's turn in a model request is the message, then a line per file it came with.
