@@ -19,8 +19,11 @@ from __future__ import annotations
 import functools
 import re
 import sys
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
+
+_BLOCK = 256
 
 
 @functools.cache
@@ -29,22 +32,28 @@ def _case_fold() -> tuple[dict[int, str], frozenset[str]]:
     member of each class (its lowest), and the characters of the classes whose members differ in being
     word characters. Found by asking the engine itself, over every character with a case partner."""
     cased: set[str] = set()
-    for point in range(sys.maxunicode + 1):
-        if 0xD800 <= point < 0xE000:
-            continue
-        char = chr(point)
-        lower, upper = char.lower(), char.upper()
-        if lower != char or upper != char:
-            cased.add(char)
-            cased.update(c for c in (lower, upper) if len(c) == 1)
+    points = array("I", range(0xD800))
+    points.extend(range(0xE000, sys.maxunicode + 1))  # every character, surrogates aside
+    characters = points.tobytes().decode("utf-32-le" if sys.byteorder == "little" else "utf-32-be")
+    for start in range(0, len(characters), _BLOCK):
+        block = characters[start : start + _BLOCK]
+        if block.lower() == block and block.upper() == block:
+            continue  # most of the code points: scripts without case, and unassigned ones
+        for char in block:
+            lower, upper = char.lower(), char.upper()
+            if lower != char or upper != char:
+                cased.add(char)
+                cased.update(c for c in (lower, upper) if len(c) == 1)
     every = "".join(sorted(cased))
     table: dict[int, str] = {}
     uneven: set[str] = set()
-    for char in cased:
+    for char in every:
+        if ord(char) in table:
+            continue  # a partner of one already asked about
         partners = re.findall(re.escape(char), every, re.IGNORECASE)
-        table[ord(char)] = min(partners)
+        table.update(dict.fromkeys(map(ord, partners), min(partners)))
         if len({_is_word(p) for p in partners}) > 1:
-            uneven.add(char)
+            uneven.update(partners)
     return table, frozenset(uneven)
 
 

@@ -4,12 +4,13 @@ the same matches (whole words, case, joiners), preferred in the same order."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from state.terms import replacer
+from state.terms import _case_fold, replacer
 
 
 def one_pattern(terms: dict[str, str], *, words: bool, ignore_case: bool, joiners: str = ""):  # noqa: ANN201
@@ -49,3 +50,14 @@ def test_a_customers_name_in_another_case_and_a_detail_joined_to_others():
     assert detailed("code 2001, order S-2001 or 2001/3") == "code [withheld], order S-2001 or 2001/3"
     quoted = replacer({"Refund for S-3000": "[withheld]"}, words=False, ignore_case=False)
     assert quoted("Re: nonRefund for S-30001") == "Re: non[withheld]1"
+
+
+def test_every_character_folds_to_one_member_of_the_class_the_engine_matches_it_with():
+    table, uneven = _case_fold()
+    every = "".join(sorted(map(chr, table)))
+    classes = Counter(every.translate(table))
+    for char in every:
+        partners = re.findall(re.escape(char), every, re.IGNORECASE)
+        assert {p.translate(table) for p in partners} == {char.translate(table)}, char
+        assert len(partners) == classes[char.translate(table)], char
+    assert "ͅ" in uneven  # a combining mark the engine takes for an iota in any case
