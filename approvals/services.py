@@ -14,13 +14,13 @@ from django.utils import timezone
 
 from agents.approval import arguments_digest
 from agents.calls import call_record_decision
-from agents.models import NOT_RUN, AgentRun, ApprovalDecision, ModelStep, ToolCall
-from agents.profiles import policy_values, profile_of
+from agents.models import NOT_RUN, AgentProfile, AgentRun, ApprovalDecision, ModelStep, ToolCall
+from agents.profiles import active_profile, policy_values, profile_of
 from agents.refunds import provider_refunds_outside_the_ledger
 from agents.selectors import person_took_the_ticket_since, refunded_total_cents
 from agents.tasks import ring
 from agents.tools import order_of_customer
-from approvals.models import ApprovalPolicy, ApprovalRequest, ApprovalStatus
+from approvals.models import ApprovalRequest, ApprovalStatus
 from approvals.selectors import agent_words, own_tickets
 from support import rounds
 from support.clock import database_now
@@ -416,10 +416,23 @@ def _expired(approval: ApprovalRequest) -> None:
     notify_staff(approval.pk, "expired")
 
 
+def _due_for_a_reminder(now: datetime) -> list[ApprovalRequest]:
+    """The waiting requests not yet reminded that expire within the reminder time of the agent profile
+    version their run is pinned to (a version made active since does not change when staff hear of
+    a request it did not ask for)."""
+    waiting = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, reminder_sent_at__isnull=True)
+    due = ApprovalRequest.objects.none()
+    for profile_id in waiting.values_list("tool_call__run__profile_id", flat=True).distinct().order_by():
+        # A run started before profiles existed is pinned to the active version when it next runs.
+        profile = AgentProfile.objects.get(pk=profile_id) if profile_id is not None else active_profile()
+        remind_from = now + timedelta(hours=policy_values(profile).reminder_before_hours)
+        due |= waiting.filter(tool_call__run__profile_id=profile_id, expires_at__lte=remind_from)
+    return list(due.order_by("pk"))
+
+
 def approvals_expire_due(*, now: datetime | None = None) -> dict[str, int]:
     """Expire overdue requests (the ticket then goes to a person) and remind staff of those close to it."""
     now = now or database_now()
-    policy = ApprovalPolicy.current()
     expired = reminded = 0
     due = (
         ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=now)
@@ -451,11 +464,7 @@ def approvals_expire_due(*, now: datetime | None = None) -> dict[str, int]:
                     expired += 1
             except _PersonHasIt as taken:
                 ring(taken.ticket_id)  # the pass that ends the run withdraws the request
-    remind_from = now + timedelta(hours=policy.reminder_before_hours)
-    soon = ApprovalRequest.objects.filter(
-        status=ApprovalStatus.PENDING, reminder_sent_at__isnull=True, expires_at__lte=remind_from
-    )
-    for approval in soon.order_by("pk"):
+    for approval in _due_for_a_reminder(now):
         with isolated.row(f"the reminder of approval {approval.pk}"), transaction.atomic():
             updated = ApprovalRequest.objects.filter(pk=approval.pk, reminder_sent_at__isnull=True).update(
                 reminder_sent_at=now
