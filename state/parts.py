@@ -90,6 +90,15 @@ class Part:
     # Columns that record when, by whom or why a row was written, not what it is (a profile version
     # seeded by every fresh deployment on its first use, at its own time): ignored when rows are compared.
     bookkeeping: tuple[str, ...] = ()
+    # Columns of a row that otherwise moves on (a call's status, a message's handling) that are written
+    # once and never changed (what the customer wrote, a call's key and arguments, a refund's amount): a
+    # database that differs from the bundle in one of them has been altered.
+    frozen: tuple[str, ...] = ()
+
+    def altered(self, here: dict, bundled: dict) -> list[str]:
+        """The columns in which a row here differs from the bundled one that are never changed once written."""
+        differing = self.differing(here, bundled)
+        return differing if self.immutable else [k for k in differing if k in self.frozen]
 
     def differing(self, here: dict, bundled: dict) -> list[str]:
         """The columns in which two rows under one key differ, but for those the deployment may change
@@ -181,7 +190,12 @@ PARTS: list[Part] = [
     ),  # fmt: skip
     # The ticket ledger.
     Part("tickets.Ticket", _of_tickets("tickets.Ticket", "id"), ticket_column="id"),
-    Part("tickets.Message", _of_tickets("tickets.Message"), ticket_column="ticket_id"),
+    Part(
+        "tickets.Message",
+        _of_tickets("tickets.Message"),
+        ticket_column="ticket_id",
+        frozen=("ticket_id", "author_kind", "author_user", "body", "is_public", "client_msg_id", "created_at"),
+    ),
     Part(
         "tickets.Attachment",
         _of_tickets("tickets.Attachment", "message__ticket_id"),
@@ -193,8 +207,18 @@ PARTS: list[Part] = [
     Part("agents.TicketLease", _of_tickets("agents.TicketLease"), ticket_column="ticket_id", personal=False),
     Part("agents.AgentRun", _of_tickets("agents.AgentRun"), ticket_column="ticket_id"),
     Part("agents.ModelStep", _of_tickets("agents.ModelStep"), ticket_column="ticket_id"),
-    Part("agents.ToolCall", _of_tickets("agents.ToolCall"), ticket_column="ticket_id"),
-    Part("agents.Refund", _of_tickets("agents.Refund"), ticket_column="ticket_id"),
+    Part(
+        "agents.ToolCall",
+        _of_tickets("agents.ToolCall"),
+        ticket_column="ticket_id",
+        frozen=("ticket_id", "run_id", "step_id", "index", "model_call_id", "name", "arguments", "idempotency_key"),
+    ),
+    Part(
+        "agents.Refund",
+        _of_tickets("agents.Refund"),
+        ticket_column="ticket_id",
+        frozen=("ticket_id", "order_id", "tool_call_id", "idempotency_key", "amount_cents", "currency"),
+    ),
     Part("approvals.ApprovalRequest", _of_tickets("approvals.ApprovalRequest"), ticket_column="ticket_id"),
 ]
 

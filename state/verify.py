@@ -311,8 +311,9 @@ def _compare_database(bundled: dict[str, list[Row]], manifest: dict, report: Rep
                 continue
             differing = sorted(k for k in row.keys() | here[key].keys() if row.get(k) != here[key].get(k))
             what = f"{label} {key}: {', '.join(differing)}"
-            if part is not None and part.immutable:
-                altered.violations.append(what)
+            written_once = part.altered(here[key], row) if part is not None else []
+            if part is not None and written_once:
+                altered.violations.append(what if part.immutable else f"{label} {key}: {', '.join(written_once)}")
             elif label in ("agents.ApprovalPolicy", "agents.ToolApprovalRule"):
                 policy.violations.append(what)
             elif label != USERS_LABEL:  # a user's groups and flags are the deployment's to change
