@@ -55,6 +55,7 @@ from agents.models import NOT_RUN, PERSON_TOOK_OVER
 from state.parts import part_named
 from state.rows import Row, columns, is_user_column, key_of
 from state.terms import replacer
+from tickets.attachments import EXTENSIONS
 
 PSEUDONYM_DOMAIN = "pseudonymised.invalid"
 WITHHELD_WORDS = "[withheld: the customer's words]"
@@ -281,6 +282,15 @@ EARLIER_WORDS: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
 }
 
 
+# A file's name as a bundle gave it: ``file-7``, or with what a release before kept of its extension.
+_PSEUDONYMISED_FILE = re.compile(r"file-(\d+)(?:\.[^\W_]+)?")
+
+
+def _pseudonymised_file(name: str, attachment_id: Any) -> bool:
+    matched = _PSEUDONYMISED_FILE.fullmatch(name)
+    return matched is not None and matched.group(1) == str(attachment_id)
+
+
 def _earlier_words(event: Row) -> Iterable[tuple[str, str]]:
     """The customer's words an event of ``EARLIER_WORDS`` keeps, each with what it is withheld as."""
     for path, withheld in EARLIER_WORDS.get(event.get("kind"), ()):
@@ -383,9 +393,10 @@ def pseudonymise(
     file_names: dict[str, str] = {}
     for attachment in rows.get("tickets.Attachment", []):
         name = attachment["original_name"]
-        extension = name.rsplit(".", 1)[1] if "." in name else ""
-        anonymous = f"file-{attachment['id']}" + (f".{extension}" if extension.isalnum() else "")
-        if name != anonymous:
+        # Ending as a download of it does, in the extension of what the file is: what followed the last dot
+        # of the customer's name for it may be anything of theirs ("passport.Okonkwo", a phone number).
+        anonymous = f"file-{attachment['id']}{EXTENSIONS.get(attachment.get('content_type'), '')}"
+        if name != anonymous and not _pseudonymised_file(name, attachment["id"]):
             if (
                 len(name) >= MIN_QUOTED_CHARS
                 and name not in _product_words()

@@ -13,7 +13,7 @@ import pytest
 from agents.models import ModelStep, ToolCall
 from agents.runner import advance
 from tests.conftest import make_customer, make_order
-from tests.state.conftest import export, verify
+from tests.state.conftest import bundle_bytes, export, verify
 from tests.state.test_bundle import empty_the_ledger, restore
 from tests.tickets.files import png_bytes
 from tickets import services as ticket_services
@@ -71,3 +71,26 @@ def test_a_file_name_of_its_own_is_changed_where_it_stands(tmp_path):  # noqa: A
     text = "".join(p.read_text() for p in (path / "parts").glob("*.jsonl"))
     assert name not in text
     assert verify(path)[0] == 0
+
+
+@pytest.mark.parametrize(
+    "file_name", ["passport.Okonkwo", "scan.07700900123", "Okonkwo"], ids=["a name", "a phone number", "no extension"]
+)
+def test_a_files_name_leaves_nothing_of_itself_in_a_pseudonymised_bundle_its_extension_included(tmp_path, file_name):  # noqa: ANN001
+    """The file's pseudonym kept what followed the last dot of the customer's name for the file, when it was
+    letters and digits: "passport.Okonkwo" became "file-1.Okonkwo". It ends in the extension of what the
+    file is, as a download of it does."""
+    customer = make_customer("okonkwo")
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="My documents", body="Here they are")
+    ticket_services.message_post(
+        ticket=ticket, author_kind="customer", body="A photo", files=[IncomingFile(name=file_name, data=png_bytes())]
+    )
+    attachment = Attachment.objects.get(message__ticket=ticket)
+    assert attachment.original_name == file_name
+
+    path = export(tmp_path, ticket)  # the default: pseudonymised
+
+    data = bundle_bytes(path).decode()
+    assert file_name.rsplit(".", 1)[-1] not in data
+    assert "okonkwo" not in data.lower()
+    assert f'"original_name":"file-{attachment.pk}.png"' in data
