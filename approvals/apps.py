@@ -15,7 +15,7 @@ class ApprovalsConfig(AppConfig):
         from agents import calls as agent_calls
         from approvals import services
         from tickets.models import Message
-        from tickets.signals import ticket_needs_agent
+        from tickets.signals import ticket_needs_agent, ticket_staff_wrote
 
         services.register_kinds()
         if services.approval_request_create not in agent_approval.pause_hooks:
@@ -26,4 +26,8 @@ class ApprovalsConfig(AppConfig):
         # The customer wrote: the open dashboards read the cards of the ticket's requests again.
         ticket_needs_agent.connect(
             services.tell_dashboards_the_customer_wrote, sender=Message, dispatch_uid="approvals.customer_wrote"
+        )
+        # A colleague wrote (a note, a reply): the cards quoting the ticket's conversation are read again.
+        ticket_staff_wrote.connect(
+            services.tell_dashboards_staff_wrote, sender=Message, dispatch_uid="approvals.staff_wrote"
         )

@@ -65,18 +65,32 @@ def _evidence(call: ToolCall) -> tuple[dict[str, Any], int | None, str]:
     return evidence, int(call.arguments.get("amount_cents", 0)), order.currency
 
 
+def _tell_dashboards_of_the_conversation(ticket_id: int, change: str, who: str) -> None:
+    """Open dashboards read the cards of the ticket's pending requests again (after commit). Best
+    effort, as every live update: what was written is stored, and the card shows it at the next read."""
+    try:
+        pending = ApprovalRequest.objects.filter(ticket_id=ticket_id, status=ApprovalStatus.PENDING)
+        for approval_id in pending.values_list("pk", flat=True):
+            message = {"type": "approvals.changed", "approval_id": approval_id, "change": change}
+            realtime.publish(STAFF_GROUP, message)
+    except Exception:  # noqa: BLE001 - the message is stored; a live update is never worth failing it
+        logger.warning("could not tell the dashboards that %s wrote on ticket %s", who, ticket_id, exc_info=True)
+
+
 def tell_dashboards_the_customer_wrote(sender: object, ticket_id: int, **kwargs: object) -> None:
     """The customer wrote on a ticket (``tickets.signals.ticket_needs_agent`` from a message, after
     commit): open dashboards read the cards of its pending requests again, which quote what the
     customer wrote after the agent asked ("please cancel the refund"), so the person deciding reads
-    it before pressing Approve. Best effort, as every live update: the card shows it at the next read."""
-    try:
-        pending = ApprovalRequest.objects.filter(ticket_id=ticket_id, status=ApprovalStatus.PENDING)
-        for approval_id in pending.values_list("pk", flat=True):
-            message = {"type": "approvals.changed", "approval_id": approval_id, "change": "customer_wrote"}
-            realtime.publish(STAFF_GROUP, message)
-    except Exception:  # noqa: BLE001 - the customer's message is stored; a live update is never worth failing it
-        logger.warning("could not tell the dashboards that the customer wrote on ticket %s", ticket_id, exc_info=True)
+    it before pressing Approve."""
+    _tell_dashboards_of_the_conversation(ticket_id, "customer_wrote", "the customer")
+
+
+def tell_dashboards_staff_wrote(sender: object, ticket_id: int, **kwargs: object) -> None:
+    """A colleague wrote on a ticket (``tickets.signals.ticket_staff_wrote``, after commit): its
+    requests' cards quote their notes and replies. A note ("do not refund: the parcel came back
+    empty") is how the team tells the person deciding to hold on, and an approval from a card that
+    did not show it is refused: the open card shows it now, not after a reload."""
+    _tell_dashboards_of_the_conversation(ticket_id, "staff_wrote", "a colleague")
 
 
 PERSON_HAD_IT = "a person had taken the ticket when the agent asked"

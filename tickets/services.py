@@ -44,7 +44,7 @@ from tickets.models import (
     TicketStatus,
     ticket_can_be_rated,
 )
-from tickets.signals import ticket_event_appended, ticket_given_back, ticket_needs_agent
+from tickets.signals import ticket_event_appended, ticket_given_back, ticket_needs_agent, ticket_staff_wrote
 
 MESSAGE_MAX_CHARS: int = getattr(settings, "MESSAGE_MAX_CHARS", 4000)
 SUBJECT_MAX_CHARS = 200
@@ -1235,6 +1235,8 @@ def _staff_message(
                 is_public=is_public, client_msg_id=key,
             )  # fmt: skip
             _message_event(message, "", None, author_name=signature(user), seen_seq=seen_seq if is_public else None)
+            ticket_id = locked.pk
+            transaction.on_commit(lambda: ticket_staff_wrote.send(sender=Message, ticket_id=ticket_id))
     except IntegrityError:
         existing = Message.objects.filter(ticket_id=_ticket_id(ticket), client_msg_id=key).first()
         if existing is None:
