@@ -320,7 +320,7 @@ def approval_decide(
                 )
             return approval
         if approval.status != ApprovalStatus.PENDING:
-            when = timezone.localtime(approval.decided_at).strftime("%Y-%m-%d %H:%M") if approval.decided_at else ""
+            when = timezone.localtime(approval.decided_at).strftime("%Y-%m-%d %H:%M %Z") if approval.decided_at else ""
             if approval.status == ApprovalStatus.WITHDRAWN:
                 raise ApprovalClosed(
                     f"This request was withdrawn {when}: the agent stopped waiting for it ({approval.note}); "

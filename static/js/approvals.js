@@ -44,6 +44,7 @@
 
   // Refresh the parts of a kept card that only show facts (waiting time, warnings, conversation).
   function refreshParts(card, fresh) {
+    if (window.localTimes) window.localTimes(fresh); // its times as the card shows them (localtime.js)
     Array.prototype.forEach.call(fresh.querySelectorAll("[data-live]"), function (part) {
       var target = card.querySelector('[data-live="' + part.dataset.live + '"]');
       if (!target || target.innerHTML === part.innerHTML || target.contains(document.activeElement)) return;

@@ -203,7 +203,7 @@ def test_the_card_shows_the_orders_refund_history(sandbox, client, approver):
 
     history = part(page, approval, r'<section class="refund-history"[^>]*>(.*?)</section>')
     assert "Refunds on order E-5008" in history
-    assert f"$50.00 Succeeded {timezone.localtime(refund.created_at):%Y-%m-%d %H:%M:%S} #{small.pk}" in history
+    assert f"$50.00 Succeeded {timezone.localtime(refund.created_at):%Y-%m-%d %H:%M:%S %Z} #{small.pk}" in history
     assert "refunded before this request $50.00" in card_text(page, approval)
     assert "Refund $599.00 of order E-5008" in card_text(page, approval)
 

@@ -19,8 +19,10 @@ from tickets.models import AuthorKind, Message, Ticket, TicketStatus
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
 
-def sign_in_person(browser, stack: Stack, username: str):  # noqa: ANN001, ANN201
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+def sign_in_person(browser, stack: Stack, username: str, *, timezone_id: str | None = None):  # noqa: ANN001, ANN201
+    """A fresh browser context signed in as ``username`` (its clock in ``timezone_id``, else the host's)."""
+    zone = {"timezone_id": timezone_id} if timezone_id else {}
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, **zone)
     context.set_default_timeout(PAGE_TIMEOUT_MS)
     context.add_init_script(
         "window.__csp = []; document.addEventListener('securitypolicyviolation', "
