@@ -16,7 +16,7 @@ from django.contrib.admin.widgets import AutocompleteSelect
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.forms import UserChangeForm
-from django.contrib.auth.models import AbstractBaseUser, Group
+from django.contrib.auth.models import AbstractBaseUser, Group, Permission
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import FieldDoesNotExist, PermissionDenied, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
@@ -727,9 +727,65 @@ class PageReadManyForm(PageReadForm):
         return super().posted(name)
 
 
-class StaffUserChangeForm(PageReadManyForm, UserChangeForm):
+def _not_held(giver: AbstractBaseUser, permissions: Any) -> list[str]:
+    """The permissions among ``permissions`` that ``giver`` does not have, as "app.codename"."""
+    labels = {f"{p.content_type.app_label}.{p.codename}" for p in permissions}
+    return sorted(label for label in labels if not giver.has_perm(label))
+
+
+class GivesWhatTheGiverHas(forms.ModelForm):
+    """A form that gives permissions (directly, or through groups): a giver who is no superuser gives only
+    permissions they have themselves. Anyone allowed to change accounts or groups could otherwise give
+    themselves (or a friend) anything: deciding refund approvals, reconciling refunds with the provider.
+    Only what the form adds is checked; what the person or group already had stays. ``giver``: set
+    per request by the admin (``GiverOnTheForm``); None gives nothing more than the form's own checks."""
+
+    giver: AbstractBaseUser | None = None
+    # The form's permission fields, and the groups field (whose groups' permissions are given).
+    permission_fields: tuple[str, ...] = ()
+    group_fields: tuple[str, ...] = ()
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        giver = self.giver
+        if giver is None or (giver.is_active and giver.is_superuser):
+            return cleaned
+        for name in (*self.permission_fields, *self.group_fields):
+            if name not in self.fields or name not in cleaned:
+                continue
+            had = set(getattr(self.instance, name).all()) if self.instance.pk else set()
+            added = [item for item in cleaned[name] if item not in had]
+            given = (
+                Permission.objects.filter(group__in=added)
+                if name in self.group_fields
+                else Permission.objects.filter(pk__in=[p.pk for p in added])
+            )
+            missing = _not_held(giver, given.select_related("content_type"))
+            if missing:
+                self.add_error(
+                    name,
+                    "You can give only permissions you have yourself; nothing was saved. You do not have: "
+                    + ", ".join(missing)
+                    + ".",
+                )
+        return cleaned
+
+
+class GiverOnTheForm(admin.ModelAdmin):
+    """Gives the page's form (a ``GivesWhatTheGiverHas``) the person saving it."""
+
+    def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, **kwargs)
+        return type(form.__name__, (form,), {"giver": request.user})
+
+
+class StaffUserChangeForm(GivesWhatTheGiverHas, PageReadManyForm, UserChangeForm):
     """A person's page: access a colleague took away (deactivated, out of the "Support staff" group)
-    is never given back by a page read before it."""
+    is never given back by a page read before it; a giver who is no superuser gives no permission they
+    do not have."""
+
+    permission_fields = ("user_permissions",)
+    group_fields = ("groups",)
 
     editable = (
         "username", "first_name", "last_name", "email", "is_active", "is_staff", "is_superuser", "groups",
@@ -741,11 +797,32 @@ class StaffUserChangeForm(PageReadManyForm, UserChangeForm):
         pass
 
 
-class StaffUserAdmin(WritesWhatThePageChanged, UserAdmin):
+class StaffUserAdmin(GiverOnTheForm, WritesWhatThePageChanged, UserAdmin):
     """Django's user admin, writing only what was changed on the page, and deleting no one the ledger
-    names (deleted, they would leave the timeline's events and messages saying nobody did them)."""
+    names (deleted, they would leave the timeline's events and messages saying nobody did them).
+
+    Staff who may change accounts but are no superusers: a superuser's account (its page, its
+    password) is not theirs to change, "Superuser status" is not theirs to give, and they give no
+    permission they do not have (``GivesWhatTheGiverHas``). Otherwise changing accounts was all it
+    took to become a superuser, or to sign in as one after setting their password."""
 
     form = StaffUserChangeForm
+
+    @staticmethod
+    def _above(request: HttpRequest, obj: Any) -> bool:
+        """Is ``obj`` a superuser's account, and the person asking not a superuser?"""
+        return obj is not None and obj.is_superuser and not request.user.is_superuser
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return not self._above(request, obj) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return not self._above(request, obj) and super().has_delete_permission(request, obj)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        readonly = list(super().get_readonly_fields(request, obj))
+        return readonly if request.user.is_superuser else [*readonly, "is_superuser"]
+
     # Where the ledger names a person (model, field): their foreign keys are SET_NULL, so deleting the
     # person empties them rather than being refused. Other apps add theirs (agents/admin.py).
     named_on_the_ledger: list[tuple[type[Model], str]] = [
@@ -755,6 +832,8 @@ class StaffUserAdmin(WritesWhatThePageChanged, UserAdmin):
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, Any, set[str], Any]:
         to_delete, model_count, perms_needed, protected = super().get_deleted_objects(objs, request)
         pks = [user.pk for user in objs]
+        if not request.user.is_superuser and any(user.is_superuser for user in objs):
+            perms_needed.add("the accounts of superusers (only a superuser deletes them)")
         named = (model._default_manager.filter(**{f"{field}__in": pks}) for model, field in self.named_on_the_ledger)
         if any(rows.exists() for rows in named):
             # Django refuses the deletion (403 when posted) and lists this as what may not be deleted.
@@ -765,18 +844,20 @@ class StaffUserAdmin(WritesWhatThePageChanged, UserAdmin):
         return to_delete, model_count, perms_needed, protected
 
 
-class GroupPageForm(PageReadManyForm):
-    """A group's page: a permission a colleague took from the group is never given back by a page read before."""
+class GroupPageForm(GivesWhatTheGiverHas, PageReadManyForm):
+    """A group's page: a permission a colleague took from the group is never given back by a page read
+    before; a giver who is no superuser adds no permission they do not have."""
 
     editable = ("name", "permissions")
     many = ("permissions",)
+    permission_fields = ("permissions",)
 
     class Meta:
         model = Group
         fields = ("name", "permissions")
 
 
-class GroupPageAdmin(WritesWhatThePageChanged, GroupAdmin):
+class GroupPageAdmin(GiverOnTheForm, WritesWhatThePageChanged, GroupAdmin):
     """Django's group admin, writing only what was changed on the page."""
 
     form = GroupPageForm
