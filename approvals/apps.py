@@ -14,7 +14,7 @@ class ApprovalsConfig(AppConfig):
         from agents import approval as agent_approval
         from agents import calls as agent_calls
         from approvals import services
-        from tickets.models import Message
+        from tickets.models import Message, Ticket
         from tickets.signals import ticket_needs_agent, ticket_staff_wrote
 
         services.register_kinds()
@@ -26,6 +26,10 @@ class ApprovalsConfig(AppConfig):
         # The customer wrote: the open dashboards read the cards of the ticket's requests again.
         ticket_needs_agent.connect(
             services.tell_dashboards_the_customer_wrote, sender=Message, dispatch_uid="approvals.customer_wrote"
+        )
+        # A person took a ticket from the agent: its cards are no longer offered for a decision.
+        ticket_needs_agent.connect(
+            services.tell_dashboards_a_person_took, sender=Ticket, dispatch_uid="approvals.person_took"
         )
         # A colleague wrote (a note, a reply): the cards quoting the ticket's conversation are read again.
         ticket_staff_wrote.connect(

@@ -11,11 +11,11 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import BigIntegerField, Count, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import BigIntegerField, Count, Exists, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Now
 
-from agents.models import NOT_RUN, CallStatus, Refund, ToolCall
+from agents.models import NOT_RUN, CallStatus, Refund, RunStatus, ToolCall
 from agents.selectors import (
     failed_unseen,
     orders_with_refunded_total,
@@ -25,7 +25,7 @@ from agents.selectors import (
 from agents.tools import REGISTRY
 from approvals.models import ApprovalRequest, ApprovalStatus
 from tickets import selectors as ticket_selectors
-from tickets.models import ActorKind, AuthorKind, Message, Order, Ticket, TicketEvent
+from tickets.models import AGENT_STAYS_OUT, ActorKind, AuthorKind, Message, Order, Ticket, TicketEvent
 from tickets.money import format_money
 from tickets.presenters import attachment_item, attachment_items
 
@@ -214,11 +214,48 @@ def own_tickets(*, user: AbstractBaseUser, ticket_ids: Iterable[int]) -> set[int
 def approvals_pending() -> QuerySet[ApprovalRequest]:
     """Oldest first: the customer who has waited longest is served first. A request past its expiry
     is not among them, though the sweeper has yet to mark it (a decision on it would be refused); it
-    is judged on the database's clock, as the decision and the sweeper judge it."""
+    is judged on the database's clock, as the decision and the sweeper judge it. Nor is one whose ticket
+    a person has taken (``approvals_a_person_took_ids``)."""
     return (
         ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__gt=Now())
+        .exclude(_a_person_took_it())
         .select_related("ticket", "ticket__customer")
         .order_by("requested_at", "id")
+    )
+
+
+def _a_person_took_it() -> Q:
+    """A pending request whose ticket a person has (taken over, or closed), or took after the run paused
+    for it and handed back: what the run waited for was withdrawn by that take-over, and a decision is
+    refused (``agents.selectors.person_took_the_ticket_since``), whether or not a worker has ended the
+    run yet. In the timeline's order: after the run's last pause for a decision."""
+    paused = (
+        TicketEvent.objects.filter(
+            ticket_id=OuterRef(OuterRef("ticket_id")), kind=f"agent_run_{RunStatus.WAITING_APPROVAL}"
+        )
+        .annotate(run_ref=Cast(KT("payload__run_id"), BigIntegerField()))
+        .filter(run_ref=OuterRef(OuterRef("tool_call__run_id")))
+        .order_by("-seq")
+        .values("seq")[:1]
+    )
+    taken = TicketEvent.objects.filter(
+        ticket_id=OuterRef("ticket_id"),
+        kind="status_changed",
+        payload__to__in=sorted(AGENT_STAYS_OUT),
+        seq__gt=Subquery(paused),
+    )
+    return Q(ticket__status__in=AGENT_STAYS_OUT) | Q(Exists(taken))
+
+
+def approvals_a_person_took_ids(*, limit: int = 200) -> list[int]:
+    """Requests still pending in the table whose ticket a person has since taken (``_a_person_took_it``):
+    the agent withdraws them at its next pass on the ticket, and a decision meanwhile is refused, so the
+    dashboard offers none; a card of one it still shows says it was withdrawn."""
+    return list(
+        ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING)
+        .filter(_a_person_took_it())
+        .order_by("-id")
+        .values_list("pk", flat=True)[:limit]
     )
 
 

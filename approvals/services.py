@@ -65,16 +65,16 @@ def _evidence(call: ToolCall) -> tuple[dict[str, Any], int | None, str]:
     return evidence, int(call.arguments.get("amount_cents", 0)), order.currency
 
 
-def _tell_dashboards_of_the_conversation(ticket_id: int, change: str, who: str) -> None:
+def _tell_dashboards_about(ticket_id: int, change: str, who: str) -> None:
     """Open dashboards read the cards of the ticket's pending requests again (after commit). Best
-    effort, as every live update: what was written is stored, and the card shows it at the next read."""
+    effort, as every live update: the change is stored, and the card shows it at the next read."""
     try:
         pending = ApprovalRequest.objects.filter(ticket_id=ticket_id, status=ApprovalStatus.PENDING)
         for approval_id in pending.values_list("pk", flat=True):
             message = {"type": "approvals.changed", "approval_id": approval_id, "change": change}
             realtime.publish(STAFF_GROUP, message)
-    except Exception:  # noqa: BLE001 - the message is stored; a live update is never worth failing it
-        logger.warning("could not tell the dashboards that %s wrote on ticket %s", who, ticket_id, exc_info=True)
+    except Exception:  # noqa: BLE001 - the change is stored; a live update is never worth failing it
+        logger.warning("could not tell the dashboards of %s on ticket %s", who, ticket_id, exc_info=True)
 
 
 def tell_dashboards_the_customer_wrote(sender: object, ticket_id: int, **kwargs: object) -> None:
@@ -82,7 +82,15 @@ def tell_dashboards_the_customer_wrote(sender: object, ticket_id: int, **kwargs:
     commit): open dashboards read the cards of its pending requests again, which quote what the
     customer wrote after the agent asked ("please cancel the refund"), so the person deciding reads
     it before pressing Approve."""
-    _tell_dashboards_of_the_conversation(ticket_id, "customer_wrote", "the customer")
+    _tell_dashboards_about(ticket_id, "customer_wrote", "the customer's message")
+
+
+def tell_dashboards_a_person_took(sender: object, ticket_id: int, **kwargs: object) -> None:
+    """A person took a ticket from the agent (over, or closed it: ``tickets.signals.ticket_needs_agent``
+    from the ticket, after commit): its pending requests are no longer offered for a decision (the
+    agent withdraws them at its next pass), and the open dashboards say so now, not when a worker
+    has passed."""
+    _tell_dashboards_about(ticket_id, "person_took", "a person's take-over")
 
 
 def tell_dashboards_staff_wrote(sender: object, ticket_id: int, **kwargs: object) -> None:
@@ -90,7 +98,7 @@ def tell_dashboards_staff_wrote(sender: object, ticket_id: int, **kwargs: object
     requests' cards quote their notes and replies. A note ("do not refund: the parcel came back
     empty") is how the team tells the person deciding to hold on, and an approval from a card that
     did not show it is refused: the open card shows it now, not after a reload."""
-    _tell_dashboards_of_the_conversation(ticket_id, "staff_wrote", "a colleague")
+    _tell_dashboards_about(ticket_id, "staff_wrote", "a colleague's note or reply")
 
 
 PERSON_HAD_IT = "a person had taken the ticket when the agent asked"

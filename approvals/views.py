@@ -44,6 +44,7 @@ def _pending_context(request: HttpRequest, typed: dict[str, Any] | None = None) 
         "own_tickets": selectors.own_tickets(user=request.user, ticket_ids={c.approval.ticket_id for c in cards}),
         "more": more,
         "past_expiry": selectors.approvals_past_expiry_ids(),
+        "person_took": selectors.approvals_a_person_took_ids(),
         "now": timezone.now(),
         "note_max_chars": services.DECISION_NOTE_MAX_CHARS,
     }

@@ -155,6 +155,11 @@
     (expired ? expired.dataset.ids.split(" ") : []).forEach(function (id) {
       if (id && !lastChange[id]) lastChange[id] = "expired";
     });
+    // Its ticket taken by a person since the agent asked: the agent withdraws it (a decision is refused).
+    var taken = fresh.querySelector(".person-took");
+    (taken ? taken.dataset.ids.split(" ") : []).forEach(function (id) {
+      if (id && !lastChange[id]) lastChange[id] = "withdrawn";
+    });
     var previous = null;
     cardsIn(fresh).forEach(function (card) {
       var id = card.dataset.approvalId;

@@ -65,7 +65,11 @@ def test_a_colleague_writing_on_a_ticket_with_a_pending_request_rings_the_open_d
         f"whose card quotes the conversation: it heard {heard}"
     )
     client.force_login(approver)
-    assert NOTE in client.get("/staff/approvals/pending/").content.decode()  # what the rung page reads
+    pending = client.get("/staff/approvals/pending/").content.decode()  # what the rung page reads
+    if public:  # the reply took the ticket: the card says the request was withdrawn
+        assert f'<div class="person-took" hidden data-ids="{approval.pk}">' in pending
+    else:
+        assert NOTE in pending
 
 
 def test_a_note_on_a_ticket_without_a_pending_request_rings_no_dashboard(sandbox, approver, monkeypatch):
