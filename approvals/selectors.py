@@ -218,13 +218,13 @@ def approvals_pending() -> QuerySet[ApprovalRequest]:
     a person has taken (``approvals_a_person_took_ids``)."""
     return (
         ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__gt=Now())
-        .exclude(_a_person_took_it())
+        .exclude(a_person_took_it())
         .select_related("ticket", "ticket__customer")
         .order_by("requested_at", "id")
     )
 
 
-def _a_person_took_it() -> Q:
+def a_person_took_it() -> Q:
     """A pending request whose ticket a person has (taken over, or closed), or took after the run paused
     for it and handed back: what the run waited for was withdrawn by that take-over, and a decision is
     refused (``agents.selectors.person_took_the_ticket_since``), whether or not a worker has ended the
@@ -248,12 +248,12 @@ def _a_person_took_it() -> Q:
 
 
 def approvals_a_person_took_ids(*, limit: int = 200) -> list[int]:
-    """Requests still pending in the table whose ticket a person has since taken (``_a_person_took_it``):
+    """Requests still pending in the table whose ticket a person has since taken (``a_person_took_it``):
     the agent withdraws them at its next pass on the ticket, and a decision meanwhile is refused, so the
     dashboard offers none; a card of one it still shows says it was withdrawn."""
     return list(
         ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING)
-        .filter(_a_person_took_it())
+        .filter(a_person_took_it())
         .order_by("-id")
         .values_list("pk", flat=True)[:limit]
     )

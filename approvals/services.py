@@ -21,7 +21,7 @@ from agents.selectors import person_took_the_ticket_since, refunded_total_cents
 from agents.tasks import ring
 from agents.tools import order_of_customer
 from approvals.models import ApprovalRequest, ApprovalStatus
-from approvals.selectors import agent_words, own_tickets
+from approvals.selectors import a_person_took_it, agent_words, own_tickets
 from support import rounds
 from support.clock import database_now
 from tickets import realtime, timeline
@@ -439,10 +439,14 @@ def _expired(approval: ApprovalRequest) -> None:
 
 
 def _due_for_a_reminder(now: datetime) -> list[ApprovalRequest]:
-    """The waiting requests not yet reminded that expire within the reminder time of the agent profile
+    """The waiting requests not yet reminded (and whose ticket no person took) that expire within the reminder time of the agent profile
     version their run is pinned to (a version made active since does not change when staff hear of
     a request it did not ask for)."""
-    waiting = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, reminder_sent_at__isnull=True)
+    # Not of a request whose ticket a person took: the dashboard no longer offers it, and the run's end
+    # withdraws it (a reminder on the timeline of a ticket a person holds would say staff were asked).
+    waiting = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, reminder_sent_at__isnull=True).exclude(
+        a_person_took_it()
+    )
     due = ApprovalRequest.objects.none()
     for profile_id in waiting.values_list("tool_call__run__profile_id", flat=True).distinct().order_by():
         # A run started before profiles existed is pinned to the active version when it next runs.

@@ -65,3 +65,23 @@ def test_a_request_with_no_person_on_the_ticket_still_expires(sandbox):  # noqa:
     assert ApprovalRequest.objects.get(ticket=ticket).status == ApprovalStatus.EXPIRED
     assert TicketEvent.objects.filter(ticket=ticket, kind="approval_expired", is_public=True).count() == 1
     assert paid(sandbox, order) == []
+
+
+def test_no_reminder_of_a_request_whose_ticket_a_person_took(sandbox):  # noqa: ANN001
+    """The dashboard no longer offers such a request (the run's end withdraws it): reminding staff of it
+    wrote "Staff were reminded of a request close to its expiry" on a ticket a person holds, and rang
+    the dashboards for a card they do not show."""
+    person = make_staff("takes-over-too", can_decide=False)
+    customer = make_customer()
+    order_for(customer, "PV-1003", 50000, sandbox)
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund PV-1003")
+    advance(ticket.pk, model=Refunds(("PV-1003", 25000)))
+    approval = ApprovalRequest.objects.get(ticket=ticket)
+    ticket_services.ticket_take_over(ticket=ticket.pk, user=person)
+
+    counts = approval_services.approvals_expire_due(now=approval.expires_at - timedelta(hours=1))
+
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.PENDING and approval.reminder_sent_at is None
+    assert counts["reminded"] == 0, counts
+    assert not TicketEvent.objects.filter(ticket=ticket, kind="approval_reminder").exists()
