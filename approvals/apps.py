@@ -15,7 +15,7 @@ class ApprovalsConfig(AppConfig):
         from agents import calls as agent_calls
         from approvals import services
         from tickets.models import Message, Ticket
-        from tickets.signals import ticket_needs_agent, ticket_staff_wrote
+        from tickets.signals import ticket_needs_agent, ticket_staff_wrote, ticket_taken_from_agent
 
         services.register_kinds()
         if services.approval_request_create not in agent_approval.pause_hooks:
@@ -28,7 +28,7 @@ class ApprovalsConfig(AppConfig):
             services.tell_dashboards_the_customer_wrote, sender=Message, dispatch_uid="approvals.customer_wrote"
         )
         # A person took a ticket from the agent: its cards are no longer offered for a decision.
-        ticket_needs_agent.connect(
+        ticket_taken_from_agent.connect(
             services.tell_dashboards_a_person_took, sender=Ticket, dispatch_uid="approvals.person_took"
         )
         # A colleague wrote (a note, a reply): the cards quoting the ticket's conversation are read again.

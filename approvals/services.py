@@ -86,8 +86,8 @@ def tell_dashboards_the_customer_wrote(sender: object, ticket_id: int, **kwargs:
 
 
 def tell_dashboards_a_person_took(sender: object, ticket_id: int, **kwargs: object) -> None:
-    """A person took a ticket from the agent (over, or closed it: ``tickets.signals.ticket_needs_agent``
-    from the ticket, after commit): its pending requests are no longer offered for a decision (the
+    """A person took a ticket from the agent (over, or closed it: ``tickets.signals.ticket_taken_from_agent``,
+    after commit): its pending requests are no longer offered for a decision (the
     agent withdraws them at its next pass), and the open dashboards say so now, not when a worker
     has passed."""
     _tell_dashboards_about(ticket_id, "person_took", "a person's take-over")

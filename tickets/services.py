@@ -44,7 +44,13 @@ from tickets.models import (
     TicketStatus,
     ticket_can_be_rated,
 )
-from tickets.signals import ticket_event_appended, ticket_given_back, ticket_needs_agent, ticket_staff_wrote
+from tickets.signals import (
+    ticket_event_appended,
+    ticket_given_back,
+    ticket_needs_agent,
+    ticket_staff_wrote,
+    ticket_taken_from_agent,
+)
 
 MESSAGE_MAX_CHARS: int = getattr(settings, "MESSAGE_MAX_CHARS", 4000)
 SUBJECT_MAX_CHARS = 200
@@ -726,6 +732,7 @@ def ticket_transition_locked(
             # A person (or the system) took the ticket from the agent: the agent ends whatever it left
             # waiting on it (an approval, a confirmation) now, not when a decision comes.
             transaction.on_commit(lambda: ticket_needs_agent.send(sender=Ticket, ticket_id=ticket_id))
+            transaction.on_commit(lambda: ticket_taken_from_agent.send(sender=Ticket, ticket_id=ticket_id))
     elif from_status in AGENT_STAYS_OUT and to_status not in AGENT_STAYS_OUT:
         ticket_given_back.send(sender=Ticket, ticket_id=ticket_id)
         transaction.on_commit(lambda: realtime.stream_open(ticket_id))

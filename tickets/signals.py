@@ -8,6 +8,10 @@ from django.dispatch import Signal
 # (a customer message arrived, a decision was recorded). Argument: ticket_id.
 ticket_needs_agent = Signal()
 
+# Sent after commit when a person (or the system) took a ticket from the agent: it went to a person,
+# resolved or closed. Argument: ticket_id.
+ticket_taken_from_agent = Signal()
+
 # Sent after commit when a person on the team wrote on a ticket (a reply to the customer or an
 # internal note): views that quote its conversation read it again. Argument: ticket_id.
 ticket_staff_wrote = Signal()
