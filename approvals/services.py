@@ -439,9 +439,9 @@ def _expired(approval: ApprovalRequest) -> None:
 
 
 def _due_for_a_reminder(now: datetime) -> list[ApprovalRequest]:
-    """The waiting requests not yet reminded (and whose ticket no person took) that expire within the reminder time of the agent profile
-    version their run is pinned to (a version made active since does not change when staff hear of
-    a request it did not ask for)."""
+    """The waiting requests not yet reminded (and whose ticket no person took) that expire within the
+    reminder time of the agent profile version their run is pinned to (a version made active since does
+    not change when staff hear of a request it did not ask for)."""
     # Not of a request whose ticket a person took: the dashboard no longer offers it, and the run's end
     # withdraws it (a reminder on the timeline of a ticket a person holds would say staff were asked).
     waiting = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, reminder_sent_at__isnull=True).exclude(
