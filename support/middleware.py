@@ -14,6 +14,7 @@ from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooMany
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 
+from support.multipart import FormNotUtf8, StrictUtf8Form
 from support.storable import KeyTwice, each_key_once, unstorable
 
 FORM_TYPES = {"application/x-www-form-urlencoded", "multipart/form-data"}
@@ -87,8 +88,12 @@ class RejectUnstorableInput:
             else:
                 if request.content_type == "application/x-www-form-urlencoded" and not _utf8(request.body):
                     return self._answer(wants_json, f"The form {_NOT_UTF8}; nothing was saved. Send it as UTF-8.")
+                if request.content_type == "multipart/form-data":
+                    request.upload_handlers.insert(0, StrictUtf8Form(request))
                 try:
                     fields = list(request.POST.lists())
+                except FormNotUtf8:
+                    return self._answer(wants_json, f"The form {_NOT_UTF8}; nothing was saved. Send it as UTF-8.")
                 except MultiPartParserError:
                     return self._answer(wants_json, "The form could not be read.")
                 except TooManyFilesSent:  # past what Django parses at all (DATA_UPLOAD_MAX_NUMBER_FILES)
