@@ -54,4 +54,4 @@ USER 10001:10001
 
 EXPOSE 8000
 
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "support.asgi:application"]
+CMD ["python", "-m", "support.server", "-b", "0.0.0.0", "-p", "8000", "support.asgi:application"]

@@ -265,7 +265,7 @@ class Cluster:
         return self._start("beat", argv, **extra)
 
     def web(self, port: int, **extra: str) -> Proc:
-        argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "support.asgi:application"]
+        argv = [sys.executable, "-m", "support.server", "-b", "127.0.0.1", "-p", str(port), "support.asgi:application"]
         return self._start(f"web{port}", argv, **extra)
 
     def restart(self, proc: Proc) -> Proc:

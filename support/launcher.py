@@ -33,7 +33,7 @@ class Part:
 def parts(host: str, port: int) -> list[Part]:
     celery = [PYTHON, "-m", "celery", "-A", "support"]
     result = [
-        Part("web", [PYTHON, "-m", "daphne", "-b", host, "-p", str(port), "support.asgi:application"]),
+        Part("web", [PYTHON, "-m", "support.server", "-b", host, "-p", str(port), "support.asgi:application"]),
         Part("worker", [*celery, "worker", "-l", "info", "--concurrency", os.environ.get("WORKER_CONCURRENCY", "2"),
                         "-n", "worker@%h"]),
         Part("beat", [*celery, "beat", "-l", "info", "-s", str(embedded.VAR_DIR / "celerybeat-schedule")]),

@@ -459,6 +459,15 @@ STORAGES = {
 ATTACHMENT_MAX_BYTES = env_int("ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
 ATTACHMENT_MAX_FILES = env_int("ATTACHMENT_MAX_FILES", 5, minimum=1)
 ATTACHMENT_MAX_PIXELS = env_int("ATTACHMENT_MAX_PIXELS", 40_000_000, minimum=1)
+# What the web server reads of one request body before it answers 413 (support/server.py), so a
+# huge body is never kept: by default a message with every file it may carry, its text fields and
+# room for the form's own framing.
+WEB_MAX_REQUEST_BYTES = env_int(
+    "WEB_MAX_REQUEST_BYTES", ATTACHMENT_MAX_BYTES * ATTACHMENT_MAX_FILES + 2_621_440 + 65_536, minimum=1024
+)
+# One WebSocket message (and frame) at most this large; past it the socket is closed with 1009. A
+# page sends a few hundred bytes; the chat answers a frame past 16,000 characters with an error frame.
+WEBSOCKET_MAX_MESSAGE_BYTES = env_int("WEBSOCKET_MAX_MESSAGE_BYTES", 65_536, minimum=1024)
 
 # The console backend prints mail, password-reset links included, to the log: only when DEBUG is on.
 EMAIL_BACKEND = env_str(

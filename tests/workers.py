@@ -156,19 +156,21 @@ class Cluster:
     def web(self, port: int, **extra: str) -> Proc:
         """The ASGI server (daphne) on 127.0.0.1:``port``, as in production: DEBUG off."""
         env = self.env(
-            DEBUG="0",
-            SECRET_KEY="test-only-secret-key-of-the-web-process",
-            ALLOWED_HOSTS="127.0.0.1,localhost",
-            # Plain HTTP on loopback: no redirect to HTTPS, cookies that travel over HTTP.
-            SECURE_SSL_REDIRECT="0",
-            SESSION_COOKIE_SECURE="0",
-            CSRF_COOKIE_SECURE="0",
-            SECURE_HSTS_SECONDS="0",
-            **extra,
+            **{
+                "DEBUG": "0",
+                "SECRET_KEY": "test-only-secret-key-of-the-web-process",
+                "ALLOWED_HOSTS": "127.0.0.1,localhost",
+                # Plain HTTP on loopback: no redirect to HTTPS, cookies that travel over HTTP.
+                "SECURE_SSL_REDIRECT": "0",
+                "SESSION_COOKIE_SECURE": "0",
+                "CSRF_COOKIE_SECURE": "0",
+                "SECURE_HSTS_SECONDS": "0",
+                **extra,
+            }
         )
         # The test process may allow sync ORM calls beside Playwright's loop; the server must not.
         env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "support.asgi:application"]
+        argv = [sys.executable, "-m", "support.server", "-b", "127.0.0.1", "-p", str(port), "support.asgi:application"]
         proc = Proc(f"web{port}", argv, env, self.tmp_path)
         self.procs.append(proc)
         return proc

@@ -159,7 +159,8 @@ class Stack:
     # --- the product's processes ---------------------------------------------------------------
 
     def web(self, host: Host, **extra: str) -> HostProcess:
-        argv = [sys.executable, "-m", "daphne", "-b", host.address, "-p", str(WEB_PORT), "support.asgi:application"]
+        argv = [sys.executable, "-m", "support.server", "-b", host.address, "-p", str(WEB_PORT),
+                "support.asgi:application"]  # fmt: skip
         proc = host.spawn(argv, env=self.env(**extra), log=self.log_dir / f"{host.name}.log", cwd=ROOT)
         self.services.append(proc)
         return proc
