@@ -168,6 +168,8 @@ MIDDLEWARE = [
 
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
+    # Failed sign-ins per address and per account (support/login_limits.py).
+    "support.login_limits.SignInLimits",
     "django.contrib.auth.backends.ModelBackend",
 ]
 
@@ -689,6 +691,11 @@ RATELIMIT_IP_META_KEY = "support.client_ip.client_ip"
 CUSTOMER_MESSAGE_RATE = env_rate("CUSTOMER_MESSAGE_RATE", "8/10s")
 CUSTOMER_TICKET_RATE = env_rate("CUSTOMER_TICKET_RATE", "10/h")
 # Password-reset requests, per address asked for and per client address.
+# Failed sign-ins from one address (any accounts) and on one account (from any addresses), beside
+# django-axes' AXES_FAILURE_LIMIT for one username from one address: past either, sign-ins from that
+# address or to that account are refused (429) until the window ends.
+LOGIN_FAILURE_RATE_PER_ADDRESS = env_rate("LOGIN_FAILURE_RATE_PER_ADDRESS", "30/h")
+LOGIN_FAILURE_RATE_PER_ACCOUNT = env_rate("LOGIN_FAILURE_RATE_PER_ACCOUNT", "30/h")
 PASSWORD_RESET_RATE_PER_EMAIL = env_rate("PASSWORD_RESET_RATE_PER_EMAIL", "3/h")
 PASSWORD_RESET_RATE_PER_IP = env_rate("PASSWORD_RESET_RATE_PER_IP", "10/h")
 RATELIMIT_USE_CACHE = "default"
