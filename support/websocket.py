@@ -55,15 +55,24 @@ async def check_when_quiet(last_heard: Callable[[], float], check: Callable[[], 
             logger.warning("a socket's look at the ledger after a quiet spell failed", exc_info=True)
 
 
-def _origin(value: str) -> tuple[str, str, int] | None:
-    """(scheme, host, port) of an origin or URL, with the scheme's default port; None if unusable."""
+def _origin(value: str, *, as_sent: bool = False) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an origin or URL, with the scheme's default port; None if unusable.
+
+    ``as_sent``: an Origin header, which a browser sends as scheme, host and an optional port, and
+    nothing else (RFC 6454): one with a path, a query, a fragment, a user or spaces is no page's."""
     try:
-        parts = urlsplit(value.strip())
+        parts = urlsplit(value if as_sent else value.strip())
         port = parts.port
     except ValueError:
         return None
     scheme = (parts.scheme or "").lower()
     if scheme not in {"http", "https"} or not parts.hostname:
+        return None
+    if as_sent and (
+        value != value.strip() or parts.path or parts.query or parts.fragment or "#" in value or "?" in value
+    ):
+        return None
+    if as_sent and (parts.username is not None or parts.password is not None):
         return None
     return scheme, parts.hostname.lower(), port or (443 if scheme == "https" else 80)
 
@@ -74,7 +83,7 @@ def origin_allowed(origin: str, *, scheme: str, host_header: str) -> bool:
     The page's own site is the socket's: the scheme the socket came in on (ws is http, wss is
     https) and the Host it was asked for, whose host name ALLOWED_HOSTS must allow.
     """
-    wanted = _origin(origin)
+    wanted = _origin(origin, as_sent=True)
     if wanted is None:
         return False
     for trusted in getattr(settings, "CSRF_TRUSTED_ORIGINS", []):

@@ -384,6 +384,14 @@ def test_a_token_goes_out_while_the_socket_is_still_reading_an_earlier_event(cus
         ("http://[::1]:8000", "[::1]:8000", True),  # an IPv6 host, bracketed in ALLOWED_HOSTS
         ("http://[::1]:8001", "[::1]:8000", False),
         ("http://[::2]:8000", "[::2]:8000", False),  # an IPv6 host ALLOWED_HOSTS does not list
+        # An Origin is scheme, host and port, nothing else: no browser sends more, so more is no page's.
+        ("http://127.0.0.1:8000/", "127.0.0.1:8000", False),
+        ("http://127.0.0.1:8000/chat", "127.0.0.1:8000", False),
+        ("http://127.0.0.1:8000?x=1", "127.0.0.1:8000", False),
+        ("http://127.0.0.1:8000#x", "127.0.0.1:8000", False),
+        ("http://someone@127.0.0.1:8000", "127.0.0.1:8000", False),
+        ("http://127.0.0.1:8000 ", "127.0.0.1:8000", False),
+        ("https://support.example.com/", "127.0.0.1:8000", False),
     ],
 )
 def test_a_socket_opens_only_from_an_exactly_allowed_origin(customer, ticket, settings, origin, host, allowed):
