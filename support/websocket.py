@@ -84,18 +84,19 @@ def origin_allowed(origin: str, *, scheme: str, host_header: str) -> bool:
     https) and the Host it was asked for, whose host name ALLOWED_HOSTS must allow.
     """
     wanted = _origin(origin, as_sent=True)
-    if wanted is None:
+    own = _origin(f"{'https' if scheme in {'wss', 'https'} else 'http'}://{host_header}")
+    if wanted is None or own is None:
+        return False
+    # The Host the socket was asked for is one of this site's whatever the origin (Django's pages
+    # answer any other 400). ALLOWED_HOSTS writes an IPv6 address in brackets ("[::1]"), as the Host
+    # header does; the parsed host name has none.
+    host = f"[{own[1]}]" if ":" in own[1] else own[1]
+    if not validate_host(host, settings.ALLOWED_HOSTS):
         return False
     for trusted in getattr(settings, "CSRF_TRUSTED_ORIGINS", []):
         if "*" not in trusted and _origin(trusted) == wanted:
             return True
-    own = _origin(f"{'https' if scheme in {'wss', 'https'} else 'http'}://{host_header}")
-    if own is None or own != wanted:
-        return False
-    # ALLOWED_HOSTS writes an IPv6 address in brackets ("[::1]"), as the Host header does; the
-    # parsed host name has none.
-    host = f"[{own[1]}]" if ":" in own[1] else own[1]
-    return validate_host(host, settings.ALLOWED_HOSTS)
+    return own == wanted
 
 
 class StrictOriginValidator:

@@ -392,13 +392,18 @@ def test_a_token_goes_out_while_the_socket_is_still_reading_an_earlier_event(cus
         ("http://someone@127.0.0.1:8000", "127.0.0.1:8000", False),
         ("http://127.0.0.1:8000 ", "127.0.0.1:8000", False),
         ("https://support.example.com/", "127.0.0.1:8000", False),
+        # A trusted origin does not make any Host one of this site's (Django's pages answer it 400).
+        ("https://support.example.com", "evil.example:8000", False),
+        ("https://support.example.com", "", False),  # no Host at all
     ],
 )
 def test_a_socket_opens_only_from_an_exactly_allowed_origin(customer, ticket, settings, origin, host, allowed):
     settings.CSRF_TRUSTED_ORIGINS = ["https://support.example.com"]
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "[::1]"]
     cookie = session_cookie(customer)[-1]
-    headers = [(b"host", host.encode()), cookie] + ([(b"origin", origin.encode())] if origin else [])
+    headers = (
+        ([(b"host", host.encode())] if host else []) + [cookie] + ([(b"origin", origin.encode())] if origin else [])
+    )
 
     async def scenario() -> None:
         ws = socket(ticket.pk, headers=headers)
