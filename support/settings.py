@@ -686,6 +686,9 @@ AXES_VERBOSE = False
 # limits alike, or they would be one for the whole site.
 TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, maximum=10)
 AXES_CLIENT_IP_CALLABLE = "support.client_ip.client_ip"
+# django-axes' database handler, whose releases also release the limits per address and per account
+# (support/login_limits.py).
+AXES_HANDLER = "support.login_limits.LockoutHandler"
 RATELIMIT_IP_META_KEY = "support.client_ip.client_ip"
 # Per-customer limits (django-ratelimit rates, e.g. "8/10s", "20/h"): over them, 429 and Retry-After.
 CUSTOMER_MESSAGE_RATE = env_rate("CUSTOMER_MESSAGE_RATE", "8/10s")

@@ -68,3 +68,29 @@ def test_a_few_mistakes_from_one_address_lock_nobody_out():
     signed_in = [sign_in(customer.user.username, PASSWORD, address="10.0.2.1") for customer in customers]
 
     assert signed_in == [302] * 3
+
+
+def test_releasing_an_accounts_lockout_lets_it_in_at_once():
+    from axes.utils import reset
+
+    customer = make_customer()
+    for n in range(8):
+        sign_in(customer.user.username, f"guess-{n}", address=f"10.0.3.{n}")
+    assert sign_in(customer.user.username, PASSWORD, address="10.0.3.100") == 429
+
+    reset(username=customer.user.username)  # what axes_reset_username does
+
+    assert sign_in(customer.user.username, PASSWORD, address="10.0.3.100") == 302
+
+
+def test_releasing_an_addresss_lockout_lets_it_in_at_once():
+    from axes.utils import reset
+
+    customer = make_customer()
+    for n in range(8):
+        sign_in(f"someone-{n}", "guess", address="10.0.4.1")
+    assert sign_in(customer.user.username, PASSWORD, address="10.0.4.1") == 429
+
+    reset(ip="10.0.4.1")  # what axes_reset_ip does
+
+    assert sign_in(customer.user.username, PASSWORD, address="10.0.4.1") == 302
