@@ -88,6 +88,16 @@ def _no_pause_after_a_failure() -> None:
 
 
 @pytest.fixture(autouse=True)
+def _no_failed_sign_ins_of_earlier_tests() -> None:
+    """The failed sign-ins counted per address and per account (``support.login_limits``) live in the
+    Redis cache, which the suite's tests share: each test starts with none, as a test's database does,
+    or the wrong passwords of earlier tests from 127.0.0.1 would lock the next sign-ins out."""
+    from support import login_limits
+
+    login_limits.release()
+
+
+@pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):  # noqa: ANN001
     # Test users need real logins, not production-strength hashing (hundreds of ms each).
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
