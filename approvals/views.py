@@ -12,12 +12,12 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals import selectors, services
 from approvals.models import ApprovalRequest, ApprovalStatus
 from support import fields
+from support.clock import database_now
 from tickets import pages
 
 
@@ -45,7 +45,9 @@ def _pending_context(request: HttpRequest, typed: dict[str, Any] | None = None) 
         "more": more,
         "past_expiry": selectors.approvals_past_expiry_ids(),
         "person_took": selectors.approvals_a_person_took_ids(),
-        "now": timezone.now(),
+        # The request's times are on the database's clock (approvals.services): how long it waited and
+        # has left are told on it too, whatever this web server's own clock says.
+        "now": database_now(),
         "note_max_chars": services.DECISION_NOTE_MAX_CHARS,
     }
 
