@@ -321,7 +321,9 @@ def refund_approval_reason(ctx: ToolContext, args: dict[str, Any]) -> str | None
             f"refunds above {threshold} on one order need a staff approval: order {order.number} already has "
             f"{format_money(on_order, order.currency)} refunded or pending, {format_money(amount, order.currency)} more"
         )
-    since = timezone.now() - timedelta(days=policy.customer_window_days)
+    # On the database's clock, as the refunds' times are compared by every host: a worker whose clock
+    # runs ahead would leave out refunds still in the window, and pay the next one unreviewed.
+    since = database_now() - timedelta(days=policy.customer_window_days)
     _, recent = refund_commitments(customer_id=customer.pk, since=since)
     if recent + amount > policy.customer_limit:
         return (
@@ -530,6 +532,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 amount_cents=amount,
                 currency=currency,
                 reason=args.get("reason", ""),
+                created_at=database_now(),  # the per-customer window is measured on it, by every host
             )
         else:
             refund = existing
