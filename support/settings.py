@@ -97,6 +97,39 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def shown_url(url: str) -> str:
+    """A URL as a message may show it: its password, if any, left out."""
+    parsed = urlparse(url)
+    if parsed.password is None:
+        return url
+    netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@", 1)
+    return parsed._replace(netloc=netloc).geturl()
+
+
+def check_address(name: str, url: str, schemes: set[str], *, host_required: bool = True) -> str:
+    """An address from the environment, read as the clients that use it will read it: a scheme they
+    speak, a host, a port that is a number in range, and (Redis) a database that is a number. A
+    malformed one stops the process at start, naming the variable; it used to start every process
+    and fail (or, a Redis database that is not a number, quietly use database 0) at its first use."""
+    try:
+        parsed = urlparse(url)
+        port = parsed.port  # raises for a port that is not a number, or out of range
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={shown_url(url)!r} is malformed: {exc}") from None
+    expected = " or ".join(f"{scheme}://" for scheme in sorted(schemes))
+    if parsed.scheme not in schemes:
+        raise ImproperlyConfigured(f"{name}={shown_url(url)!r} must start with {expected}")
+    if host_required and not parsed.hostname:
+        raise ImproperlyConfigured(f"{name}={shown_url(url)!r} names no host; write {expected}HOST[:PORT]")
+    if port == 0:
+        raise ImproperlyConfigured(f"{name}={shown_url(url)!r} is malformed: port 0 is no port")
+    if parsed.scheme in {"redis", "rediss"} and not re.fullmatch(r"/?(\d+)?", parsed.path):
+        raise ImproperlyConfigured(
+            f"{name}={shown_url(url)!r}: the Redis database must be a number, as in redis://HOST:6379/0"
+        )
+    return url
+
+
 # Off unless asked for: `make run` and `make test` turn it on; production never should.
 DEBUG = env_bool("DEBUG", False)
 
@@ -123,6 +156,15 @@ DEMO_DATA = env_bool("DEMO_DATA", DEBUG)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+for _origin in CSRF_TRUSTED_ORIGINS:
+    # An origin is a scheme and a host (a port too, if not the scheme's): without its scheme it never
+    # matches, and forms and sockets from that site are refused with no word of why.
+    if not re.fullmatch(r"https?://[^/?#\s]+", _origin):
+        raise ImproperlyConfigured(
+            f"CSRF_TRUSTED_ORIGINS={','.join(CSRF_TRUSTED_ORIGINS)!r}: {_origin!r} is not an origin; "
+            "write each as scheme://host[:port], e.g. https://support.example.com"
+        )
+    check_address("CSRF_TRUSTED_ORIGINS", _origin.replace("*.", "", 1), {"http", "https"})
 # A form from a page older than the sign-in (signed in again in another tab, or the session ended) is
 # refused with the product's page (templates/403_csrf.html), which says nothing was done, not Django's.
 CSRF_FAILURE_VIEW = "support.views.csrf_failure"
@@ -208,6 +250,11 @@ if _db.get("ENGINE") != "django.db.backends.postgresql":
     raise ImproperlyConfigured(
         f"DATABASE_URL must point at PostgreSQL (postgres://...); got engine {_db.get('ENGINE')!r}. "
         "This product relies on PostgreSQL locks, constraints and full-text search."
+    )
+if not _db.get("NAME"):
+    # Django asks for one at the first query, not at start: every request was a 500 until then.
+    raise ImproperlyConfigured(
+        f"DATABASE_URL={shown_url(DATABASE_URL)!r} names no database; write postgres://USER:PASSWORD@HOST:PORT/NAME"
     )
 # Parameters travel apart from the SQL (server-side binding): no quoting of large JSON values in
 # Python, and statements run often are prepared once per connection.
@@ -320,7 +367,8 @@ if not REDIS_URL:
         "Set REDIS_URL=redis://HOST:PORT/DB, or run through `make run` / `make test`."
     )
 if urlparse(REDIS_URL).scheme not in {"redis", "rediss"}:
-    raise ImproperlyConfigured(f"REDIS_URL must start with redis:// or rediss://; got {REDIS_URL!r}")
+    raise ImproperlyConfigured(f"REDIS_URL must start with redis:// or rediss://; got {shown_url(REDIS_URL)!r}")
+check_address("REDIS_URL", REDIS_URL, {"redis", "rediss"}, host_required=False)
 
 # Shared by every web process: login lockouts and rate limits count across all of them.
 CACHES = {
@@ -363,8 +411,11 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL
 BROKER_IS_AMQP = urlparse(CELERY_BROKER_URL).scheme in {"amqp", "amqps", "pyamqp"}
 if urlparse(CELERY_BROKER_URL).scheme not in {"redis", "rediss", "amqp", "amqps", "pyamqp"}:
     raise ImproperlyConfigured(
-        f"CELERY_BROKER_URL must start with redis://, rediss:// or amqp://; got {CELERY_BROKER_URL!r}"
+        f"CELERY_BROKER_URL must start with redis://, rediss:// or amqp://; got {shown_url(CELERY_BROKER_URL)!r}"
     )
+check_address(
+    "CELERY_BROKER_URL", CELERY_BROKER_URL, {"redis", "rediss", "amqp", "amqps", "pyamqp"}, host_required=False
+)
 CELERY_RESULT_BACKEND = None  # the ledger is Postgres; task results are never read
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
@@ -409,6 +460,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(embedded.VAR_DIR / "celerybeat-schedule")
 
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
+if OPENAI_BASE_URL:
+    check_address("OPENAI_BASE_URL", OPENAI_BASE_URL, {"http", "https"})
 # "offline" (the deterministic model in the repo), "openai:<model name>", or a
 # dotted path to a class implementing agents.llm.ChatModel.
 AGENT_MODEL = os.environ.get("AGENT_MODEL", "offline")
@@ -502,7 +555,9 @@ LOGGING = {
 
 # --- Payments (the official stripe SDK; the local sandbox by default) ----------------------
 STRIPE_API_KEY = os.environ.get("STRIPE_API_KEY", "sk_test_sandbox")
-STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "http://127.0.0.1:12111")
+STRIPE_API_BASE = check_address(
+    "STRIPE_API_BASE", os.environ.get("STRIPE_API_BASE") or "http://127.0.0.1:12111", {"http", "https"}
+)
 PAYMENTS_TIMEOUT_SECONDS = env_seconds("PAYMENTS_TIMEOUT_SECONDS", 10.0)
 # Refunds left submitted/uncertain are settled from the provider's records this often.
 REFUND_RECONCILE_SECONDS = env_int("REFUND_RECONCILE_SECONDS", 60, minimum=1, maximum=MAX_INTERVAL_SECONDS)
