@@ -13,6 +13,8 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.urls import reverse
 
+from support.startup import check_class_paths
+
 
 def is_value_of(field: Any, value: Any) -> bool:
     """Could ``value``, as a browser sent it, be stored in ``field`` (a primary key: a number, in range)?"""
@@ -72,6 +74,8 @@ class SupportAdminConfig(AdminConfig):
     def ready(self) -> None:
         super().ready()  # every app's admin registered
         _lockout_cleanup_reads_its_time()
+        # The project's one app of its own: the configuration checks that import classes run here.
+        check_class_paths()
 
 
 def _lockout_cleanup_reads_its_time() -> None:
