@@ -154,6 +154,15 @@ if STATE_BUNDLE_KEY and len(STATE_BUNDLE_KEY) < STATE_BUNDLE_KEY_MIN_CHARS:
 # off unless asked for with DEMO_DATA=1.
 DEMO_DATA = env_bool("DEMO_DATA", DEBUG)
 
+# A key marked "django-insecure-" (Django's mark; the one docker-compose.yml gives for trying the
+# product) is published: anyone can sign sessions and password-reset links with it. Demo mode
+# publishes its superuser's password anyway; anywhere else with DEBUG off it is refused.
+if not DEBUG and not DEMO_DATA and SECRET_KEY.startswith("django-insecure-"):
+    raise ImproperlyConfigured(
+        "SECRET_KEY is a published placeholder (it starts with django-insecure-); set your own, 50+ random "
+        "characters: python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    )
+
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 for _origin in CSRF_TRUSTED_ORIGINS:
