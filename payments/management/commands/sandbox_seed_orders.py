@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
@@ -20,7 +21,27 @@ class Command(BaseCommand):
         control = SandboxControl(base)
         if not control.healthy():
             raise CommandError(f"The payment sandbox at {base} does not answer.")
-        orders = Order.objects.exclude(payment_reference="")
+        orders = list(Order.objects.exclude(payment_reference="").order_by("pk"))
+        # Each order on its own: one the sandbox refuses (its payment already there with another amount,
+        # a reference it does not take) is named at the end, and the orders after it are seeded all the same.
+        refused: list[str] = []
         for order in orders:
-            control.seed_payment(order.payment_reference, order.total_cents, order.currency)
-        self.stdout.write(f"Payments in the sandbox for {orders.count()} orders.")
+            try:
+                control.seed_payment(order.payment_reference, order.total_cents, order.currency)
+            except (RuntimeError, OSError, ValueError) as exc:
+                refused.append(f"  - order {order.number} ({order.payment_reference}): {_reason(exc)}")
+        self.stdout.write(f"Payments in the sandbox for {len(orders) - len(refused)} orders.")
+        if refused:
+            raise CommandError(f"The sandbox at {base} did not take {len(refused)} order(s):\n" + "\n".join(refused))
+
+
+def _reason(exc: Exception) -> str:
+    """The sandbox's own words when it answered with an error, else the exception's."""
+    text = str(exc)
+    start = text.find("{")
+    if start != -1:
+        try:
+            return str(json.loads(text[start:])["error"]["message"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    return text
