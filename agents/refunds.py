@@ -577,9 +577,10 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                     found = _lookup(
                         key, order.payment_reference, must_answer=forgotten, listed=listed if first else None
                     )
-                if found is None and attempt.retry_state.attempt_number > 1:
-                    _go_on_or_stop(ctx, refund)  # a backoff is long enough for a take-over
                 if found is None:
+                    again = attempt.retry_state.attempt_number > 1
+                    if (settled := _send_or_stop(ctx, refund, again=again)) is not None:
+                        return settled  # settled while this worker was away: not sent
                     unread = False  # sent (or maybe): from here on it is settled under its key
                     found = provider().create_refund(
                         payment_reference=order.payment_reference,
@@ -829,12 +830,23 @@ def _agent_still_has_the_ticket(ctx: ToolContext) -> bool:
     return not person_took_the_ticket_since(AgentRun(pk=ctx.call.run_id, ticket_id=ctx.ticket.pk))
 
 
-def _go_on_or_stop(ctx: ToolContext, refund: Refund) -> None:
-    """Before the provider is asked again: is the lease still ours, and the ticket still the agent's?"""
+def _send_or_stop(ctx: ToolContext, refund: Refund, *, again: bool) -> dict[str, Any] | None:
+    """Right before a try sends the refund: is it still this pass's to send? None if so: the lease
+    still ours (the fence) and the row still submitted; sent ``again`` (a later try), the ticket still
+    the agent's too (a backoff is long enough for a take-over). Else the call's result (paid
+    meanwhile), or it stops. A worker away between its commit and its request (frozen, its sessions
+    cut by the database, its lease run out) may find the refund settled by the reconciler, which found
+    the ticket free and nothing under the key: failed, the customer told it could not be completed and
+    a person asked to check it with the provider. Sent then, it was paid behind all of them."""
     with ctx.fenced():
-        still = _agent_still_has_the_ticket(ctx)
+        status = Refund.objects.select_for_update().values_list("status", flat=True).get(pk=refund.pk)
+        still = not again or _agent_still_has_the_ticket(ctx)
+    if status != RefundStatus.SUBMITTED:
+        refund.refresh_from_db()
+        return _settled_meanwhile(refund, status)
     if not still:
         _stop_for_a_person(refund)
+    return None
 
 
 def _stop_for_a_person(refund: Refund | None) -> NoReturn:
