@@ -7,6 +7,8 @@ import threading
 
 import httpx
 import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
@@ -17,6 +19,27 @@ from tests.approvals.conftest import make_staff
 from tests.approvals.test_approvals import refund_ticket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+def heard_after(approver, write) -> list[dict]:  # noqa: ANN001
+    """What an approver's open dashboard socket hears: its first frame, then whatever ``write`` (run
+    in the database's thread) makes it hear within 5 s, if anything."""
+
+    async def listen() -> list[dict]:
+        socket = WebsocketCommunicator(
+            application, "/ws/staff/approvals/", headers=[(b"origin", b"http://localhost"), (b"host", b"localhost")]
+        )
+        socket.scope["user"] = approver
+        connected, _ = await socket.connect()
+        assert connected
+        heard = [await socket.receive_json_from(timeout=5)]
+        await database_sync_to_async(write)()
+        if not await socket.receive_nothing(timeout=5, interval=0.05):
+            heard.append(await socket.receive_json_from())
+        await socket.disconnect()
+        return heard
+
+    return async_to_sync(listen)()
 
 
 def paused(sandbox, number: str):  # noqa: ANN001

@@ -13,36 +13,14 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 
-from support.asgi import application
-from tests.approvals.test_dashboard import paused
+from tests.approvals.test_dashboard import heard_after, paused
 from tests.staff.conftest import make_support_staff
 from tickets import services as ticket_services
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
 NOTE = "Do not refund: the parcel came back empty."
-
-
-def _heard_after(approver, write) -> list[dict]:  # noqa: ANN001
-    async def listen() -> list[dict]:
-        socket = WebsocketCommunicator(
-            application, "/ws/staff/approvals/", headers=[(b"origin", b"http://localhost"), (b"host", b"localhost")]
-        )
-        socket.scope["user"] = approver
-        connected, _ = await socket.connect()
-        assert connected
-        heard = [await socket.receive_json_from(timeout=5)]
-        await database_sync_to_async(write)()
-        if not await socket.receive_nothing(timeout=5, interval=0.05):
-            heard.append(await socket.receive_json_from())
-        await socket.disconnect()
-        return heard
-
-    return async_to_sync(listen)()
 
 
 @pytest.mark.parametrize("public", [False, True], ids=["internal note", "reply to the customer"])
@@ -55,7 +33,7 @@ def test_a_colleague_writing_on_a_ticket_with_a_pending_request_rings_the_open_d
     colleague = make_support_staff("li")
     write = ticket_services.staff_reply if public else ticket_services.staff_note
 
-    heard = _heard_after(
+    heard = heard_after(
         approver, lambda: write(ticket=ticket.pk, user=colleague, body=NOTE, client_msg_id=uuid.uuid4().hex)
     )
 
@@ -78,7 +56,7 @@ def test_a_note_on_a_ticket_without_a_pending_request_rings_no_dashboard(sandbox
     approval.__class__.objects.filter(pk=approval.pk).update(status="rejected")
     colleague = make_support_staff("li")
 
-    heard = _heard_after(
+    heard = heard_after(
         approver,
         lambda: ticket_services.staff_note(ticket=ticket.pk, user=colleague, body=NOTE, client_msg_id=uuid.uuid4().hex),
     )

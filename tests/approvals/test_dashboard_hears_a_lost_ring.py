@@ -10,13 +10,9 @@ pending list's mark after a quiet spell and rings its page when it moved.
 from __future__ import annotations
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 
 from approvals.models import ApprovalRequest
-from support.asgi import application
-from tests.approvals.test_dashboard import paused
+from tests.approvals.test_dashboard import heard_after, paused
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -26,21 +22,7 @@ def test_a_request_paused_while_its_ring_was_lost_rings_the_open_dashboard(sandb
     lost: list[tuple[str, dict]] = []
     monkeypatch.setattr("tickets.realtime.publish", lambda group, message: lost.append((group, message)))
 
-    async def the_dashboard_hears() -> list[dict]:
-        socket = WebsocketCommunicator(
-            application, "/ws/staff/approvals/", headers=[(b"origin", b"http://localhost"), (b"host", b"localhost")]
-        )
-        socket.scope["user"] = approver
-        connected, _ = await socket.connect()
-        assert connected
-        heard = [await socket.receive_json_from(timeout=5)]
-        await database_sync_to_async(paused)(sandbox, "D-7001")
-        if not await socket.receive_nothing(timeout=5, interval=0.05):
-            heard.append(await socket.receive_json_from())
-        await socket.disconnect()
-        return heard
-
-    heard = async_to_sync(the_dashboard_hears)()
+    heard = heard_after(approver, lambda: paused(sandbox, "D-7001"))
 
     assert ApprovalRequest.objects.filter(status="pending").count() == 1
     assert any(message.get("type") == "approvals.changed" for _, message in lost), lost  # its ring was lost

@@ -13,13 +13,9 @@ take-over rings the open dashboards.
 from __future__ import annotations
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 
 from approvals.models import ApprovalRequest, ApprovalStatus
-from support.asgi import application
-from tests.approvals.test_dashboard import paused
+from tests.approvals.test_dashboard import heard_after, paused
 from tests.staff.conftest import make_support_staff
 from tickets import services as ticket_services
 
@@ -59,21 +55,7 @@ def test_a_take_over_rings_the_open_dashboards(sandbox, approver, monkeypatch):
     ticket, approval = paused(sandbox, "T-5002")
     maria = make_support_staff("maria")
 
-    async def listen() -> list[dict]:
-        socket = WebsocketCommunicator(
-            application, "/ws/staff/approvals/", headers=[(b"origin", b"http://localhost"), (b"host", b"localhost")]
-        )
-        socket.scope["user"] = approver
-        connected, _ = await socket.connect()
-        assert connected
-        heard = [await socket.receive_json_from(timeout=5)]
-        await database_sync_to_async(ticket_services.ticket_take_over)(ticket=ticket.pk, user=maria)
-        if not await socket.receive_nothing(timeout=5, interval=0.05):
-            heard.append(await socket.receive_json_from())
-        await socket.disconnect()
-        return heard
-
-    heard = async_to_sync(listen)()
+    heard = heard_after(approver, lambda: ticket_services.ticket_take_over(ticket=ticket.pk, user=maria))
 
     assert len(heard) == 2 and heard[1]["type"] == "changed" and heard[1]["approval_id"] == approval.pk, (
         f"a take-over of ticket #{ticket.pk} never rang the open dashboard showing its request: it heard {heard}"
