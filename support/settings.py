@@ -160,7 +160,8 @@ DEMO_DATA = env_bool("DEMO_DATA", DEBUG)
 if not DEBUG and not DEMO_DATA and SECRET_KEY.startswith("django-insecure-"):
     raise ImproperlyConfigured(
         "SECRET_KEY is a published placeholder (it starts with django-insecure-); set your own, 50+ random "
-        "characters: python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+        "characters: python -c 'import secrets; print(secrets.token_urlsafe(50))' (or DEMO_DATA=1 to try the "
+        "demo on your own machine)"
     )
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
