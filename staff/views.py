@@ -167,6 +167,10 @@ def timeline_after(request: HttpRequest, ticket_id: int) -> JsonResponse:
             "status": found.status,
             "status_text": found.get_status_display(),
             "assignee": found.assignee.get_username() if found.assignee else "",
+            # The same two the page's forms send back (``holder``, ``assigned``), read with the status
+            # and assignee shown above: an action is judged against what the page showed, live too.
+            "holder": pages.holder_shown(found),
+            "assigned": found.assignee_id if found.assignee_id is not None else "",
             "allowed": _allowed_actions(found),
         }
     )

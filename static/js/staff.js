@@ -14,6 +14,12 @@
   var statusBadge = document.getElementById("ticket-status");
   var assigneeText = document.getElementById("ticket-assignee");
   var side = document.getElementById("customer-side");
+  var assigneeBox = document.getElementById("assignee");
+  // The box names whom the page shows assigned until the person picks someone: pressing Assign
+  // beside "assigned to li" with the box still naming whom the page was opened with would take the
+  // ticket from li without anyone choosing that.
+  var assigneePicked = false;
+  if (assigneeBox) assigneeBox.addEventListener("change", function () { assigneePicked = true; });
   var after = parseInt(root.dataset.after, 10) || 0;
   var delay = 500;
   var fetching = false;
@@ -40,6 +46,19 @@
     statusBadge.className = "badge " + data.status;
     statusBadge.dataset.status = data.status;
     assigneeText.textContent = data.assignee || "nobody";
+    // Who has the ticket and who is assigned, as the page now shows them: a hand-back, reply or
+    // assignment sent after a colleague's take-over was shown here is what the person chose, not a
+    // conflict. Not sent by an older server: the values the page was rendered with stay.
+    if (data.holder !== undefined) {
+      document.querySelectorAll("input[name=holder]").forEach(function (input) { input.value = String(data.holder); });
+    }
+    if (data.assigned !== undefined) {
+      document.querySelectorAll("input[name=assigned]").forEach(function (input) { input.value = String(data.assigned); });
+    }
+    if (assigneeBox && !assigneePicked && typeof data.assignee === "string") {
+      var shown = Array.prototype.find.call(assigneeBox.options, function (o) { return o.value === data.assignee; });
+      if (shown) assigneeBox.value = data.assignee;
+    }
     document.querySelectorAll("form[data-needs]").forEach(function (form) {
       var allowed = data.allowed && data.allowed[form.dataset.needs];
       if (form.dataset.needs === "write") {
