@@ -424,6 +424,11 @@ def _record_provider_state(refund: Refund, found: ProviderRefund, *, by: Abstrac
                 order.status = OrderStatus.REFUNDED
                 order.save(update_fields=["status"])
             kind, label, public = "refund_succeeded", f"Refund of {amount} issued", True
+            if _customer_told(locked):
+                # They read that it failed or could not be confirmed, and a person holds the ticket: both
+                # learn it was paid, in this transaction, so nobody pays it again by hand.
+                _tell_paid_after_all(locked, found)
+                label, payload["reported_failed"] = f"Refund of {amount} issued after all", True
         elif wanted == RefundStatus.PENDING:
             kind, label, public = "refund_pending", f"Refund of {amount} submitted; the bank is processing it", True
         else:
@@ -441,6 +446,34 @@ def _record_provider_state(refund: Refund, found: ProviderRefund, *, by: Abstrac
         )
     refund.refresh_from_db()
     return wanted
+
+
+def _tell_paid_after_all(refund: Refund, found: ProviderRefund) -> None:
+    """A refund the customer was told had failed (or could not be confirmed) was paid by the provider
+    after all. Caller: the transaction that records it paid, under the refund's lock. Keyed messages:
+    a recheck that runs again, or a worker that dies after it, tells nobody twice."""
+    amount = format_money(refund.amount_cents, refund.currency)
+    ticket_services.message_post(
+        ticket=refund.ticket_id,
+        author_kind=AuthorKind.SYSTEM,
+        body=(
+            f"Good news: your refund of {amount} for order {refund.order.number} went through after all. "
+            "Our payment provider has completed it, so you don't need to do anything more; it may take a few "
+            "days to show on your statement."
+        ),
+        client_msg_id=f"refund-paid-after-all:{refund.pk}",
+    )
+    ticket_services.message_post(
+        ticket=refund.ticket_id,
+        author_kind=AuthorKind.SYSTEM,
+        body=(
+            f"Refund {refund.idempotency_key} of {amount} on order {refund.order.number} was PAID after all: the "
+            f"payment provider holds it as {found.status} (refund {found.id}), after the customer was told it "
+            "could not be completed or confirmed. The customer has been told it went through. Do not refund it again."
+        ),
+        is_public=False,
+        client_msg_id=f"refund-note:{refund.pk}:{RefundStatus.SUCCEEDED}",
+    )
 
 
 def _provider_error(found: ProviderRefund) -> str:
