@@ -89,7 +89,9 @@ def test_a_refund_the_reconciler_settled_while_its_worker_was_frozen_is_not_sent
                     cursor.execute(
                         "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted "
                         "AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = %s "
-                        "AND pid <> pg_backend_pid()",
+                        "AND pid <> pg_backend_pid() "
+                        # Advisory locks are the server's: another database's ticket of the same id is not this one.
+                        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
                         [lease_module.lock_key(ticket.pk)],
                     )
                     assert cursor.fetchall(), "no session held the ticket's lock"
