@@ -315,7 +315,7 @@ class RefundAdmin(ReadOnlyAdmin):
     search_fields = ["order__number", "idempotency_key", "provider_refund_id"]
     fields = [
         "ticket", "order", "tool_call", "idempotency_key", "amount", "reason", "status", "provider_status",
-        "escalated_at", "provider_refund_id", "attempts", "error", "created_at", "updated_at",
+        "escalated_at", "told", "tells", "provider_refund_id", "attempts", "error", "created_at", "updated_at",
     ]  # fmt: skip
     readonly_fields = ["amount"]
     actions = [reconcile_refunds]

@@ -375,6 +375,17 @@ class ToolCall(models.Model):
         return f"{self.name} ({self.status}) on #{self.ticket_id}"
 
 
+class RefundTold(models.TextChoices):
+    """What the customer and staff were last told about a refund by the system (``Refund.told``): nothing
+    yet (the agent's own reply speaks of a refund that goes as planned), or one of these outcomes."""
+
+    NOTHING = "", "Nothing yet"
+    FAILED = "failed", "Could not be completed"
+    UNCONFIRMED = "unconfirmed", "Could not be confirmed"
+    PENDING = "pending", "Being processed after all"
+    PAID = "paid", "Paid after all"
+
+
 class RefundStatus(models.TextChoices):
     REQUESTED = "requested", "Requested"
     SUBMITTED = "submitted", "Submitted to the provider"
@@ -427,6 +438,10 @@ class Refund(models.Model):
     provider_status = models.CharField(max_length=24, blank=True)
     # Set when the customer and a person were told that this refund did not go through.
     escalated_at = models.DateTimeField(null=True, blank=True)
+    # The last outcome the customer and staff were told of, and how many moves were told so far: each
+    # move told is the next episode of the refund's history, and its messages are keyed by its number.
+    told = models.CharField(max_length=12, choices=RefundTold.choices, default=RefundTold.NOTHING, blank=True)
+    tells = models.PositiveIntegerField(default=0)
     provider_refund_id = models.CharField(max_length=100, null=True, blank=True, unique=True)
     attempts = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)

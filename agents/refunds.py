@@ -76,6 +76,7 @@ from agents.models import (
     ConfirmationDecision,
     Refund,
     RefundStatus,
+    RefundTold,
     ReplayPolicy,
     ToolCall,
 )
@@ -114,7 +115,7 @@ from payments.provider import (
 from support import rounds
 from support.clock import database_now
 from tickets import services as ticket_services
-from tickets.models import REFUNDABLE_ORDER_STATUSES, ActorKind, AuthorKind, Customer, Message, Order, OrderStatus
+from tickets.models import REFUNDABLE_ORDER_STATUSES, ActorKind, AuthorKind, Customer, Order, OrderStatus
 from tickets.money import amount_step, format_money
 
 logger = logging.getLogger(__name__)
@@ -424,13 +425,18 @@ def _record_provider_state(refund: Refund, found: ProviderRefund, *, by: Abstrac
                 order.status = OrderStatus.REFUNDED
                 order.save(update_fields=["status"])
             kind, label, public = "refund_succeeded", f"Refund of {amount} issued", True
-            if _customer_told(locked):
-                # They read that it failed or could not be confirmed, and a person holds the ticket: both
-                # learn it was paid, in this transaction, so nobody pays it again by hand.
+            if locked.told != RefundTold.NOTHING:
+                # They read that it failed, could not be confirmed, or was processed after all, and a
+                # person holds (or held) the ticket: both learn it was paid, in this transaction, so
+                # nobody pays it again by hand.
                 _tell_paid_after_all(locked, found)
                 label, payload["reported_failed"] = f"Refund of {amount} issued after all", True
         elif wanted == RefundStatus.PENDING:
             kind, label, public = "refund_pending", f"Refund of {amount} submitted; the bank is processing it", True
+            if locked.told in {RefundTold.FAILED, RefundTold.UNCONFIRMED}:
+                # They read that it failed or could not be confirmed: both learn the provider holds it
+                # after all, in this transaction (nobody refunds it again by hand while it is paid).
+                _tell_pending_after_all(locked, found)
         else:
             kind, label, public = "refund_failed", f"The payment provider {found.status} the refund of {amount}", False
         ticket_services.event_append(
@@ -449,31 +455,77 @@ def _record_provider_state(refund: Refund, found: ProviderRefund, *, by: Abstrac
 
 
 def _tell_paid_after_all(refund: Refund, found: ProviderRefund) -> None:
-    """A refund the customer was told had failed (or could not be confirmed) was paid by the provider
-    after all. Caller: the transaction that records it paid, under the refund's lock. Keyed messages:
-    a recheck that runs again, or a worker that dies after it, tells nobody twice."""
+    """A refund the customer was told had failed (or could not be confirmed, or was processed after all)
+    was paid by the provider. Caller: the transaction that records it paid, under the refund's lock."""
     amount = format_money(refund.amount_cents, refund.currency)
-    ticket_services.message_post(
-        ticket=refund.ticket_id,
-        author_kind=AuthorKind.SYSTEM,
-        body=(
+    _tell_move(
+        refund,
+        RefundTold.PAID,
+        customer=(
             f"Good news: your refund of {amount} for order {refund.order.number} went through after all. "
             "Our payment provider has completed it, so you don't need to do anything more; it may take a few "
             "days to show on your statement."
         ),
-        client_msg_id=f"refund-paid-after-all:{refund.pk}",
-    )
-    ticket_services.message_post(
-        ticket=refund.ticket_id,
-        author_kind=AuthorKind.SYSTEM,
-        body=(
+        staff=(
             f"Refund {refund.idempotency_key} of {amount} on order {refund.order.number} was PAID after all: the "
             f"payment provider holds it as {found.status} (refund {found.id}), after the customer was told it "
             "could not be completed or confirmed. The customer has been told it went through. Do not refund it again."
         ),
-        is_public=False,
-        client_msg_id=f"refund-note:{refund.pk}:{RefundStatus.SUCCEEDED}",
     )
+
+
+def _tell_pending_after_all(refund: Refund, found: ProviderRefund) -> None:
+    """A refund the customer was told had failed (or could not be confirmed) is held by the provider after
+    all, not settled yet. Caller: the transaction that records it pending, under the refund's lock."""
+    amount = format_money(refund.amount_cents, refund.currency)
+    _tell_move(
+        refund,
+        RefundTold.PENDING,
+        customer=(
+            f"An update on your refund of {amount} for order {refund.order.number}: our payment provider has it "
+            "and is processing it after all. You don't need to do anything; we'll tell you here how it ends."
+        ),
+        staff=(
+            f"Refund {refund.idempotency_key} of {amount} on order {refund.order.number} is PENDING at the payment "
+            f"provider after all ({found.status}, refund {found.id}), after the customer was told it could not be "
+            "completed or confirmed. The customer has been told it is being processed. Do not refund it again: "
+            "the reconciler settles it, and tells them and you how it ends."
+        ),
+    )
+
+
+def _tell_move(refund: Refund, outcome: str, *, customer: str, staff: str) -> bool:
+    """Tell the customer (``customer``) and staff (``staff``, an internal note) that this refund moved to
+    ``outcome``, unless that is the last outcome they were told of: False then, and nothing is said.
+    Each move told is the next episode of the refund's history (``Refund.tells``), and its messages are
+    keyed by its number: a refund that fails, is found pending, then fails again is told each time, and
+    the same move is told once, whoever records it and however often. Caller: the transaction that
+    records the move, under the refund's lock (``select_for_update``; ``refund`` is that locked row):
+    two processes recording one move are told apart by the lock, and a crash leaves neither."""
+    if refund.told == outcome:
+        return False
+    episode = refund.tells + 1
+    ticket_services.message_post(
+        ticket=refund.ticket_id,
+        author_kind=AuthorKind.SYSTEM,
+        body=customer,
+        client_msg_id=f"refund-told:{refund.pk}:{episode}",
+    )
+    ticket_services.message_post(
+        ticket=refund.ticket_id,
+        author_kind=AuthorKind.SYSTEM,
+        body=staff,
+        is_public=False,
+        client_msg_id=f"refund-note:{refund.pk}:{episode}",
+    )
+    _told(refund, outcome)
+    return True
+
+
+def _told(refund: Refund, outcome: str) -> None:
+    """Record that ``outcome`` is told, as the next episode. Caller: under the refund's lock."""
+    refund.told, refund.tells = outcome, refund.tells + 1
+    Refund.objects.filter(pk=refund.pk).update(told=refund.told, tells=refund.tells)
 
 
 def _provider_error(found: ProviderRefund) -> str:
@@ -522,13 +574,13 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             # back. The customer told so and a person asked to check it with the provider before
             # refunding again, or, if the worker that gave up stopped before it told them (a crash
             # between its two commits), they are told now and the ticket goes to a person.
-            if _customer_told(existing):
+            if existing.told == RefundTold.FAILED:
                 raise ToolError(GIVEN_UP)
             raise ToolEscalation(
                 f"The payment provider did not complete the refund: {existing.error}",
                 customer_text=_customer_text(existing, uncertain=False),
                 settled=functools.partial(_paid_since_given_up, existing),
-                told=functools.partial(_customer_told, existing),
+                told=functools.partial(_told_by_another, existing, RefundTold.FAILED),
             )
         # Tried again, a refund goes where its first try went: the number is read in any case, and an order
         # numbered exactly as the model wrote it, added since, is the one it names now.
@@ -644,7 +696,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 customer_text=_customer_text(refund, uncertain=True),
                 uncertain=True,
                 settled=functools.partial(_paid_since_given_up, refund),
-                told=functools.partial(_customer_told, refund),
+                told=functools.partial(_told_by_another, refund, RefundTold.UNCONFIRMED),
             ) from None
         return _settled_meanwhile(refund, settled)
     except (ProviderDeclined, ProviderError) as exc:
@@ -654,7 +706,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 f"The payment provider refused the refund: {exc}",
                 customer_text=_customer_text(refund, uncertain=False),
                 settled=functools.partial(_paid_since_given_up, refund),
-                told=functools.partial(_customer_told, refund),
+                told=functools.partial(_told_by_another, refund, RefundTold.FAILED),
             ) from None
         return _settled_meanwhile(refund, settled)
     raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
@@ -908,7 +960,7 @@ def _outcome(refund: Refund, found: ProviderRefund) -> dict[str, Any]:
         raise ToolEscalation(
             f"The payment provider reports the refund {found.status} ({found.id}).",
             customer_text=_customer_text(refund, uncertain=False),
-            told=functools.partial(_customer_told, refund),
+            told=functools.partial(_told_by_another, refund, RefundTold.FAILED),
         )
     return _result(refund)
 
@@ -942,12 +994,17 @@ def _paid_since_given_up(refund: Refund) -> dict[str, Any] | None:
     return _result(refund)
 
 
-def _customer_told(refund: Refund) -> bool:
-    """Has the customer been told that this refund could not be completed or confirmed: by the worker
-    that gave up on it (its call's escalation) or by the reconciler? Asked under the refund's lock,
-    which both take before they tell: whichever comes second says nothing more."""
-    keys = [f"refund-problem:{refund.pk}", f"escalation:{refund.tool_call_id}"]
-    return Message.objects.filter(ticket_id=refund.ticket_id, client_msg_id__in=keys).exists()
+def _told_by_another(refund: Refund, outcome: str) -> bool:
+    """Asked by the run that gave up on this refund, in the transaction that tells the customer its
+    escalation (``ToolEscalation.told``): has the reconciler told them this outcome already? True, and
+    they are not told twice. Else the run tells them now, in this transaction, and the move is recorded
+    told (``_told``): a reconciler that comes later says nothing more about it. Takes the refund's lock,
+    which every telling takes: whichever comes second says nothing more."""
+    locked = Refund.objects.select_for_update().get(pk=refund.pk)
+    if locked.told == outcome:
+        return True
+    _told(locked, outcome)
+    return False
 
 
 def _settled_meanwhile(refund: Refund, status: str) -> dict[str, Any]:
@@ -1056,11 +1113,18 @@ def refund_reconcile(
             refund_escalate(refund=refund, reason=f"the payment provider could not be asked about it: {exc}", by=by)
         return refund.status
     if found is not None:
-        status = _record_provider_state(refund, found, by=by)
-        if status == RefundStatus.FAILED:
-            refund_escalate(refund=refund, reason=f"the payment provider reports it {found.status}", by=by)
-        elif status == RefundStatus.PENDING and age >= bound:
-            refund_escalate(refund=refund, reason=f"the payment provider still reports it {found.status}", by=by)
+        # The move and its telling in one transaction: a reconciler that dies between the two leaves
+        # neither, and the next round records and tells it (recorded alone, a failure left the open
+        # refunds and was never told).
+        with transaction.atomic():
+            status = _record_provider_state(refund, found, by=by)
+            # Pending for long: counted from when it became pending (just now, for one found pending
+            # after it was given up on, and told so).
+            pending_for = (database_now() - refund.updated_at).total_seconds()
+            if status == RefundStatus.FAILED:
+                refund_escalate(refund=refund, reason=f"the payment provider reports it {found.status}", by=by)
+            elif status == RefundStatus.PENDING and pending_for >= bound:
+                refund_escalate(refund=refund, reason=f"the payment provider still reports it {found.status}", by=by)
         return status
     if age < bound or ticket_lease_held(refund.ticket_id):
         # A request may still be in flight: a worker holds the ticket (one paused past the bound still
@@ -1091,42 +1155,34 @@ def refund_reconcile(
 
 
 def refund_escalate(*, refund: Refund, reason: str, by: AbstractBaseUser | None = None) -> None:
-    """A refund that failed or stays unknown: the customer is told once, a person takes the ticket.
-    Once per status: the reconciler asks again every tick while the provider is away (each time with
-    its latest error), and a refund already escalated in this status has nothing new to say; a
-    person who has handed the ticket back is not handed it again every minute."""
+    """A refund that failed or stays unknown: the customer and staff are told, a person takes the ticket.
+    Once per episode (``_tell_move``): the reconciler asks again every tick while the provider is away
+    (each time with its latest error), and a refund whose last told outcome is this one has nothing new
+    to say; a person who has handed the ticket back is not handed it again every minute. A refund that
+    moved since (found pending after it failed, then failed again) is a new episode, told again.
+    Caller: any; inside the transaction that records the move when there is one (``refund_reconcile``)."""
     with transaction.atomic():
         locked = Refund.objects.select_for_update().select_related("order").get(pk=refund.pk)
         if locked.status == RefundStatus.SUCCEEDED:
             # Paid since whoever escalates read it (a worker's answer, another round): nothing to tell.
             refund.refresh_from_db()
             return
-        note_key = f"refund-note:{locked.pk}:{locked.status}"
-        if Message.objects.filter(ticket_id=locked.ticket_id, client_msg_id=note_key).exists():
+        failed = locked.status == RefundStatus.FAILED
+        amount = format_money(locked.amount_cents, locked.currency)
+        told = _tell_move(
+            locked,
+            RefundTold.FAILED if failed else RefundTold.UNCONFIRMED,
+            customer=_customer_text(locked, uncertain=not failed),
+            staff=(
+                f"Refund {locked.idempotency_key} of {amount} on order {locked.order.number} is {locked.status}: "
+                f"{reason}. Check it with the payment provider before refunding again."
+            ),
+        )
+        if not told:
             return
         if locked.escalated_at is None:
             locked.escalated_at = timezone.now()
             locked.save(update_fields=["escalated_at"])
-        # Told unless they were: a worker that gave up on the refund (``escalated_at``) may have
-        # stopped before it told them, and one that tells them later finds this and says nothing more.
-        if not _customer_told(locked):
-            ticket_services.message_post(
-                ticket=locked.ticket_id,
-                author_kind=AuthorKind.SYSTEM,
-                body=_customer_text(locked, uncertain=locked.status != RefundStatus.FAILED),
-                client_msg_id=f"refund-problem:{locked.pk}",
-            )
-        amount = format_money(locked.amount_cents, locked.currency)
-        ticket_services.message_post(
-            ticket=locked.ticket_id,
-            author_kind=AuthorKind.SYSTEM,
-            body=(
-                f"Refund {locked.idempotency_key} of {amount} on order {locked.order.number} is {locked.status}: "
-                f"{reason}. Check it with the payment provider before refunding again."
-            ),
-            is_public=False,
-            client_msg_id=note_key,
-        )
         ticket_services.event_append(
             ticket=locked.ticket_id,
             kind="refund_escalated",

@@ -50,7 +50,7 @@ def test_a_worker_taking_the_ticket_as_the_reconciler_fails_a_refund_sends_nothi
 
     refund = Refund.objects.get()
     told = list(
-        Message.objects.filter(ticket=ticket, client_msg_id=f"refund-problem:{refund.pk}").values_list(
+        Message.objects.filter(ticket=ticket, client_msg_id__startswith=f"refund-told:{refund.pk}:").values_list(
             "body", flat=True
         )
     )

@@ -82,7 +82,7 @@ def test_the_reconciler_does_not_escalate_a_refund_a_worker_paid_after_it_looked
     assert [r["amount"] for r in paid(sandbox, order)] == [4000]
     assert refund.status == RefundStatus.SUCCEEDED
     told = list(
-        Message.objects.filter(ticket=ticket, client_msg_id=f"refund-problem:{refund.pk}").values_list(
+        Message.objects.filter(ticket=ticket, client_msg_id__startswith=f"refund-told:{refund.pk}:").values_list(
             "body", flat=True
         )
     )

@@ -36,5 +36,5 @@ def test_a_refund_paid_since_the_round_read_it_is_not_escalated_when_the_provide
     assert status == RefundStatus.SUCCEEDED
     assert Refund.objects.get(pk=refund.pk).status == RefundStatus.SUCCEEDED
     assert not TicketEvent.objects.filter(ticket=ticket, kind="refund_escalated").exists()
-    assert not Message.objects.filter(ticket=ticket, client_msg_id=f"refund-problem:{refund.pk}").exists()
+    assert not Message.objects.filter(ticket=ticket, client_msg_id__startswith=f"refund-told:{refund.pk}:").exists()
     assert ticket.status != TicketStatus.WITH_HUMAN

@@ -90,7 +90,7 @@ def test_the_beat_reconciler_survives_a_second_different_provider_error(sandbox,
 
 def test_a_pending_refund_escalated_then_reconciled_while_the_provider_is_down_is_not_a_500(admin_client, sandbox):  # noqa: ANN001
     """With the real sandbox, no stub: the provider reports the refund pending past the bound (escalated,
-    private note keyed refund-note:<id>:pending), then is unreachable at the next reconcile."""
+    private note keyed refund-note:<id>:1), then is unreachable at the next reconcile."""
     customer = make_customer()
     order_for(customer, "R-8003", 5000, sandbox)
     sandbox.fault("refund_status:pending")

@@ -65,7 +65,7 @@ def test_a_refund_reported_failed_then_paid_by_the_provider_is_told_to_the_custo
 
     wait_until(settled_failed, timeout=30, what="the reconciler to give up on it", cluster=cluster, interval=0.5)
     assert not paid(sandbox, order), "the request landed before the reconciler gave up: the case is not reproduced"
-    told_failed = Message.objects.get(ticket=ticket, client_msg_id=f"refund-problem:{refund.pk}")
+    told_failed = Message.objects.get(ticket=ticket, client_msg_id=f"refund-told:{refund.pk}:1")
     assert "could not be completed" in told_failed.body
 
     wait_until(lambda: paid(sandbox, order), timeout=60, what="the request to land at the provider")

@@ -113,7 +113,7 @@ def test_a_refund_the_reconciler_settled_while_its_worker_was_frozen_is_not_sent
         pass
 
     assert settled == [RefundStatus.FAILED]  # the reconciler settled it while the worker was away
-    problem = Message.objects.filter(ticket=ticket, client_msg_id=f"refund-problem:{refund.pk}")
+    problem = Message.objects.filter(ticket=ticket, client_msg_id__startswith=f"refund-told:{refund.pk}:")
     told = list(problem.values_list("body", flat=True))
     assert told, "the customer was not told the refund could not be completed"
     assert Ticket.objects.get(pk=ticket.pk).status == TicketStatus.WITH_HUMAN

@@ -322,7 +322,8 @@ def test_verify_finds_two_refunds_under_one_key(tmp_path):
     refund = {
         "id": 1, "ticket_id": ticket.pk, "order_id": order.pk, "tool_call_id": call.pk,
         "idempotency_key": call.idempotency_key, "amount_cents": 100, "currency": "usd", "reason": "",
-        "status": "failed", "provider_status": "", "escalated_at": None, "provider_refund_id": None,
+        "status": "failed", "provider_status": "", "escalated_at": None, "told": "", "tells": 0,
+        "provider_refund_id": None,
         "attempts": 1, "error": "", "created_at": "2026-01-01T00:00:00+00:00",
         "updated_at": "2026-01-01T00:00:00+00:00",
     }  # fmt: skip
