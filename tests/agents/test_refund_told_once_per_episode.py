@@ -175,3 +175,55 @@ def test_a_reconciler_that_dies_after_recording_a_failure_leaves_it_to_be_told(s
     assert said == ["unconfirmed", "failed", "pending", "failed"], f"the customer read, in order: {said}"
     ticket.refresh_from_db()
     assert ticket.status == TicketStatus.WITH_HUMAN
+
+
+def test_the_second_failure_reconciled_from_the_admin_is_told_and_goes_to_a_person(
+    admin_client,  # noqa: ANN001
+    sandbox,  # noqa: ANN001
+    landing_later,  # noqa: ANN001
+):
+    ticket, refund, land = landing_later
+    assert refund_module.refund_reconcile(refund=refund, older_than_seconds=0) == RefundStatus.FAILED
+    ticket_services.ticket_hand_back(ticket=ticket, user=make_staff("episode-person", can_decide=False))
+    land()
+    refund_module.reconcile_open_refunds()
+    refund.refresh_from_db()
+    sandbox.settle_refund(refund.provider_refund_id, "failed")
+
+    action = {"action": "reconcile_refunds", "_selected_action": [refund.pk]}
+    assert admin_client.post("/admin/agents/refund/", action).status_code == 302
+    assert admin_client.post("/admin/agents/refund/", action).status_code == 302  # pressed twice
+
+    assert told_the_customer(ticket) == ["unconfirmed", "failed", "pending", "failed"]
+    ticket.refresh_from_db()
+    assert ticket.status == TicketStatus.WITH_HUMAN
+    last = TicketEvent.objects.filter(ticket=ticket, kind="refund_escalated").order_by("-seq").first()
+    assert last is not None and last.actor_user_id is not None, "the admin's escalation names nobody"
+
+
+def test_a_refund_pending_too_long_then_failed_is_told_it_failed(sandbox, settings):  # noqa: ANN001
+    """Pending past the bound: the customer reads it could not be confirmed, a person takes it. Then the
+    bank turns it down: the customer, who last read "a member of our team will check it", learns it
+    failed, and the person a note; pending again never repeats the first words."""
+    customer = make_customer()
+    order_for(customer, "EP-2001", 5000, sandbox)
+    sandbox.fault("refund_status:pending")
+    ticket, _ = ticket_services.ticket_open(customer=customer, subject="Refund", body="Refund $20 on EP-2001")
+    advance(ticket.pk, model=Refunds(("EP-2001", 2000)))
+    refund = Refund.objects.get(ticket=ticket)
+    assert refund.status == RefundStatus.PENDING
+    assert told_the_customer(ticket) == []  # the agent's own reply said it is processing
+    settings.REFUND_UNCERTAIN_AFTER_SECONDS = 0
+
+    refund_module.reconcile_open_refunds()
+    refund_module.reconcile_open_refunds()  # still pending: nothing new
+    assert told_the_customer(ticket) == ["unconfirmed"]
+
+    sandbox.settle_refund(refund.provider_refund_id, "failed")
+    refund_module.reconcile_open_refunds()
+    refund_module.reconcile_open_refunds()
+
+    refund.refresh_from_db()
+    assert refund.status == RefundStatus.FAILED
+    assert told_the_customer(ticket) == ["unconfirmed", "failed"]
+    assert len(staff_notes(ticket)) == 2, staff_notes(ticket)
