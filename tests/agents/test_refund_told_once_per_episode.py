@@ -12,7 +12,10 @@ in the transaction that records the move, so a reconciler that dies between the 
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from django.db import connection
 
 from agents import refunds as refund_module
 from agents.models import Refund, RefundStatus
@@ -227,3 +230,33 @@ def test_a_refund_pending_too_long_then_failed_is_told_it_failed(sandbox, settin
     assert refund.status == RefundStatus.FAILED
     assert told_the_customer(ticket) == ["unconfirmed", "failed"]
     assert len(staff_notes(ticket)) == 2, staff_notes(ticket)
+
+
+def test_two_reconcilers_at_once_tell_the_second_failure_once(sandbox, landing_later):  # noqa: ANN001
+    """Two rounds (two beat ticks on two hosts, or beat and the admin) settle the same refund at the same
+    moment, each on its own connection: the customer reads the failure once."""
+    ticket, refund, land = landing_later
+    assert refund_module.refund_reconcile(refund=refund, older_than_seconds=0) == RefundStatus.FAILED
+    land()
+    refund_module.reconcile_open_refunds()
+    refund.refresh_from_db()
+    sandbox.settle_refund(refund.provider_refund_id, "failed")
+    start, results = threading.Barrier(2), []
+
+    def a_round() -> None:
+        try:
+            mine = Refund.objects.select_related("order").get(pk=refund.pk)  # read pending, as a round reads
+            start.wait(timeout=30)
+            results.append(refund_module.refund_reconcile(refund=mine))
+        finally:
+            connection.close()
+
+    rounds = [threading.Thread(target=a_round) for _ in range(2)]
+    for one in rounds:
+        one.start()
+    for one in rounds:
+        one.join(timeout=60)
+
+    assert results == [RefundStatus.FAILED, RefundStatus.FAILED], results
+    assert told_the_customer(ticket) == ["unconfirmed", "failed", "pending", "failed"]
+    assert TicketEvent.objects.filter(ticket=ticket, kind="refund_escalated").count() == 2
