@@ -368,15 +368,29 @@ def _result(refund: Refund) -> dict[str, Any]:
     return result
 
 
-def _customer_text(refund: Refund, *, uncertain: bool) -> str:
+def _customer_text(refund: Refund, outcome: str) -> str:
+    """What the customer reads when told this refund moved to ``outcome`` (a ``RefundTold``): by the
+    reconciler (``refund_tell``) or by the run that gave up on it (its escalation)."""
     amount = format_money(refund.amount_cents, refund.currency)
-    if uncertain:
+    number = refund.order.number
+    if outcome == RefundTold.UNCONFIRMED:
         return (
-            f"We couldn't confirm your refund of {amount} for order {refund.order.number} with our payment "
+            f"We couldn't confirm your refund of {amount} for order {number} with our payment "
             "provider just now. A member of our team will check it and reply here; you don't need to ask again."
         )
+    if outcome == RefundTold.PENDING:
+        return (
+            f"An update on your refund of {amount} for order {number}: our payment provider has it "
+            "and is processing it after all. You don't need to do anything; we'll tell you here how it ends."
+        )
+    if outcome == RefundTold.PAID:
+        return (
+            f"Good news: your refund of {amount} for order {number} went through after all. "
+            "Our payment provider has completed it, so you don't need to do anything more; it may take a few "
+            "days to show on your statement."
+        )
     return (
-        f"Your refund of {amount} for order {refund.order.number} could not be completed by our payment provider. "
+        f"Your refund of {amount} for order {number} could not be completed by our payment provider. "
         "A member of our team will look into it and reply here."
     )
 
@@ -429,14 +443,31 @@ def _record_provider_state(refund: Refund, found: ProviderRefund, *, by: Abstrac
                 # They read that it failed, could not be confirmed, or was processed after all, and a
                 # person holds (or held) the ticket: both learn it was paid, in this transaction, so
                 # nobody pays it again by hand.
-                _tell_paid_after_all(locked, found)
+                refund_tell(
+                    refund=locked,
+                    outcome=RefundTold.PAID,
+                    staff=(
+                        f"the payment provider holds it as {found.status} (refund {found.id}), after the customer "
+                        "was told it could not be completed or confirmed. The customer has been told it went "
+                        "through. Do not refund it again."
+                    ),
+                )
                 label, payload["reported_failed"] = f"Refund of {amount} issued after all", True
         elif wanted == RefundStatus.PENDING:
             kind, label, public = "refund_pending", f"Refund of {amount} submitted; the bank is processing it", True
             if locked.told in {RefundTold.FAILED, RefundTold.UNCONFIRMED}:
                 # They read that it failed or could not be confirmed: both learn the provider holds it
                 # after all, in this transaction (nobody refunds it again by hand while it is paid).
-                _tell_pending_after_all(locked, found)
+                refund_tell(
+                    refund=locked,
+                    outcome=RefundTold.PENDING,
+                    staff=(
+                        f"the payment provider holds it as {found.status} (refund {found.id}), after the customer "
+                        "was told it could not be completed or confirmed. The customer has been told it is being "
+                        "processed. Do not refund it again: the reconciler settles it, and tells them and you how "
+                        "it ends."
+                    ),
+                )
         else:
             kind, label, public = "refund_failed", f"The payment provider {found.status} the refund of {amount}", False
         ticket_services.event_append(
@@ -454,49 +485,20 @@ def _record_provider_state(refund: Refund, found: ProviderRefund, *, by: Abstrac
     return wanted
 
 
-def _tell_paid_after_all(refund: Refund, found: ProviderRefund) -> None:
-    """A refund the customer was told had failed (or could not be confirmed, or was processed after all)
-    was paid by the provider. Caller: the transaction that records it paid, under the refund's lock."""
-    amount = format_money(refund.amount_cents, refund.currency)
-    _tell_move(
-        refund,
-        RefundTold.PAID,
-        customer=(
-            f"Good news: your refund of {amount} for order {refund.order.number} went through after all. "
-            "Our payment provider has completed it, so you don't need to do anything more; it may take a few "
-            "days to show on your statement."
-        ),
-        staff=(
-            f"Refund {refund.idempotency_key} of {amount} on order {refund.order.number} was PAID after all: the "
-            f"payment provider holds it as {found.status} (refund {found.id}), after the customer was told it "
-            "could not be completed or confirmed. The customer has been told it went through. Do not refund it again."
-        ),
-    )
+# How staff's note names each outcome a refund is told to have moved to.
+_NOTE_SAYS = {
+    RefundTold.FAILED: "is failed",
+    RefundTold.UNCONFIRMED: "is {status}",
+    RefundTold.PENDING: "is PENDING at the payment provider after all",
+    RefundTold.PAID: "was PAID after all",
+}
 
 
-def _tell_pending_after_all(refund: Refund, found: ProviderRefund) -> None:
-    """A refund the customer was told had failed (or could not be confirmed) is held by the provider after
-    all, not settled yet. Caller: the transaction that records it pending, under the refund's lock."""
-    amount = format_money(refund.amount_cents, refund.currency)
-    _tell_move(
-        refund,
-        RefundTold.PENDING,
-        customer=(
-            f"An update on your refund of {amount} for order {refund.order.number}: our payment provider has it "
-            "and is processing it after all. You don't need to do anything; we'll tell you here how it ends."
-        ),
-        staff=(
-            f"Refund {refund.idempotency_key} of {amount} on order {refund.order.number} is PENDING at the payment "
-            f"provider after all ({found.status}, refund {found.id}), after the customer was told it could not be "
-            "completed or confirmed. The customer has been told it is being processed. Do not refund it again: "
-            "the reconciler settles it, and tells them and you how it ends."
-        ),
-    )
+def refund_tell(*, refund: Refund, outcome: str, staff: str) -> bool:
+    """Tell the customer (``_customer_text``) and staff (an internal note: the refund, what it is now, and
+    ``staff``, why and what to do) that this refund moved to ``outcome``, unless that is the last outcome
+    they were told of: False then, and nothing is said.
 
-
-def _tell_move(refund: Refund, outcome: str, *, customer: str, staff: str) -> bool:
-    """Tell the customer (``customer``) and staff (``staff``, an internal note) that this refund moved to
-    ``outcome``, unless that is the last outcome they were told of: False then, and nothing is said.
     Each move told is the next episode of the refund's history (``Refund.tells``), and its messages are
     keyed by its number: a refund that fails, is found pending, then fails again is told each time, and
     the same move is told once, whoever records it and however often. Caller: the transaction that
@@ -508,13 +510,15 @@ def _tell_move(refund: Refund, outcome: str, *, customer: str, staff: str) -> bo
     ticket_services.message_post(
         ticket=refund.ticket_id,
         author_kind=AuthorKind.SYSTEM,
-        body=customer,
+        body=_customer_text(refund, outcome),
         client_msg_id=f"refund-told:{refund.pk}:{episode}",
     )
+    amount = format_money(refund.amount_cents, refund.currency)
+    says = _NOTE_SAYS[outcome].format(status=refund.status)
     ticket_services.message_post(
         ticket=refund.ticket_id,
         author_kind=AuthorKind.SYSTEM,
-        body=staff,
+        body=f"Refund {refund.idempotency_key} of {amount} on order {refund.order.number} {says}: {staff}",
         is_public=False,
         client_msg_id=f"refund-note:{refund.pk}:{episode}",
     )
@@ -578,7 +582,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
                 raise ToolError(GIVEN_UP)
             raise ToolEscalation(
                 f"The payment provider did not complete the refund: {existing.error}",
-                customer_text=_customer_text(existing, uncertain=False),
+                customer_text=_customer_text(existing, RefundTold.FAILED),
                 settled=functools.partial(_paid_since_given_up, existing),
                 told=functools.partial(_told_by_another, existing, RefundTold.FAILED),
             )
@@ -693,7 +697,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             raise ToolEscalation(
                 f"The payment provider did not confirm the refund after {int(settings.REFUND_PROVIDER_ATTEMPTS)} "
                 f"tries; it is being reconciled and will not be repeated blindly ({exc}).",
-                customer_text=_customer_text(refund, uncertain=True),
+                customer_text=_customer_text(refund, RefundTold.UNCONFIRMED),
                 uncertain=True,
                 settled=functools.partial(_paid_since_given_up, refund),
                 told=functools.partial(_told_by_another, refund, RefundTold.UNCONFIRMED),
@@ -704,7 +708,7 @@ def issue_refund(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         if settled is None:
             raise ToolEscalation(
                 f"The payment provider refused the refund: {exc}",
-                customer_text=_customer_text(refund, uncertain=False),
+                customer_text=_customer_text(refund, RefundTold.FAILED),
                 settled=functools.partial(_paid_since_given_up, refund),
                 told=functools.partial(_told_by_another, refund, RefundTold.FAILED),
             ) from None
@@ -959,7 +963,7 @@ def _outcome(refund: Refund, found: ProviderRefund) -> dict[str, Any]:
         _mark_escalated(refund)
         raise ToolEscalation(
             f"The payment provider reports the refund {found.status} ({found.id}).",
-            customer_text=_customer_text(refund, uncertain=False),
+            customer_text=_customer_text(refund, RefundTold.FAILED),
             told=functools.partial(_told_by_another, refund, RefundTold.FAILED),
         )
     return _result(refund)
@@ -1156,7 +1160,7 @@ def refund_reconcile(
 
 def refund_escalate(*, refund: Refund, reason: str, by: AbstractBaseUser | None = None) -> None:
     """A refund that failed or stays unknown: the customer and staff are told, a person takes the ticket.
-    Once per episode (``_tell_move``): the reconciler asks again every tick while the provider is away
+    Once per episode (``refund_tell``): the reconciler asks again every tick while the provider is away
     (each time with its latest error), and a refund whose last told outcome is this one has nothing new
     to say; a person who has handed the ticket back is not handed it again every minute. A refund that
     moved since (found pending after it failed, then failed again) is a new episode, told again.
@@ -1167,18 +1171,12 @@ def refund_escalate(*, refund: Refund, reason: str, by: AbstractBaseUser | None 
             # Paid since whoever escalates read it (a worker's answer, another round): nothing to tell.
             refund.refresh_from_db()
             return
-        failed = locked.status == RefundStatus.FAILED
-        amount = format_money(locked.amount_cents, locked.currency)
-        told = _tell_move(
-            locked,
-            RefundTold.FAILED if failed else RefundTold.UNCONFIRMED,
-            customer=_customer_text(locked, uncertain=not failed),
-            staff=(
-                f"Refund {locked.idempotency_key} of {amount} on order {locked.order.number} is {locked.status}: "
-                f"{reason}. Check it with the payment provider before refunding again."
-            ),
-        )
-        if not told:
+        outcome = RefundTold.FAILED if locked.status == RefundStatus.FAILED else RefundTold.UNCONFIRMED
+        if not refund_tell(
+            refund=locked,
+            outcome=outcome,
+            staff=f"{reason}. Check it with the payment provider before refunding again.",
+        ):
             return
         if locked.escalated_at is None:
             locked.escalated_at = timezone.now()
