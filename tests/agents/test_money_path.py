@@ -475,13 +475,16 @@ def test_an_approved_refund_during_an_outage_goes_to_a_person_and_the_customer_r
     assert Message.objects.filter(ticket=ticket, is_public=False, body__contains="needs a person").exists()
     assert ticket.events.filter(kind="tool_call_escalated").count() == 1
 
-    # The provider comes back with no refund under the key: failed, staff told, the customer not told twice.
+    # The provider comes back with no refund under the key: failed, staff told, and the customer, who read
+    # that it could not be confirmed, reads once that it could not be completed (another move, told once).
     sandbox.clear_faults()
     assert refund_module.reconcile_open_refunds(older_than_seconds=0) == {RefundStatus.FAILED: 1}
+    assert refund_module.reconcile_open_refunds(older_than_seconds=0) == {}
     refund.refresh_from_db()
     assert refund.status == RefundStatus.FAILED
     assert ticket.events.filter(kind="refund_escalated").count() == 1
-    assert len([w for w in public_words(ticket) if "refund of $649.00" in w]) == 1
+    told = [w for w in public_words(ticket) if "refund of $649.00" in w]
+    assert len(told) == 2 and "couldn't confirm" in told[0] and "could not be completed" in told[1], told
     assert paid(sandbox, order) == []
     assert_money_invariants(sandbox, needed_approval={"B-2021"})
 
