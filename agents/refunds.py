@@ -9,7 +9,8 @@ approval wait):
 - the order is in a refundable state;
 - the currency is the order's;
 - the amount is positive and at most what remains refundable, counting every
-  refund that has happened or may have happened (pending and uncertain ones too);
+  refund that has happened or may have happened (pending and uncertain ones too,
+  and failed ones the provider has not shown yet: ``failed_unseen``);
 - the amount is one the provider takes in the currency (``tickets.money.amount_step``:
   a three-decimal currency's ends in 0, ISK's in whole krónur).
 
@@ -85,6 +86,7 @@ from agents.profiles import policy_values, profile_of
 from agents.selectors import (
     customer_wrote_since_the_go_ahead,
     failed_unseen,
+    failed_unseen_cents,
     payment_left_cents,
     person_took_the_ticket_since,
     refund_call_order_number,
@@ -255,16 +257,30 @@ def _check_guardrails(
             f"Refunds in {order.currency.upper()} are made in steps of {format_money(step, order.currency)}: "
             f"{format_money(amount, order.currency)} cannot be refunded as it is{below}."
         )
-    remaining = order.total_cents - refunded_total_cents(order, exclude_key=key)
+    # A refund failed without the provider ever showing it may still be paid (a request on its way):
+    # it counts against what is left, as an uncertain one does. Approved on a card that showed it, or
+    # not, a refund on top of it could pay the order back twice (a payment for several orders lets the
+    # provider take both).
+    unseen = failed_unseen_cents(order, exclude_key=key)
+    remaining = order.total_cents - refunded_total_cents(order, exclude_key=key) - unseen
     held = refunds_outside_the_ledger(order, key, listed) if listed and key else []
     outside = sum(found.amount_cents for found in held)
     if outside:
-        remaining = min(remaining, payment_left_cents(order, exclude_key=key) - outside)
+        left_on_payment = payment_left_cents(order, exclude_key=key) - failed_unseen_cents(
+            order, exclude_key=key, whole_payment=True
+        )
+        remaining = min(remaining, left_on_payment - outside)
     if amount > remaining:
-        counted = f" (counting {format_money(outside, order.currency)} refunded at the payment provider)"
+        counted = [
+            f"{format_money(outside, order.currency)} refunded at the payment provider" if outside else "",
+            f"{format_money(unseen, order.currency)} the payment provider has not shown yet and may still pay"
+            if unseen
+            else "",
+        ]
+        counting = " and ".join(words for words in counted if words)
         raise ToolError(
             f"Order {order.number} has {format_money(max(0, remaining), order.currency)} left to refund"
-            f"{counted if outside else ''}; "
+            f"{f' (counting {counting})' if counting else ''}; "
             f"{format_money(min(amount, MAX_REFUND_CENTS), order.currency)} is more than that."
         )
     return order, amount, currency
@@ -756,10 +772,11 @@ def refunds_outside_the_ledger(order: Order, key: str, listed: list[ProviderRefu
     provider's dashboard, by the deployment a ticket was moved from, or one of ours the ledger holds as
     failed), besides the refund under ``key`` itself."""
     # Ours on this payment, whichever order names it (one payment may pay for several orders).
+    # Those failed unseen too: the ledger counts them as what may still be paid (``failed_unseen_cents``).
     ours = set(
-        Refund.objects.filter(
-            order__payment_reference=order.payment_reference, status__in=RESERVING_REFUND_STATUSES
-        ).values_list("idempotency_key", flat=True)
+        Refund.objects.filter(Q(status__in=RESERVING_REFUND_STATUSES) | failed_unseen())
+        .filter(order__payment_reference=order.payment_reference)
+        .values_list("idempotency_key", flat=True)
     )
     return [
         found

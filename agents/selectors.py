@@ -450,6 +450,21 @@ def payment_left_cents(order: Order, *, exclude_key: str | None = None) -> int:
     return paid - int(refunds.aggregate(total=Sum("amount_cents"))["total"] or 0)
 
 
+def failed_unseen_cents(order: Order, *, exclude_key: str | None = None, whole_payment: bool = False) -> int:
+    """What refunds failed without the provider ever showing them (``failed_unseen``) may still pay on
+    this order, or on every order its payment paid for (``whole_payment``): a request still on its way
+    may land, and is then recorded paid. Not among ``refunded_total_cents`` (nothing was refunded as far
+    as anyone knows); counted against what is left to refund all the same (``agents.refunds``)."""
+    refunds = Refund.objects.filter(failed_unseen())
+    if whole_payment:
+        refunds = refunds.filter(order__payment_reference=order.payment_reference)
+    else:
+        refunds = refunds.filter(order=order)
+    if exclude_key:
+        refunds = refunds.exclude(idempotency_key=exclude_key)
+    return int(refunds.aggregate(total=Sum("amount_cents"))["total"] or 0)
+
+
 def refund_call_order_number(arguments: dict[str, Any]) -> str:
     """The order a refund call names, as order numbers are compared (trimmed, in capitals)."""
     return str(arguments.get("order_number", "")).strip().upper()
