@@ -54,7 +54,7 @@ from django.http import Http404
 
 from support.websocket import SignedInConsumer, check_when_quiet
 from tickets import presenters, realtime, selectors, services
-from tickets.models import AGENT_STAYS_OUT, BIGINT_MAX, AuthorKind, Ticket, TicketEvent
+from tickets.models import AGENT_STAYS_OUT, BIGINT_MAX, AuthorKind, Ticket, TicketEvent, TicketStatus
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,9 @@ RESYNC_MIN_SECONDS = 0.5
 # How far back the timeline is read on connect to learn whether the agent is at work (the page's
 # typing indicator): the last event that turns it on or off is among the latest few.
 AT_WORK_LOOKBACK = 50
+# The ticket's states in which staff are to act, and the customer to hear of it (a reply, a decision and
+# the agent's answer after it), their rings lost or not.
+WAITS_ON_STAFF = frozenset({TicketStatus.WITH_HUMAN, TicketStatus.PENDING_APPROVAL})
 
 
 def _after(query_string: bytes) -> int:
@@ -191,11 +194,19 @@ class TicketConsumer(SignedInConsumer):
         await super().send_json(content, close=close)
 
     async def _look_when_quiet(self) -> None:
-        """After a quiet spell (``check_when_quiet``), while the customer waits on the agent: read the
-        ledger, so an answer stored by a worker whose doorbell never came is shown. (A socket whose
-        customer waits on nobody costs nothing.)"""
-        if self.agent_at_work and self.status not in AGENT_STAYS_OUT:  # a person answers: no doorbell lost
+        """After a quiet spell (``check_when_quiet``), while the customer waits on someone: read the
+        ledger, so an answer stored by a worker or a web server whose doorbell never came is shown.
+        (A socket whose customer waits on nobody costs nothing.)"""
+        if self._customer_waits():
             await self.ticket_event({"type": "ticket.event"})
+
+    def _customer_waits(self) -> bool:
+        """Is someone to write to the customer? A person who has the ticket, staff deciding on a request of
+        theirs (the agent answers after it), or the agent at work on a ticket no person holds. A person's
+        reply rings through Redis as a worker's does, and is lost with it."""
+        if self.status in WAITS_ON_STAFF:
+            return True
+        return self.agent_at_work and self.status not in AGENT_STAYS_OUT
 
     def _agent_at_work(self) -> bool:
         """On connect: is the customer waiting on the agent? A message of theirs no turn has taken in,
