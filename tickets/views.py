@@ -202,6 +202,9 @@ def _chat_page(
             "attachMaxBytes": attachments.max_bytes(),
             "attachMaxFiles": attachments.max_files(),
             "loginUrl": _login_url(ticket.pk),
+            # A message the ticket was closed before it reached: sent in a new ticket, with its words.
+            "newTicketUrl": reverse("tickets:new"),
+            "subject": ticket.subject,
             "csrfCookie": settings.CSRF_COOKIE_NAME,
         },
         "attach_accept": attachments.ACCEPT_ATTRIBUTE,

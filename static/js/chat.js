@@ -749,6 +749,11 @@
       state.pending[clientMsgId] = el;
       state.unsent[clientMsgId] = text;
       log.appendChild(el);
+      if (input.disabled) {
+        // Closed before it reached us (a message stored before the close is on the page already).
+        markClosed(el, clientMsgId, text);
+        return;
+      }
       // Its files, if it had any, go again with it (kept in IndexedDB until it was stored); in the
       // order written, as when they were first sent.
       var ready = (attach() ? attach().takeBack(clientMsgId) : Promise.resolve([])).then(function (files) {
@@ -818,6 +823,36 @@
     }
   }
 
+  // The ticket was closed before the message reached it: the message stays on the page, and in this tab
+  // over reloads (a closed ticket's page has no composer to put it back in), with a link that opens a new
+  // ticket with its words, until that link is followed. Its files are not kept: the new-ticket form takes
+  // none (they go in its chat).
+  var NEW_TICKET_KEY = "new-ticket-sent"; // read by static/js/new_ticket.js
+  function markClosed(el, clientMsgId, text) {
+    markFailed(el, clientMsgId, "this ticket was closed before it reached us. ", false);
+    var withFiles = attach() && attach().has(clientMsgId);
+    if (attach()) attach().forget(clientMsgId);
+    var link = document.createElement("a");
+    link.href = config.newTicketUrl;
+    link.textContent = "Send it in a new ticket";
+    link.addEventListener("click", function () {
+      try {
+        window.sessionStorage.setItem(NEW_TICKET_KEY, JSON.stringify({
+          subject: config.subject,
+          body: text,
+          note: "The message you wrote on your closed ticket is in the form: press Send to open a new ticket with it.",
+        }));
+      } catch (e) {
+        /* storage off: the form opens empty, and the message is still on the closed ticket's page */
+      }
+      delete state.unsent[clientMsgId];
+      keepUnsent();
+    });
+    var why = el.querySelector(".msg-error");
+    why.appendChild(link);
+    why.appendChild(document.createTextNode(withFiles ? " (attach its files again there)." : "."));
+  }
+
   // How long a send may go unanswered before it is given up and tried again (under the same client
   // message ID, so a send that did arrive is stored once): a request lost on a half-open connection
   // (a train's tunnel, a phone changing networks) otherwise stayed "sending" as long as the page was
@@ -870,6 +905,8 @@
             }
           } else if (result.status === 401) {
             markSignedOut(el, clientMsgId, text);
+          } else if (result.status === 409 && result.data.code === "ticket_closed") {
+            markClosed(el, clientMsgId, text);
           } else if (result.status === 429) {
             // Too many too fast: say so, with the wait. Nothing more is sent until it is over (a later
             // message would be refused too, or, past the window's end, stored before this one); then
@@ -1149,7 +1186,7 @@
           (count === 1 ? "file" : count + " files") + ": press Send to send it.";
       });
   }
-  if (!input.disabled) sendKeptMessages();
+  sendKeptMessages(); // on a closed ticket: shown, not sent (markClosed)
   // Ready to type on open; not on a touch screen, where focus would open the keyboard over the conversation.
   if (!input.disabled && !window.matchMedia("(pointer: coarse)").matches) input.focus();
   connect();

@@ -27,7 +27,11 @@
     note.className = "muted";
     note.id = "new-ticket-kept";
     note.setAttribute("role", "status");
-    note.textContent = "What you wrote before you were signed out is back: press Send to send it.";
+    // The chat of a closed ticket sends its unsent message here with words of its own (chat.js).
+    note.textContent =
+      typeof kept.note === "string" && kept.note
+        ? kept.note
+        : "What you wrote before you were signed out is back: press Send to send it.";
     form.insertAdjacentElement("beforebegin", note);
   }
 
