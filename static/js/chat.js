@@ -1175,6 +1175,17 @@
     input.value = unsent;
     autosize();
     note.textContent = "The message you wrote before you were signed out is back in the box: press Send to send it.";
+  } else if (unsent) {
+    // Closed while they were signed out: no box to put it back in. It joins the messages the close kept
+    // from reaching us, shown with a way to a new ticket (sendKeptMessages).
+    try {
+      var keptSends = JSON.parse(window.sessionStorage.getItem(PENDING_KEY) || "{}") || {};
+      keptSends[newClientMsgId()] = unsent;
+      window.sessionStorage.setItem(PENDING_KEY, JSON.stringify(keptSends));
+      window.sessionStorage.removeItem(UNSENT_KEY);
+    } catch (e) {
+      /* storage full or off: it stays where it was */
+    }
   }
   if (!input.disabled && attach()) {
     attach()
