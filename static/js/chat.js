@@ -462,6 +462,7 @@
     if (item.answers) answered(questionBefore(item.answers, item.seq), item.text);
     if (typeof item.run === "number") state.lastRun = Math.max(state.lastRun, item.run);
     if (typeof item.status === "string") {
+      if (item.status === "closed" && state.status !== "closed") keepDraftOfClosed();
       state.status = item.status;
       if (PERSON_HAS_IT[item.status]) personTookIt();
     }
@@ -828,8 +829,8 @@
   // ticket with its words, until that link is followed. Its files are not kept: the new-ticket form takes
   // none (they go in its chat).
   var NEW_TICKET_KEY = "new-ticket-sent"; // read by static/js/new_ticket.js
-  function markClosed(el, clientMsgId, text) {
-    markFailed(el, clientMsgId, "this ticket was closed before it reached us. ", false);
+  function markClosed(el, clientMsgId, text, reason) {
+    markFailed(el, clientMsgId, reason || "this ticket was closed before it reached us. ", false);
     var withFiles = attach() && attach().has(clientMsgId);
     if (attach()) attach().forget(clientMsgId);
     var link = document.createElement("a");
@@ -851,6 +852,23 @@
     var why = el.querySelector(".msg-error");
     why.appendChild(link);
     why.appendChild(document.createTextNode(withFiles ? " (attach its files again there)." : "."));
+  }
+
+  // The ticket closed under words still in the box: the box is disabled (its text cannot even be
+  // selected) and they were gone at the next reload. They become a message the close kept from reaching
+  // us (markClosed), kept in this tab over reloads.
+  function keepDraftOfClosed() {
+    var text = input.value.trim();
+    if (!text) return;
+    var clientMsgId = newClientMsgId();
+    var el = messageElement("customer", config.authorNames.customer, text, null);
+    el.setAttribute("data-client-msg-id", clientMsgId);
+    state.unsent[clientMsgId] = text;
+    keepUnsent();
+    log.appendChild(el);
+    markClosed(el, clientMsgId, text, "this ticket was closed while you were writing it. ");
+    input.value = "";
+    autosize();
   }
 
   // How long a send may go unanswered before it is given up and tried again (under the same client

@@ -6,7 +6,8 @@ the customer's words vanished without a word. A send refused because the ticket 
 not told yet: its socket away) said so, but its words were gone at the next reload. Either way the
 message now stays on the page, over reloads, saying why it was not sent, with a link that opens a new
 ticket with its words in the form. So does the message a send refused for a sign-out kept for the
-box, when the ticket was closed before the customer signed in again.
+box, when the ticket was closed before the customer signed in again; and the words in the box when the
+ticket closes under them (the box is disabled then: in Chromium its text cannot even be selected).
 """
 
 from __future__ import annotations
@@ -94,6 +95,18 @@ def test_a_message_kept_over_a_sign_out_of_a_ticket_closed_meanwhile_is_shown_an
     page.fill("#id_password", PASSWORD)
     page.click("main form button[type=submit]")
     page.wait_for_url(live.url(f"/tickets/{ticket.pk}/"))
+    page.locator("#chat-note", has_text="This ticket is closed").wait_for()
+
+    assert not Message.objects.filter(ticket=ticket, body=WORDS).exists()
+    kept_and_carried_to_a_new_ticket(page, live)
+    page.context.close()
+
+
+def test_words_in_the_box_when_the_ticket_closes_are_kept_and_can_go_in_a_new_ticket(live: Stack, browser):  # noqa: ANN001
+    page, ticket = open_chat(live, browser, "Closed while writing")
+    page.fill("#chat-input", WORDS)
+
+    ticket_services.ticket_close(ticket=ticket.pk, user=make_support_staff("closer"))
     page.locator("#chat-note", has_text="This ticket is closed").wait_for()
 
     assert not Message.objects.filter(ticket=ticket, body=WORDS).exists()
