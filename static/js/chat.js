@@ -32,6 +32,9 @@
  * A send refused because the session ended says so, with a sign-in link that comes
  * back to this ticket; the unsent text waits in this tab's sessionStorage and is put
  * back in the message box after signing in.
+ * Words the ticket was closed before they reached it (a send refused for the close, one kept over a
+ * reload or a sign-out, the text in the box when the close arrives) stay on the page, kept in this tab,
+ * shown not sent, with a link that opens a new ticket with them.
  *
  * User text is only ever set with textContent, never as HTML.
  */
