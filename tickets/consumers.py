@@ -67,6 +67,10 @@ AT_WORK_LOOKBACK = 50
 # The ticket's states in which staff are to act, and the customer to hear of it (a reply, a decision and
 # the agent's answer after it), their rings lost or not.
 WAITS_ON_STAFF = frozenset({TicketStatus.WITH_HUMAN, TicketStatus.PENDING_APPROVAL})
+# While the customer waits on nobody, the socket looks at the ledger after this many quiet spells (a
+# minute): a person may still write unprompted, taking the ticket in the same stroke, and that one ring
+# is all that would tell the socket. One indexed read a minute per such socket.
+IDLE_LOOK_EVERY = 6
 
 
 def _after(query_string: bytes) -> int:
@@ -95,6 +99,7 @@ class TicketConsumer(SignedInConsumer):
     status: str = ""
     last_sent: float = 0.0
     quiet_check: asyncio.Task[None] | None = None
+    quiet_spells: int = 0
 
     async def connect(self) -> None:
         self.read_lock = asyncio.Lock()
@@ -196,8 +201,9 @@ class TicketConsumer(SignedInConsumer):
     async def _look_when_quiet(self) -> None:
         """After a quiet spell (``check_when_quiet``), while the customer waits on someone: read the
         ledger, so an answer stored by a worker or a web server whose doorbell never came is shown.
-        (A socket whose customer waits on nobody costs nothing.)"""
-        if self._customer_waits():
+        While they wait on nobody, after every ``IDLE_LOOK_EVERY`` quiet spells."""
+        self.quiet_spells += 1
+        if self._customer_waits() or self.quiet_spells % IDLE_LOOK_EVERY == 0:
             await self.ticket_event({"type": "ticket.event"})
 
     def _customer_waits(self) -> bool:
