@@ -34,6 +34,15 @@ ACCEPTED_WORDS = "a photo (JPEG, PNG or WebP) or a PDF"
 ACCEPT_ATTRIBUTE = "image/jpeg,image/png,image/webp,application/pdf"
 NAME_MAX_CHARS = 200
 
+# A PDF as its readers find it (ISO 32000 7.5): the header and, at the very end, "startxref", the offset
+# of the last cross-reference section and "%%EOF" (followed by line ends or padding at most); at that
+# offset an "xref" table or a cross-reference stream object ("12 0 obj"), and a /Root after it.
+_PDF_HEADER = re.compile(rb"%PDF-(?:1\.[0-7]|2\.0)\s")
+_PDF_END = re.compile(rb"startxref\s+(\d{1,12})\s+%%EOF[\s\x00]*\Z")
+_PDF_XREF = re.compile(rb"\s*(?:xref\s|\d{1,10}\s+\d{1,5}\s+obj\b)")
+# Readers look for the end in the last 1024 bytes.
+_PDF_END_BYTES = 1024
+
 # Control characters, folder separators, and bidi controls (marks, embeddings, overrides, isolates):
 # a name is shown to staff, and an override makes it read as another ("invoice\u202efdp.exe" shows as
 # "invoiceexe.pdf") and turns the text after it around. Right-to-left names show right without them.
@@ -126,7 +135,8 @@ def inspect(incoming: IncomingFile) -> CheckedFile:
     """The bytes to store for ``incoming``, or AttachmentRefused.
 
     The type comes from the content alone: a PNG named ``receipt.pdf`` is a PNG, an HTML page
-    named ``photo.jpg`` is refused. Images are decoded and encoded again, so what we store and
+    named ``photo.jpg`` is refused, and so is one that begins with ``%PDF-`` (a PDF has the frame
+    of one, start to end). Images are decoded and encoded again, so what we store and
     serve is pixels Pillow wrote (no EXIF, GPS position, XMP or comments of the original; the
     EXIF orientation is applied first, so the photo stays upright).
     """
@@ -140,6 +150,8 @@ def inspect(incoming: IncomingFile) -> CheckedFile:
     if not data:
         raise AttachmentRefused(f"{name} is empty.", code="empty")
     if data.startswith(b"%PDF-"):
+        if not _pdf_structure(data):
+            raise _damaged(name)
         content_type, stored = PDF_TYPE, data
     else:
         content_type, stored = _reencoded_image(name, data)
@@ -154,6 +166,27 @@ def inspect_all(files: list[IncomingFile]) -> list[CheckedFile]:
 
 def _refused_type(name: str) -> AttachmentRefused:
     return AttachmentRefused(f"{name} is not a file we accept. Please send {ACCEPTED_WORDS}.", code="unsupported_type")
+
+
+def _damaged(name: str) -> AttachmentRefused:
+    return AttachmentRefused(f"{name} looks damaged and could not be opened.", code="damaged")
+
+
+def _pdf_structure(data: bytes) -> bool:
+    """Whether ``data`` has the frame of a PDF (see _PDF_END): its first bytes alone are any text
+    with "%PDF-" in front (a page, a picture, a script), which must not be stored, nor offered to
+    staff, as a PDF. What is inside the objects is the reader's business, not ours."""
+    if not _PDF_HEADER.match(data):
+        return False
+    tail_at = max(0, len(data) - _PDF_END_BYTES)
+    start = data.rfind(b"startxref", tail_at)
+    end = _PDF_END.match(data, start) if start >= 0 else None
+    if end is None:
+        return False
+    offset = int(end.group(1))
+    if not 0 < offset < start or _PDF_XREF.match(data, offset) is None:
+        return False
+    return data.find(b"/Root", offset, start) >= 0
 
 
 def _reencoded_image(name: str, data: bytes) -> tuple[str, bytes]:
@@ -184,7 +217,7 @@ def _reencoded_image(name: str, data: bytes) -> tuple[str, bytes]:
     except (OSError, SyntaxError, ValueError, EOFError, TypeError, KeyError, IndexError, struct.error):
         # Looked like an accepted image but its data is broken (truncated, corrupt, odd metadata): a
         # refusal the customer reads, never a failed request.
-        raise AttachmentRefused(f"{name} looks damaged and could not be opened.", code="damaged") from None
+        raise _damaged(name) from None
 
 
 # EXIF orientation -> the turns that make the picture upright (as ImageOps.exif_transpose applies

@@ -33,7 +33,14 @@ def jpeg_with_location(width: int = 40, height: int = 30) -> bytes:
     return out.getvalue()
 
 
-PDF_BYTES = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
+def pdf_bytes() -> bytes:
+    """A real one-page PDF (as Pillow writes it: a cross-reference table, a trailer, startxref)."""
+    out = io.BytesIO()
+    Image.new("RGB", (8, 6), (250, 250, 250)).save(out, "PDF")
+    return out.getvalue()
+
+
+PDF_BYTES = pdf_bytes()
 
 
 def post_with_files(

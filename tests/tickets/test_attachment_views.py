@@ -87,7 +87,7 @@ def test_a_file_of_a_forbidden_type_is_refused_with_what_is_accepted(signed_in, 
 def test_a_file_over_the_limit_is_refused_with_413_before_it_is_read(signed_in, ticket, media, settings):  # noqa: ANN001
     settings.ATTACHMENT_MAX_BYTES = 1024
 
-    response = upload(signed_in, ticket, [("scan.pdf", PDF_BYTES + b"0" * 3000, "application/pdf")])
+    response = upload(signed_in, ticket, [("scan.pdf", PDF_BYTES + b"0" * (3000 - len(PDF_BYTES)), "application/pdf")])
 
     assert response.status_code == 413
     assert response.json()["error"] == "scan.pdf is 3 KB; a file can be at most 1 KB."

@@ -74,7 +74,7 @@ def test_a_file_over_the_size_limit_is_refused_with_the_limit(ticket, media, set
     settings.ATTACHMENT_MAX_BYTES = 2048
 
     with pytest.raises(AttachmentRefused) as refused:
-        post_with_files(ticket, [("big.pdf", PDF_BYTES + b"0" * 4096)])
+        post_with_files(ticket, [("big.pdf", PDF_BYTES + b"0" * (4096 - len(PDF_BYTES)))])
 
     assert refused.value.code == "too_large"
     assert refused.value.messages == ["big.pdf is 4 KB; a file can be at most 2 KB."]
