@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.urls import reverse
 
-from support.startup import check_class_paths
+from support.startup import check_class_paths, check_media_folder
 
 
 def is_value_of(field: Any, value: Any) -> bool:
@@ -76,6 +76,7 @@ class SupportAdminConfig(AdminConfig):
         _lockout_cleanup_reads_its_time()
         # The project's one app of its own: the configuration checks that import classes run here.
         check_class_paths()
+        check_media_folder()
 
 
 def _lockout_cleanup_reads_its_time() -> None:

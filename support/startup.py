@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.files.storage import FileSystemStorage, storages
 from django.utils.module_loading import import_string
 
 
@@ -20,3 +24,27 @@ def check_class_paths() -> None:
             import_string(path)
         except ImportError as exc:
             raise ImproperlyConfigured(f"{variable}={path!r} is not an importable class path: {exc}") from None
+
+
+def check_media_folder() -> None:
+    """With a storage that keeps files in a folder (the default), that folder is made if missing and
+    written to once now: one that cannot be (a read-only volume, a path through a file, another
+    owner) was found only when the first customer sent a file, and their message was refused."""
+    storage = storages["default"]
+    if not isinstance(storage, FileSystemStorage):
+        return  # a bucket or the like: its own client reports its errors
+    options = settings.STORAGES["default"].get("OPTIONS") or {}
+    if "location" in options:
+        named = f"MEDIA_STORAGE_OPTIONS (its location {str(options['location'])!r})"
+    else:
+        named = f"MEDIA_ROOT={str(settings.MEDIA_ROOT)!r}"
+    folder = Path(storage.location)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"{named}: customers' attachments are stored in {str(folder)!r}, and this process cannot "
+            f"write there ({type(exc).__name__}: {exc.strerror or exc}). Point it at a folder it can write to."
+        ) from None
