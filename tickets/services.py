@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -58,12 +59,20 @@ SUBJECT_MAX_CHARS = 200
 CLIENT_REF_MAX_CHARS = 100 - len("open:")
 
 
+logger = logging.getLogger(__name__)
+
+
 class InvalidTransition(ValidationError):
     """A ticket status change that TICKET_TRANSITIONS does not allow."""
 
 
 class MessageConflict(ValidationError):
     """A client message ID reused for a different message body."""
+
+
+class FilesNotStored(ValidationError):
+    """The storage refused a message's files (a full disk, a volume gone, a bucket down): nothing of
+    the message was kept, and the same send may be tried again."""
 
 
 def _ticket_id(ticket: Ticket | int) -> int:
@@ -470,10 +479,22 @@ def _client_msg_id_checked(client_msg_id: str) -> str:
 def _store_files(ticket_id: int, checked: list[CheckedFile], stored: list[str]) -> None:
     """Put the files' bytes in storage, each under a random name in the ticket's folder (the
     customer's name for a file is only ever data). Each name is added to ``stored`` as soon as
-    it exists, so the caller can remove the files if what names them is not committed."""
+    it exists, so the caller can remove the files if what names them is not committed.
+    Raises FilesNotStored when the storage refuses one (the reason is logged for operators)."""
     for file in checked:
         path = f"attachments/{ticket_id}/{uuid.uuid4().hex}{file.extension}"
-        stored.append(default_storage.save(path, ContentFile(file.data)))
+        try:
+            stored.append(default_storage.save(path, ContentFile(file.data)))
+        except Exception as exc:  # noqa: BLE001 - any storage's error: a folder, a bucket, a network
+            logger.error(
+                "Attachments: the storage refused %s of ticket %s (%s: %s); check MEDIA_ROOT or MEDIA_STORAGE_*",
+                path, ticket_id, type(exc).__name__, exc,
+            )  # fmt: skip
+            raise FilesNotStored(
+                "Your files could not be stored just now, so this message was not sent. "
+                "Please send it again in a minute.",
+                code="files_not_stored",
+            ) from exc
 
 
 def _attachment_rows(message: Message, checked: list[CheckedFile], stored: list[str]) -> list[Attachment]:

@@ -269,6 +269,8 @@ class _Refusal(Exception):
 # What a message is sent with (support.fields: any other field is refused, not dropped: a photo sent as
 # ``file`` was lost, the message stored without it).
 MESSAGE_FIELDS = ("client_msg_id", "body")
+# When files could not be stored: when to send them again.
+FILES_RETRY_AFTER_SECONDS = 60
 FILES_FIELD = "files"
 
 
@@ -359,6 +361,11 @@ def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
         )
     except services.MessageConflict as exc:
         return JsonResponse({"error": exc.messages[0]}, status=409)
+    except services.FilesNotStored as exc:
+        # Nothing was kept: the same send (same client message ID) is safe to try again.
+        unavailable = JsonResponse({"error": exc.messages[0], "code": exc.code}, status=503)
+        unavailable["Retry-After"] = str(FILES_RETRY_AFTER_SECONDS)
+        return unavailable
     except attachments.AttachmentRefused as exc:
         return JsonResponse({"error": exc.messages[0]}, status=413 if exc.code == "too_large" else 400)
     except ValidationError as exc:

@@ -937,7 +937,8 @@
             withoutRetryButton(el); // it goes by itself when the wait is over; a Retry now would do nothing
             holdSends(wait * 1000);
           } else if (result.status >= 500) {
-            return retry();
+            // A server that says why (files it could not store) is quoted once the quick tries are over.
+            return retry(typeof result.data.error === "string" ? result.data.error : null);
           } else {
             delete state.unsent[clientMsgId];
             keepUnsent();
@@ -960,11 +961,11 @@
         }
       );
 
-    function retry() {
+    function retry(reason) {
       // Its event came over the socket: the server has it, whatever became of this answer.
       if (state.unsent[clientMsgId] === undefined) return;
       if (attempt >= QUICK_RETRIES || navigator.onLine === false) {
-        markFailed(el, clientMsgId, null, true);
+        markFailed(el, clientMsgId, reason || null, true);
         return;
       }
       return new Promise(function (resolve) {

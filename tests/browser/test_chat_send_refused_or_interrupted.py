@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -106,4 +107,32 @@ def test_a_message_that_failed_to_send_survives_a_reload(rate_live: Stack, brows
     page.locator("#chat-log li.msg.from-customer[data-seq]", has_text=text).wait_for()
     assert stored(ticket, text) == 1, "a message the customer wrote is lost on reload (or stored twice)"
     assert page.locator("#chat-log li.msg.from-customer", has_text=text).count() == 1
+    page.context.close()
+
+
+def test_a_send_the_server_could_not_store_says_why_and_keeps_the_message_to_retry(rate_live: Stack, browser):  # noqa: ANN001, F811
+    """A 503 that says why (files the storage refused) is quoted once the quick tries are over, with
+    Retry; the message waits on the page and goes once Retry is pressed after storage is back."""
+    page, ticket = open_chat(rate_live, browser)
+    words = "Your files could not be stored just now, so this message was not sent. Please send it again in a minute."
+    answer = json.dumps({"error": words, "code": "files_not_stored"})
+    page.route(
+        "**/messages",
+        lambda route: route.fulfill(
+            status=503, content_type="application/json", headers={"Retry-After": "60"}, body=answer
+        ),
+    )
+    text = "The box was crushed, photo to follow"
+    page.fill("#chat-input", text)
+    page.press("#chat-input", "Enter")
+
+    failure = page.locator(NOT_SENT)
+    failure.wait_for(timeout=15_000)
+    assert words in failure.inner_text(), f"the customer is not told why: {failure.inner_text()!r}"
+    assert stored(ticket, text) == 0
+    page.unroute("**/messages")
+    failure.locator(".msg-retry").click()
+
+    page.locator("#chat-log li.msg.from-customer[data-seq]", has_text=text).wait_for()
+    assert stored(ticket, text) == 1
     page.context.close()
