@@ -24,6 +24,7 @@ from django.conf import settings
 
 from support.celery import app
 from support.pauses import Pause
+from support.redis_client import LazyRedis
 
 logger = logging.getLogger(__name__)
 
@@ -32,14 +33,7 @@ marks_pause = Pause("doorbell marks", 5.0)
 # a way the queue's length hides, when every other mark still stands for a queued doorbell.
 MARK_KEPT_SECONDS = 600
 
-_redis: redis.Redis | None = None
-
-
-def _client() -> redis.Redis:
-    global _redis
-    if _redis is None:
-        _redis = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=3, socket_connect_timeout=3)
-    return _redis
+_client = LazyRedis(timeout=3)
 
 
 def _key(what: str = "doorbells") -> str:

@@ -38,20 +38,14 @@ from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.conf import settings
 
 from support.pauses import Pause
+from support.redis_client import LazyRedis
 
 logger = logging.getLogger(__name__)
 STREAM_TTL_SECONDS = 3600
 # A connection for live updates idle this long is checked before it is written to (see _Writer).
 IDLE_CHECK_SECONDS = 0.5
 
-_redis: redis.Redis | None = None
-
-
-def _client() -> redis.Redis:
-    global _redis
-    if _redis is None:
-        _redis = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    return _redis
+_client = LazyRedis(timeout=2)
 
 
 def group_name(ticket_id: int) -> str:

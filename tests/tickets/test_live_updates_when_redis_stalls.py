@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from agents import doorbells
 from agents.llm import ModelResponse, Usage
 from agents.models import AgentRun, RunStatus
 from agents.runner import advance
@@ -21,6 +22,7 @@ from tests.agents.test_money_path import public_words
 from tests.conftest import make_customer, silent_server
 from tickets import realtime
 from tickets import services as ticket_services
+from tickets.models import Ticket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -39,20 +41,33 @@ class Streams:
 
 
 @pytest.fixture
-def stalled_redis(settings) -> Iterator[list[socket.socket]]:  # noqa: ANN001
+def ticket() -> Ticket:
+    """Opened, and its doorbell rung and marked, while Redis still answers: what is counted is the
+    worker's answer."""
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Order", body="Where is my order?")
+    return ticket
+
+
+def forget_redis_clients() -> None:
+    """The processes' Redis clients are made again at next use, from REDIS_URL as it is then."""
+    realtime._client.client, realtime._writer = None, None
+    doorbells._client.client = None
+    realtime.live_updates_pause.lift()
+    doorbells.marks_pause.lift()
+
+
+@pytest.fixture
+def stalled_redis(ticket, settings) -> Iterator[list[socket.socket]]:  # noqa: ANN001
     """A Redis that accepts connections and never answers; yields the connections it was asked for."""
     with silent_server(backlog=128) as (port, accepted):
         settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
-        realtime._redis, realtime._writer = None, None
-        realtime.live_updates_pause.lift()
+        forget_redis_clients()
         yield accepted
-    realtime._redis, realtime._writer = None, None
-    realtime.live_updates_pause.lift()
+    # A client left on the stalled server would fail every later test's doorbell marks in this process.
+    forget_redis_clients()
 
 
-def test_an_answer_is_stored_while_redis_stalls_and_the_worker_waits_on_it_once(stalled_redis):  # noqa: ANN001
-    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Order", body="Where is my order?")
-
+def test_an_answer_is_stored_while_redis_stalls_and_the_worker_waits_on_it_once(ticket, stalled_redis):  # noqa: ANN001
     outcome = advance(ticket.pk, model=Streams())
 
     assert outcome.state == RunStatus.COMPLETED

@@ -118,7 +118,7 @@ def test_an_unreachable_redis_loses_the_live_update_and_nothing_else(monkeypatch
     """The worker goes on: streaming and doorbells are best effort, the ledger has the truth."""
     import redis
 
-    monkeypatch.setattr(realtime, "_redis", redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2))
+    monkeypatch.setattr(realtime._client, "client", redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2))
     monkeypatch.setattr(realtime, "_writer", None)
     realtime.stream_token(987_657, 3, 0, "Hello")
     realtime.publish_event(987_657)
