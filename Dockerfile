@@ -46,9 +46,10 @@ RUN groupadd --system --gid 10001 app \
 COPY --from=build /opt/venv /opt/venv
 
 WORKDIR /app
-# The code belongs to root and is read-only for the app user; only var/ is writable.
+# The code belongs to root and is read-only for the app user; only var/ is writable. var/media is
+# made here, the app user's, so a new volume mounted on it (docker-compose.yml) starts writable.
 COPY . /app
-RUN chmod -R a+rX /app && mkdir -p /app/var && chown app:app /app/var
+RUN chmod -R a+rX /app && mkdir -p /app/var/media && chown -R app:app /app/var
 
 USER 10001:10001
 
