@@ -30,10 +30,13 @@ def check_media_folder() -> None:
     """With a storage that keeps files in a folder (the default), that folder is made if missing and
     written to once now: one that cannot be (a read-only volume, a path through a file, another
     owner) was found only when the first customer sent a file, and their message was refused."""
-    storage = storages["default"]
-    if not isinstance(storage, FileSystemStorage):
-        return  # a bucket or the like: its own client reports its errors
+    if not issubclass(import_string(settings.STORAGES["default"]["BACKEND"]), FileSystemStorage):
+        return  # a bucket or the like (not even made here): its own client reports its errors
     options = settings.STORAGES["default"].get("OPTIONS") or {}
+    try:
+        storage = storages["default"]
+    except TypeError as exc:  # an option the folder storage does not take (a bucket's, say)
+        raise ImproperlyConfigured(f"MEDIA_STORAGE_OPTIONS: {exc}") from None
     if "location" in options:
         named = f"MEDIA_STORAGE_OPTIONS (its location {str(options['location'])!r})"
     else:

@@ -40,6 +40,14 @@ def test_the_storage_options_location_is_named_when_it_is_the_folder(tmp_path): 
     assert "MEDIA_STORAGE_OPTIONS" in result.stderr.splitlines()[-1], result.stderr[-600:]
 
 
+def test_options_the_folder_storage_does_not_take_stop_the_process_naming_them(tmp_path):  # noqa: ANN001
+    result = start_django(tmp_path, **GOOD, MEDIA_STORAGE_OPTIONS=json.dumps({"bucket_name": "support"}))
+
+    assert result.returncode != 0, "a bucket's options for the folder storage started the process"
+    last = result.stderr.splitlines()[-1]
+    assert "MEDIA_STORAGE_OPTIONS" in last and "bucket_name" in last, result.stderr[-600:]
+
+
 def test_a_missing_media_root_is_made_at_start(tmp_path):  # noqa: ANN001
     media = tmp_path / "not-yet" / "media"
 
