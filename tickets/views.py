@@ -7,6 +7,7 @@ one door; 404 for anyone but its customer), call one service, render.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Any
 
@@ -34,6 +35,8 @@ from tickets.models import (
     Ticket,
     ticket_can_be_rated,
 )
+
+logger = logging.getLogger(__name__)
 
 
 def _customer_or_404(request: HttpRequest) -> Customer:
@@ -381,7 +384,7 @@ def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
 
 @login_required
 @require_GET
-def attachment_file(request: HttpRequest, attachment_id: int) -> FileResponse:
+def attachment_file(request: HttpRequest, attachment_id: int) -> HttpResponse:
     """A file sent on a ticket, to its customer and to staff (404 for anyone else). Images are
     shown inline; anything else (PDFs) downloads. The response runs nothing: no sniffing, and a
     sandboxing policy of its own."""
@@ -390,6 +393,17 @@ def attachment_file(request: HttpRequest, attachment_id: int) -> FileResponse:
         handle = default_storage.open(attachment.storage_name, "rb")
     except FileNotFoundError:
         raise Http404("No such file") from None
+    except Exception as exc:  # noqa: BLE001 - any storage's error: a folder, a bucket, a network
+        logger.error(
+            "Attachments: the storage cannot open %s (%s: %s)", attachment.storage_name, type(exc).__name__, exc
+        )
+        unavailable = HttpResponse(
+            "This file cannot be opened just now. Please try again in a minute.",
+            status=503,
+            content_type="text/plain; charset=utf-8",
+        )
+        unavailable["Retry-After"] = str(FILES_RETRY_AFTER_SECONDS)
+        return unavailable
     response = FileResponse(
         handle,
         content_type=attachment.content_type,

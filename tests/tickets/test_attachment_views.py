@@ -186,6 +186,20 @@ def test_a_file_missing_from_storage_is_404_not_an_error(signed_in, photo, media
     assert signed_in.get(f"/attachments/{photo.pk}/").status_code == 404
 
 
+def test_a_file_the_storage_cannot_read_just_now_is_a_503_that_says_so(signed_in, photo, media):  # noqa: ANN001
+    # Something the storage cannot open as a file (a volume gone bad, a bucket refusing): here, a folder.
+    stored = media / photo.storage_name
+    stored.unlink()
+    stored.mkdir()
+
+    response = signed_in.get(f"/attachments/{photo.pk}/")
+
+    assert response.status_code == 503
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert response.content.decode() == "This file cannot be opened just now. Please try again in a minute."
+    assert response["Retry-After"]
+
+
 # --- where the files show -----------------------------------------------------------------------
 
 
