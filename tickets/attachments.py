@@ -35,10 +35,11 @@ ACCEPT_ATTRIBUTE = "image/jpeg,image/png,image/webp,application/pdf"
 NAME_MAX_CHARS = 200
 
 # A PDF as its readers find it (ISO 32000 7.5): the header and, at the very end, "startxref", the offset
-# of the last cross-reference section and "%%EOF" (followed by line ends or padding at most); at that
-# offset an "xref" table or a cross-reference stream object ("12 0 obj"), and a /Root after it.
+# of the last cross-reference section and "%%EOF" (then line ends, padding or another "%%EOF", as some
+# tools leave, at most); at that offset an "xref" table or a cross-reference stream object ("12 0 obj"),
+# and a /Root after it.
 _PDF_HEADER = re.compile(rb"%PDF-(?:1\.[0-7]|2\.0)\s")
-_PDF_END = re.compile(rb"startxref\s+(\d{1,12})\s+%%EOF[\s\x00]*\Z")
+_PDF_END = re.compile(rb"startxref\s+(\d{1,12})\s+(?:%%EOF[\s\x00]*)+\Z")
 _PDF_XREF = re.compile(rb"\s*(?:xref\s|\d{1,10}\s+\d{1,5}\s+obj\b)")
 # Readers look for the end in the last 1024 bytes.
 _PDF_END_BYTES = 1024

@@ -65,7 +65,9 @@ def test_a_file_that_only_begins_like_a_pdf_is_refused_and_nothing_is_stored(tic
 
 
 @pytest.mark.parametrize(
-    "data", [PDF_BYTES, xref_stream_pdf()], ids=["xref-table-written-by-pillow", "xref-stream-crlf-padded"]
+    "data",
+    [PDF_BYTES, xref_stream_pdf(), PDF_BYTES + b"\n%%EOF\n"],
+    ids=["xref-table-written-by-pillow", "xref-stream-crlf-padded", "its-end-written-twice"],
 )
 def test_a_real_pdf_is_stored_as_it_came(ticket, media, data):  # noqa: ANN001
     message, _ = post_with_files(ticket, [("invoice.pdf", data)])
