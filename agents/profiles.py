@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,10 @@ POLICY_FIELDS = (
     "customer_confirms_refunds",
     "confirmation_minutes",
 )
+# The currency the policy's amounts are in (its threshold and customer limit, in that currency's minor
+# unit): a value of the version, as they are, so that a run decides with the currency its version was made
+# with, whatever APPROVAL_POLICY_CURRENCY says by then (that setting is the default of a version naming none).
+POLICY_CURRENCY = "currency"
 # What a version is made of (compared by the diff, copied into the next version).
 CONTENT_FIELDS = ("system_prompt", "model", "model_parameters", "tools", "approval_policy")
 
@@ -110,11 +115,18 @@ def approval_policy_cleaned(policy: Any) -> tuple[dict[str, Any], list[str]]:
     bounds: "30000" is read as 30000, -100 or a zero window is refused), and what is wrong with them."""
     if not isinstance(policy, dict):
         return {}, ["An object of the approval policy's values."]
-    unknown = sorted(set(policy) - set(POLICY_FIELDS))
+    known = (*POLICY_FIELDS, POLICY_CURRENCY)
+    unknown = sorted(set(policy) - set(known))
     if unknown:
-        return {}, [f"Not a policy value: {', '.join(unknown)}. Known: {', '.join(POLICY_FIELDS)}."]
+        return {}, [f"Not a policy value: {', '.join(unknown)}. Known: {', '.join(known)}."]
     cleaned, problems = {}, []
     for name, value in policy.items():
+        if name == POLICY_CURRENCY:
+            if isinstance(value, str) and re.fullmatch(r"[A-Za-z]{3}", value.strip()):
+                cleaned[name] = value.strip().lower()
+            else:
+                problems.append(f"{name}: {value!r} is not a three-letter ISO currency code such as usd or eur")
+            continue
         field = ApprovalPolicy._meta.get_field(name)
         if isinstance(value, bool) and not isinstance(field, models.BooleanField):
             problems.append(f"{name}: {value!r} is not a number")
@@ -170,6 +182,8 @@ class PolicyValues:
     reminder_before_hours: int
     customer_confirms_refunds: bool
     confirmation_minutes: int
+    # The currency of the amounts above (lower case): a refund in any other is reviewed, never compared.
+    currency: str
 
     @property
     def customer_limit(self) -> int:
@@ -177,7 +191,15 @@ class PolicyValues:
 
 
 def _policy_snapshot(policy: ApprovalPolicy) -> dict[str, Any]:
-    return {name: getattr(policy, name) for name in POLICY_FIELDS}
+    return _with_currency({name: getattr(policy, name) for name in POLICY_FIELDS})
+
+
+def _with_currency(policy: Any) -> Any:
+    """A version's approval policy naming its currency: the one it names, else APPROVAL_POLICY_CURRENCY's
+    now, as the version is made (and never again read from the setting)."""
+    if not isinstance(policy, dict) or policy.get(POLICY_CURRENCY):
+        return policy
+    return {**policy, POLICY_CURRENCY: settings.APPROVAL_POLICY_CURRENCY}
 
 
 def _tools_snapshot() -> list[dict[str, Any]]:
@@ -248,7 +270,9 @@ def _tables_stricter(
     values = policy_values(profile)
     fields = []
     if policy:
-        table = PolicyValues(**{name: policy.get(name, getattr(values, name)) for name in POLICY_FIELDS})
+        table = PolicyValues(
+            **{name: policy.get(name, getattr(values, name)) for name in POLICY_FIELDS}, currency=values.currency
+        )
         if table.refund_threshold_cents < values.refund_threshold_cents:
             fields.append("refund_threshold_cents")
         if table.customer_limit < values.customer_limit:
@@ -298,10 +322,15 @@ def profile_of(run: AgentRun) -> AgentProfile:
 
 
 def policy_values(profile: AgentProfile) -> PolicyValues:
-    """The profile's approval policy; values it does not name come from the model's defaults."""
+    """The profile's approval policy; values it does not name come from the model's defaults. Its currency
+    is the version's own (every version names one: made so, or given the setting's by the migration that
+    brought it in); only a version that still names none (restored from a bundle of a deployment from
+    before) is read in APPROVAL_POLICY_CURRENCY's."""
+    policy = profile.approval_policy or {}
     defaults = {name: ApprovalPolicy._meta.get_field(name).get_default() for name in POLICY_FIELDS}
-    values = {**defaults, **{k: v for k, v in (profile.approval_policy or {}).items() if k in POLICY_FIELDS}}
-    return PolicyValues(**values)
+    values = {**defaults, **{k: v for k, v in policy.items() if k in POLICY_FIELDS}}
+    currency = str(policy.get(POLICY_CURRENCY) or settings.APPROVAL_POLICY_CURRENCY).lower()
+    return PolicyValues(**values, currency=currency)
 
 
 def enabled_tools(profile: AgentProfile) -> frozenset[str]:
@@ -338,6 +367,7 @@ def profile_new_version(
         latest = AgentProfile.objects.select_for_update().order_by("-version").first()
         version = (latest.version if latest else 0) + 1
         content = {name: changes.get(name, getattr(base, name)) for name in CONTENT_FIELDS}
+        content["approval_policy"] = _with_currency(content["approval_policy"])
         profile = AgentProfile.objects.create(version=version, note=note[:300], created_by=user, **content)
     if activate:
         profile = profile_activate(version=version, user=user)

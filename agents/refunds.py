@@ -324,11 +324,13 @@ def refund_approval_reason(ctx: ToolContext, args: dict[str, Any]) -> str | None
             f"already has {format_money(on_order, order.currency)} refunded or pending, "
             f"{format_money(amount, order.currency)} more"
         )
-    if order.currency != settings.APPROVAL_POLICY_CURRENCY:
-        # The policy's amounts are in one currency: a refund in another is reviewed, never compared.
+    if order.currency != policy.currency:
+        # The policy's amounts are in one currency, its version's (never the setting's of the day: a run
+        # paused across a redeploy that changed it read its dollar threshold as euros): a refund in another
+        # currency is reviewed, never compared.
         return (
             f"refunds in {order.currency.upper()} are reviewed by staff (the approval policy's amounts are in "
-            f"{settings.APPROVAL_POLICY_CURRENCY.upper()})"
+            f"{policy.currency.upper()})"
         )
     if on_order + amount > policy.refund_threshold_cents:
         threshold = format_money(policy.refund_threshold_cents, order.currency)

@@ -658,7 +658,10 @@ AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 3, minimum=1, maximum=MAX_I
 REFUND_CUSTOMER_CONFIRMATION = env_bool("REFUND_CUSTOMER_CONFIRMATION", True)
 # The currency of the approval policy's amounts (its threshold and customer limit, in that
 # currency's minor unit). A refund on an order in any other currency is reviewed by staff: amounts
-# in two currencies are never compared.
+# in two currencies are never compared. Each agent profile version names its own ("currency" in its
+# approval policy), and its runs read that one: this is the currency of a version made naming none
+# (the first one among them). Changed here, it changes no version made before: a run paused across
+# the redeploy keeps the currency its thresholds were set in.
 APPROVAL_POLICY_CURRENCY = env_str("APPROVAL_POLICY_CURRENCY", "usd").lower()
 if not re.fullmatch(r"[a-z]{3}", APPROVAL_POLICY_CURRENCY):
     raise ImproperlyConfigured(
