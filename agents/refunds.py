@@ -58,7 +58,7 @@ from typing import Any, NoReturn
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
-from django.db.models import BigIntegerField, JSONField, Q, QuerySet, Sum, Value
+from django.db.models import BigIntegerField, CharField, JSONField, Q, QuerySet, Sum, Value
 from django.utils import timezone
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
@@ -157,8 +157,28 @@ def refund_commitments(
     calls with no refund row yet whose refund may still happen: any call not final (recorded
     to run, waiting for a staff approval, or waiting for the customer's
     confirmation, approved or not) of a run that has not ended; narrowed to one
-    order, one ticket, or a window.
+    order, one ticket, or a window. Their minor units are summed whatever their currency: narrowed to
+    one order, they are that order's; else see ``refund_commitments_by_currency``.
     """
+    rows = _commitment_rows(customer_id=customer_id, order=order, ticket_id=ticket_id, since=since)
+    return len(rows), sum(cents for cents, _ in rows)
+
+
+def refund_commitments_by_currency(*, customer_id: int, since: Any = None) -> dict[str, tuple[int, int]]:
+    """``refund_commitments`` of a customer (since ``since``), by currency: currency -> (how many, how many
+    minor units). A call's currency is its order's; "" for a call whose order number names none of the
+    customer's orders (it is no amount of any currency known)."""
+    found: dict[str, tuple[int, int]] = {}
+    for cents, currency in _commitment_rows(customer_id=customer_id, since=since):
+        count, total = found.get(currency, (0, 0))
+        found[currency] = (count + 1, total + cents)
+    return found
+
+
+def _commitment_rows(
+    *, customer_id: int, order: Order | None = None, ticket_id: int | None = None, since: Any = None
+) -> list[tuple[int, str]]:
+    """(minor units, currency) of each refund done or possibly coming (``refund_commitments``)."""
     # A refund failed without the provider ever showing it may still happen, so it counts.
     refunds = Refund.objects.filter(
         Q(status__in=RESERVING_REFUND_STATUSES) | failed_unseen(), order__customer_id=customer_id
@@ -176,21 +196,30 @@ def refund_commitments(
     # the refunds, in the one commit of the worker sending it; read as two statements, one that
     # committed between them (a refund sent in another ticket of the customer) was in neither.
     refund_rows = refunds.annotate(call_arguments=Value(None, output_field=JSONField())).values_list(
-        "amount_cents", "call_arguments"
+        "amount_cents", "call_arguments", "currency"
     )
-    call_rows = calls.annotate(refund_cents=Value(None, output_field=BigIntegerField())).values_list(
-        "refund_cents", "arguments"
-    )
-    count, cents = 0, 0
-    for refunded, arguments in refund_rows.union(call_rows, all=True):
+    call_rows = calls.annotate(
+        refund_cents=Value(None, output_field=BigIntegerField()), refund_currency=Value("", output_field=CharField())
+    ).values_list("refund_cents", "arguments", "refund_currency")
+    found = list(refund_rows.union(call_rows, all=True))
+    currencies: dict[str, set[str]] = {}
+    if order is None and any(refunded is None for refunded, _, _ in found):
+        # A call's currency is its order's: the customer's orders, by number as calls name them.
+        for number, currency in Order.objects.filter(customer_id=customer_id).values_list("number", "currency"):
+            currencies.setdefault(number.strip().upper(), set()).add(currency)
+    rows = []
+    for refunded, arguments, currency in found:
         if refunded is not None:  # a refund row (a call's row has no amount refunded)
-            count, cents = count + 1, cents + int(refunded)
+            rows.append((int(refunded), currency))
             continue
-        if order is not None and refund_call_order_number(arguments) != order.number.upper():
+        number = refund_call_order_number(arguments)
+        if order is not None and number != order.number.upper():
             continue
         amount = arguments.get("amount_cents")
-        count, cents = count + 1, cents + (int(amount) if isinstance(amount, int) else 0)
-    return count, cents
+        named = {order.currency} if order is not None else currencies.get(number, set())
+        # Orders numbered alike in several currencies ("a-1", "A-1"): none of them is its currency.
+        rows.append((int(amount) if isinstance(amount, int) else 0, named.pop() if len(named) == 1 else ""))
+    return rows
 
 
 def _stopped_before(*, customer_id: int, order: Order) -> str | None:
@@ -343,7 +372,19 @@ def refund_approval_reason(ctx: ToolContext, args: dict[str, Any]) -> str | None
     # On the database's clock, as the refunds' times are compared by every host: a worker whose clock
     # runs ahead would leave out refunds still in the window, and pay the next one unreviewed.
     since = database_now() - timedelta(days=policy.customer_window_days)
-    _, recent = refund_commitments(customer_id=customer.pk, since=since)
+    by_currency = refund_commitments_by_currency(customer_id=customer.pk, since=since)
+    others = sorted(
+        currency.upper() or "an order no longer found" for currency in by_currency if currency != policy.currency
+    )
+    if others:
+        # The limit is an amount of the policy's currency: refunds in others are never added to it as if they
+        # were in it (£360.00 and $100.00 made 46000, under a limit of $500.00), nor left out of it.
+        return (
+            f"this customer has refunds in {', '.join(others)} in the last {policy.customer_window_days} days, "
+            f"which are not counted against the limit of {format_money(policy.customer_limit, policy.currency)} "
+            "per customer: reviewed by staff"
+        )
+    _, recent = by_currency.get(policy.currency, (0, 0))
     if recent + amount > policy.customer_limit:
         return (
             f"refunds to one customer above {format_money(policy.customer_limit, order.currency)} in "
