@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 
@@ -406,16 +407,36 @@ def _policy_of(rows: dict[str, list[Row]]) -> Callable[[Row], tuple[set[str], di
     return policy_of
 
 
-def _approval_rules(rows: dict[str, list[Row]]) -> Callable[[Row], tuple[set[str], int | None]]:
+def _approval_rules(rows: dict[str, list[Row]]) -> Callable[[Row], tuple[set[str], int | None, str | None]]:
     """The approval rules a call was recorded under (``_policy_of``): (the tools that always need an
-    approval, the refund threshold)."""
+    approval, the refund threshold, the currency of the policy's amounts where its version names one)."""
     policy_of = _policy_of(rows)
 
-    def rules_of(call: Row) -> tuple[set[str], int | None]:
+    def rules_of(call: Row) -> tuple[set[str], int | None, str | None]:
         always, policy = policy_of(call)
-        return always, policy.get("refund_threshold_cents")
+        currency = policy.get("currency")
+        return always, policy.get("refund_threshold_cents"), currency.lower() if isinstance(currency, str) else None
 
     return rules_of
+
+
+def _order_currency(rows: dict[str, list[Row]]) -> Callable[[Row], str | None]:
+    """The currency of the order a refund call names (its customer's order of that number, as numbers are
+    compared), or None when it names none of them, or several in different currencies."""
+    customer_of = {t["id"]: t.get("customer_id") for t in rows["tickets.Ticket"]}
+    currencies: dict[tuple[Any, str], set[str]] = defaultdict(set)
+    for order in rows["tickets.Order"]:
+        currencies[(order.get("customer_id"), str(order.get("number") or "").strip().upper())].add(
+            str(order.get("currency") or "").lower()
+        )
+
+    def currency_of(call: Row) -> str | None:
+        arguments = call.get("arguments") if isinstance(call.get("arguments"), dict) else {}
+        number = str(arguments.get("order_number") or "").strip().upper()
+        found = currencies.get((customer_of.get(call.get("ticket_id")), number), set())
+        return next(iter(found)) if len(found) == 1 else None
+
+    return currency_of
 
 
 def _approved_before_paid(rows: dict[str, list[Row]]) -> Check:
@@ -436,11 +457,14 @@ def _approved_before_paid(rows: dict[str, list[Row]]) -> Check:
     paid = [r for r in rows["agents.Refund"] if r["status"] in MONEY_MOVED_STATUSES or r["provider_refund_id"]]
     for refund in paid:
         call = calls.get(refund["tool_call_id"], {})
-        always, limit = rules_of(call)
+        always, limit, currency = rules_of(call)
         needed = (
             call.get("approval_required")
             or call.get("name") in always
             or (limit is not None and refund["amount_cents"] > limit)
+            # A version naming its currency reviews every refund in another (one naming none, from before
+            # versions named it, was read in the setting of its time, which the bundle does not carry).
+            or (currency is not None and str(refund.get("currency") or "").lower() != currency)
         )
         if not needed:
             continue
@@ -461,26 +485,28 @@ def _asked_by_its_rules_before_it_runs(rows: dict[str, list[Row]]) -> Check:
     (``_approved_before_paid``): a $450 refund waiting for staff, edited to read as one recorded to run
     unreviewed, was paid where it was restored, reviewed by nobody."""
     check = Check("no call still to run reads as needing no approval its rules ask")
-    rules_of = _approval_rules(rows)
+    rules_of, order_currency = _approval_rules(rows), _order_currency(rows)
     waiting = [c for c in rows["agents.ToolCall"] if c.get("status") not in FINAL_CALL_STATUSES]
     for call in waiting:
         if call.get("approval_required"):
             continue  # it runs only with an approved request for its arguments (``_approvals_given_by_staff``)
-        always, limit = rules_of(call)
+        always, limit, currency = rules_of(call)
+        # Where it is restored, a version naming no currency is read in this deployment's.
+        currency = currency or settings.APPROVAL_POLICY_CURRENCY
         amount = (call.get("arguments") or {}).get("amount_cents") if isinstance(call.get("arguments"), dict) else None
+        refund = call.get("name") == REFUND_TOOL
         over = (
-            call.get("name") == REFUND_TOOL
-            and limit is not None
-            and isinstance(amount, int)
-            and not isinstance(amount, bool)
-            and amount > limit
+            refund and limit is not None and isinstance(amount, int) and not isinstance(amount, bool) and amount > limit
         )
-        if call.get("name") in always or over:
-            why = (
-                f"every {call.get('name')} call needs one"
-                if call.get("name") in always
-                else (f"{amount} cents is above its threshold of {limit}")
-            )
+        paid_in = order_currency(call) if refund else None
+        other = paid_in is not None and paid_in != currency
+        if call.get("name") in always or over or other:
+            if call.get("name") in always:
+                why = f"every {call.get('name')} call needs one"
+            elif over:
+                why = f"{amount} cents is above its threshold of {limit}"
+            else:
+                why = f"its order is in {str(paid_in).upper()}, its rules' amounts in {currency.upper()}"
             check.violations.append(
                 f"tool call {call['id']} ({call.get('name')}, {call.get('status')}) may still run and reads as "
                 f"needing no approval, though its rules ask one ({why})"
@@ -639,7 +665,9 @@ def active_profile_rules(active: Any) -> str:
     threshold = policy.get("refund_threshold_cents")
     tools = active.get("tools") if isinstance(active.get("tools"), list) else []
     always = sorted(str(t.get("name")) for t in tools if isinstance(t, dict) and t.get("requires_approval"))
-    above = format_money(threshold, "usd") if isinstance(threshold, int) else "the default threshold"
+    # In the version's currency; one naming none is read in this deployment's (``policy_values``).
+    currency = policy.get("currency") if isinstance(policy.get("currency"), str) else settings.APPROVAL_POLICY_CURRENCY
+    above = format_money(threshold, currency) if isinstance(threshold, int) else "the default threshold"
     return (
         f"version {active.get('version')!r}: refunds above {above} per order need an approval; tools that always "
         f"need one: {', '.join(always) or 'none'}"
