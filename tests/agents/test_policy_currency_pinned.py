@@ -16,7 +16,13 @@ import pytest
 
 from agents.llm import ModelResponse, ToolCallRequest
 from agents.models import AgentProfile, AgentRun, CallStatus, RunStatus, ToolCall
-from agents.profiles import active_profile, policy_values, profile_new_version
+from agents.profiles import (
+    active_profile,
+    approval_policy_cleaned,
+    content_problems,
+    policy_values,
+    profile_new_version,
+)
 from agents.runner import advance
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest
@@ -123,3 +129,14 @@ def test_the_versions_made_before_are_given_the_currency_they_were_read_in(setti
     assert named.approval_policy["currency"] == "jpy"
     settings.APPROVAL_POLICY_CURRENCY = "usd"
     assert policy_values(old).currency == "sek"
+
+
+def test_a_versions_currency_is_a_three_letter_code_kept_in_lower_case():
+    assert approval_policy_cleaned({"currency": "EUR"}) == ({"currency": "eur"}, [])
+    for wrong in ("dollars", "", 840, None, "e1r"):
+        cleaned, problems = approval_policy_cleaned({"currency": wrong})
+        assert cleaned == {} and problems == [
+            f"currency: {wrong!r} is not a three-letter ISO currency code such as usd or eur"
+        ], problems
+    content = {"model": "offline", "tools": [], "model_parameters": {}, "approval_policy": {"currency": "EUR"}}
+    assert content_problems(content) == ["approval_policy: currency: 'EUR' is not stored as the policy's value ('eur')"]
