@@ -13,11 +13,13 @@ from agents.profiles import (
     active_profile,
     enabled_tools,
     policy_time_problems,
+    policy_values,
     profile_follow_policy_tables,
 )
 from approvals import selectors
 from approvals.models import ApprovalRequest
 from tickets.admin import IdsChecked, OfATicket, PageReadForm, ReadOnlyInline, TicketAdmin
+from tickets.money import format_money
 
 
 class FollowsTheActiveVersion(PageReadForm):
@@ -104,6 +106,20 @@ class ApprovalPolicyAdmin(IdsChecked):
         "ttl_hours",
         "reminder_before_hours",
     ]
+
+    readonly_fields = ["amounts_in"]
+
+    @admin.display(description="currency")
+    def amounts_in(self, policy: ApprovalPolicy) -> str:
+        """The currency the amounts above are in: the active version's (``PolicyValues.currency``)."""
+        profile = active_profile()
+        values = policy_values(profile)
+        return (
+            f"Amounts are in {values.currency.upper()} (agent profile version {profile.version}), in its smallest "
+            f"unit: the threshold is {format_money(values.refund_threshold_cents, values.currency)}, the customer "
+            f"limit {format_money(values.customer_limit, values.currency)}. A refund in any other currency is "
+            'reviewed by staff. The currency is changed in the version\'s approval policy ("currency").'
+        )
 
     def has_add_permission(self, request) -> bool:  # noqa: ANN001
         return not ApprovalPolicy.objects.exists()
