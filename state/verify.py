@@ -656,6 +656,14 @@ def _withheld_parameters(rows: dict[str, list[Row]]) -> list[str]:
     return [f"model parameters carried without their values (restore asks for them): {said}"] if said else []
 
 
+def policy_currency(profile: Any) -> str:
+    """The currency of a version's policy amounts (a bundle's row or manifest): the one it names; one naming
+    none is read in this deployment's (``agents.profiles.policy_values``)."""
+    policy = profile.get("approval_policy") if isinstance(profile, dict) else None
+    named = policy.get("currency") if isinstance(policy, dict) else None
+    return named.lower() if isinstance(named, str) and named else settings.APPROVAL_POLICY_CURRENCY
+
+
 def active_profile_rules(active: Any) -> str:
     """The money rules of the manifest's active agent profile version, which a deployment with none
     makes active when the bundle is restored: its threshold and the tools that always need an approval."""
@@ -665,9 +673,7 @@ def active_profile_rules(active: Any) -> str:
     threshold = policy.get("refund_threshold_cents")
     tools = active.get("tools") if isinstance(active.get("tools"), list) else []
     always = sorted(str(t.get("name")) for t in tools if isinstance(t, dict) and t.get("requires_approval"))
-    # In the version's currency; one naming none is read in this deployment's (``policy_values``).
-    currency = policy.get("currency") if isinstance(policy.get("currency"), str) else settings.APPROVAL_POLICY_CURRENCY
-    above = format_money(threshold, currency) if isinstance(threshold, int) else "the default threshold"
+    above = format_money(threshold, policy_currency(active)) if isinstance(threshold, int) else "the default threshold"
     return (
         f"version {active.get('version')!r}: refunds above {above} per order need an approval; tools that always "
         f"need one: {', '.join(always) or 'none'}"
@@ -734,11 +740,15 @@ def _permissions(rows: dict[str, list[Row]], manifest: dict) -> list[str]:
         lines.append(f"tool {name}: replay {tool['replay_policy']}, {approval}")
     for name in sorted(set(rules) - set(manifest["tools"])):
         lines.append(f"rule for unknown tool {name}: {'approval' if rules[name] else 'no approval'}")
+    # The tables follow the active version: their amounts are in its currency.
+    currency = policy_currency(
+        next((p for p in rows.get("agents.AgentProfile", []) if p.get("is_active")), manifest.get("active_profile"))
+    )
     for policy in rows["agents.ApprovalPolicy"]:
         limit = policy["customer_limit_cents"]
         lines.append(
-            f"approval policy: refunds above {format_money(policy['refund_threshold_cents'], 'usd')} per order; "
-            f"per customer {format_money(limit, 'usd') if limit is not None else 'the same'} in "
+            f"approval policy: refunds above {format_money(policy['refund_threshold_cents'], currency)} per order; "
+            f"per customer {format_money(limit, currency) if limit is not None else 'the same'} in "
             f"{policy['customer_window_days']} days; requests expire after {policy['ttl_hours']} h; "
             f"customer confirms: {policy['customer_confirms_refunds']}"
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from agents.models import RunStatus
+from agents.profiles import active_profile
 from agents.runner import advance
 from state.verify import active_profile_rules
 from tests.agents.test_policy_currency import _order
@@ -46,3 +47,15 @@ def test_a_euro_refund_under_the_thresholds_number_edited_to_run_unreviewed_is_r
 def test_the_rules_a_restore_makes_active_are_said_in_their_versions_currency():
     yen = {"version": 3, "approval_policy": {"refund_threshold_cents": 20000, "currency": "jpy"}, "tools": []}
     assert "refunds above ¥20,000 per order" in active_profile_rules(yen)
+
+
+def test_the_bundles_report_says_the_policys_amounts_in_its_versions_currency(tmp_path, settings):  # noqa: ANN001
+    settings.APPROVAL_POLICY_CURRENCY = "jpy"
+    active_profile()  # the first version, in yen; the policy page's tables follow it
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Hello", body="Where is my order?")
+
+    status, report = verify(export(tmp_path, ticket))
+
+    assert status == 0, report
+    line = next(line for line in report.splitlines() if "approval policy: refunds above" in line)
+    assert "¥20,000 per order" in line, line
