@@ -186,8 +186,10 @@ def approval_attachments(*, tickets: Iterable[int]) -> dict[int, list[dict[str, 
 
 def approval_needs_confirmation(approval: ApprovalRequest) -> bool:
     """Approving this asks for the amount to be confirmed once more: above settings.APPROVAL_CONFIRM_ABOVE_CENTS,
-    an amount of the approval policy's currency (APPROVAL_POLICY_CURRENCY). An amount in another currency is
-    never compared with it (£480.00 is no $480.00), as the policy's threshold is not: it always asks."""
+    an amount of APPROVAL_POLICY_CURRENCY's currency: a level set with the deployment's settings, and read in
+    the currency they name now (not the one of the run's version, which pins its own threshold and currency:
+    a level set in euros after a redeploy is no level in dollars). An amount in another currency is never
+    compared with it (£480.00 is no $480.00), as the policy's threshold is not: it always asks."""
     if approval.amount_cents is None:
         return False
     if (approval.currency or "").lower() != settings.APPROVAL_POLICY_CURRENCY:
