@@ -191,12 +191,14 @@ class PolicyValues:
 
 
 def _policy_snapshot(policy: ApprovalPolicy) -> dict[str, Any]:
-    return _with_currency({name: getattr(policy, name) for name in POLICY_FIELDS})
+    return policy_with_currency({name: getattr(policy, name) for name in POLICY_FIELDS})
 
 
-def _with_currency(policy: Any) -> Any:
+def policy_with_currency(policy: Any) -> Any:
     """A version's approval policy naming its currency: the one it names, else APPROVAL_POLICY_CURRENCY's
-    now, as the version is made (and never again read from the setting)."""
+    now, as the version is made (and never again read from the setting). A version naming none (from a
+    state bundle written before versions named it) is the same version as one naming this one: it is read
+    in it (``policy_values``)."""
     if not isinstance(policy, dict) or policy.get(POLICY_CURRENCY):
         return policy
     return {**policy, POLICY_CURRENCY: settings.APPROVAL_POLICY_CURRENCY}
@@ -367,7 +369,7 @@ def profile_new_version(
         latest = AgentProfile.objects.select_for_update().order_by("-version").first()
         version = (latest.version if latest else 0) + 1
         content = {name: changes.get(name, getattr(base, name)) for name in CONTENT_FIELDS}
-        content["approval_policy"] = _with_currency(content["approval_policy"])
+        content["approval_policy"] = policy_with_currency(content["approval_policy"])
         profile = AgentProfile.objects.create(version=version, note=note[:300], created_by=user, **content)
     if activate:
         profile = profile_activate(version=version, user=user)

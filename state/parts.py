@@ -16,6 +16,8 @@ from django.apps import apps
 from django.conf import settings
 from django.db.models import Model, QuerySet
 
+from agents.profiles import policy_with_currency
+
 # The tool whose calls ask for a customer's money back (agents.refunds registers it).
 REFUND_TOOL = "issue_refund"
 
@@ -94,6 +96,9 @@ class Part:
     # once and never changed (what the customer wrote, a call's key and arguments, a refund's amount): a
     # database that differs from the bundle in one of them has been altered.
     frozen: tuple[str, ...] = ()
+    # A row as this release reads it, for comparing: a value an older release left out, filled in as it is
+    # read here (a profile version's policy naming no currency is read in this deployment's).
+    as_read: Callable[[dict], dict] | None = None
 
     def altered(self, here: dict, bundled: dict) -> list[str]:
         """The columns in which a row here differs from the bundled one that are never changed once written."""
@@ -104,6 +109,8 @@ class Part:
         """The columns in which two rows under one key differ, but for those the deployment may change
         and its bookkeeping."""
         ignored = {*self.mutable, *self.bookkeeping}
+        if self.as_read is not None:
+            here, bundled = self.as_read(here), self.as_read(bundled)
         return sorted(k for k in here.keys() | bundled.keys() if k not in ignored and here.get(k) != bundled.get(k))
 
     def same(self, here: dict, bundled: dict) -> bool:
@@ -187,6 +194,7 @@ PARTS: list[Part] = [
         personal=False,
         mutable=("is_active",),
         bookkeeping=("created_at", "created_by", "note"),
+        as_read=lambda row: {**row, "approval_policy": policy_with_currency(row.get("approval_policy"))},
     ),  # fmt: skip
     # The ticket ledger.
     Part("tickets.Ticket", _of_tickets("tickets.Ticket", "id"), ticket_column="id"),

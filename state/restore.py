@@ -32,7 +32,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
 
 from agents.models import AgentProfile
-from agents.profiles import CONTENT_FIELDS, profile_activate
+from agents.profiles import CONTENT_FIELDS, policy_with_currency, profile_activate
 from state import bundle, signature
 from state.parts import PARTS, USERS_LABEL, Part, missing_parts
 from state.pseudonyms import PROFILE_LABEL, withheld_model_parameters, withhold_model_parameters
@@ -405,7 +405,9 @@ def _keep_the_active_version(active: dict[str, Any], report: RestoreReport, valu
     approval) stay in force after a move, rather than those of whichever restored version is newest."""
     if AgentProfile.objects.filter(is_active=True).exists():
         return
+    # A version naming no currency (written before versions named it) is read in this deployment's.
     content = {name: active[name] for name in CONTENT_FIELDS}
+    content["approval_policy"] = policy_with_currency(content["approval_policy"])
     here = AgentProfile.objects.filter(version=active["version"]).first()
     if here is None:
         problems: list[str] = []
@@ -417,7 +419,7 @@ def _keep_the_active_version(active: dict[str, Any], report: RestoreReport, valu
             version=active["version"], note="active where the restored bundle was made", **content
         )
     elif any(
-        getattr(here, name) != value
+        (policy_with_currency(here.approval_policy) if name == "approval_policy" else getattr(here, name)) != value
         and not (name == "model_parameters" and withhold_model_parameters(here.model_parameters) == value)
         for name, value in content.items()
     ):
