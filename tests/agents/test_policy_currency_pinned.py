@@ -116,7 +116,7 @@ def test_each_version_names_its_currency_and_a_version_naming_none_takes_the_set
 def test_the_versions_made_before_are_given_the_currency_they_were_read_in(settings):  # noqa: ANN001
     from django.apps import apps
 
-    migration = importlib.import_module("agents.migrations.0019_profile_policy_names_its_currency")
+    migration = importlib.import_module("agents.migrations.0020_profile_policy_names_its_currency")
     old = AgentProfile.objects.create(version=7, approval_policy={"refund_threshold_cents": 20000})
     named = AgentProfile.objects.create(version=8, approval_policy={"refund_threshold_cents": 100, "currency": "jpy"})
     settings.APPROVAL_POLICY_CURRENCY = "sek"

@@ -21,7 +21,7 @@ def name_the_currency(apps, schema_editor):  # noqa: ANN001, ANN201
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("agents", "0018_tool_call_outcome_updated_in_place"),
+        ("agents", "0019_refund_told"),
     ]
 
     operations = [
