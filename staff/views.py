@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from staff import presenters, selectors
+from support.clock import database_now
 from tickets import pages, services
 from tickets import selectors as ticket_selectors
 from tickets.models import BIGINT_MAX, HANDLE_PERMISSION, TICKET_TRANSITIONS, Ticket, TicketEvent, TicketStatus
@@ -78,6 +79,8 @@ def inbox(request: HttpRequest) -> HttpResponse:
         "query": query,
         "statuses": TicketStatus.choices,
         "assignees": selectors.assignee_choices(),
+        # "… ago" is measured on the clock the tickets' times were written on, not this host's.
+        "now": database_now(),
     }
     return render(request, "staff/inbox.html", context)
 
