@@ -24,6 +24,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from staff import presenters, selectors
+from support import reads
 from support.clock import database_now
 from tickets import pages, services
 from tickets import selectors as ticket_selectors
@@ -91,8 +92,15 @@ def _timeline(ticket: Ticket, after: int = 0) -> tuple[list[dict[str, Any]], int
 
 
 def _ticket_page(
-    request: HttpRequest, ticket: Ticket, *, reply: str = "", note: str = "", status: int = 200
+    request: HttpRequest, ticket_id: int, *, reply: str = "", note: str = "", status: int = 200
 ) -> HttpResponse:
+    """The ticket's page, every part read from one snapshot: its status and holder (which its forms
+    send back) are those of the timeline it shows, whatever a colleague or the agent commits meanwhile."""
+    with reads.one_snapshot():
+        return _ticket_page_read(request, _ticket_or_404(ticket_id), reply=reply, note=note, status=status)
+
+
+def _ticket_page_read(request: HttpRequest, ticket: Ticket, *, reply: str, note: str, status: int) -> HttpResponse:
     items, last_seq = _timeline(ticket)
     staff_people = ticket_selectors.assignable_staff()
     # Held by someone who can no longer work tickets (who left the team): the box says so, not "Nobody".
@@ -141,18 +149,23 @@ def _ticket_or_404(ticket_id: int) -> Ticket:
 @require_GET
 @staff_required
 def ticket(request: HttpRequest, ticket_id: int) -> HttpResponse:
-    return _ticket_page(request, _ticket_or_404(ticket_id))
+    return _ticket_page(request, ticket_id)
 
 
 @require_GET
 @staff_required
 def timeline_after(request: HttpRequest, ticket_id: int) -> JsonResponse:
-    """What is new on the timeline after ``?after=<seq>``, rendered, with the ticket's status now."""
-    found = _ticket_or_404(ticket_id)
+    """What is new on the timeline after ``?after=<seq>``, rendered, with the ticket's status now: read
+    from one snapshot, so that the status and holder are those of the timeline's last event sent."""
     try:
         after = min(max(0, int(request.GET.get("after", "0"))), BIGINT_MAX)
     except ValueError:
         return JsonResponse({"error": "after must be a whole number."}, status=400)
+    with reads.one_snapshot():
+        return _timeline_after_read(request, _ticket_or_404(ticket_id), after)
+
+
+def _timeline_after_read(request: HttpRequest, found: Ticket, after: int) -> JsonResponse:
     items, last_seq = _timeline(found, after)
     html = render_to_string("staff/_timeline_items.html", {"items": items}, request=request)
     side = {
@@ -187,7 +200,7 @@ def _refused(request: HttpRequest, ticket_id: int, exc: ValidationError, **typed
     messages.error(request, " ".join(exc.messages))
     code = getattr(exc, "code", "")
     status = 409 if code in {"invalid_transition", "closed", "not_with_person", "client_msg_id_conflict"} else 400
-    return _ticket_page(request, _ticket_or_404(ticket_id), status=status, **typed)
+    return _ticket_page(request, ticket_id, status=status, **typed)
 
 
 def _write(is_public: bool) -> Callable[..., HttpResponse]:

@@ -12,11 +12,12 @@ For reads whose shape does not change; anything else goes through the ORM.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Model
 
 from support import rows
@@ -149,3 +150,18 @@ def fetch_together(queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tu
     finally:
         for cursor in cursors:
             cursor.close()
+
+
+@contextlib.contextmanager
+def one_snapshot() -> Iterator[None]:
+    """Every read inside from one snapshot of the database (a repeatable-read, read-only transaction):
+    a page that shows a row and the rows that tell its story (a ticket's status and holder, and its
+    timeline) shows them as they were at one moment, never the row before a change and its story
+    after it. Inside a caller's transaction, that transaction is the snapshot."""
+    if connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
