@@ -17,6 +17,7 @@ from agents.refunds import reconcile_open_refunds
 from agents.runner import advance
 from agents.selectors import backoffs_ending, tickets_with_agent_work
 from agents.services import runs_note_stopped
+from support.celery import BeatRound
 from support.pauses import Pause
 from tickets.signals import ticket_given_back, ticket_needs_agent
 
@@ -46,6 +47,10 @@ class NoResultTask(Task):
     @backend.setter
     def backend(self, value: object) -> None:  # Celery sets it; results stay disabled
         pass
+
+
+class NoResultRound(BeatRound, NoResultTask):
+    """One of beat's rounds (``support.celery.BeatRound``) whose result nobody reads."""
 
 
 @shared_task(name="agents.advance_ticket", base=NoResultTask)
@@ -100,7 +105,7 @@ def tickets_needing_a_ring(*, limit: int = 500) -> list[int]:
     return tickets_with_agent_work(limit=limit)
 
 
-@shared_task(name="agents.sweep", base=NoResultTask)
+@shared_task(name="agents.sweep", base=NoResultRound)
 def sweep() -> int:
     """Re-ring every ticket with pending work or an expired lease whose doorbell is not still queued
     (``agents.doorbells``): lost doorbells only delay work, and sweeps while no worker takes the
@@ -156,13 +161,13 @@ def _sweep_when_a_worker_starts(**kwargs: object) -> None:
         logger.exception("the sweep asked for at worker start could not be sent to the broker")
 
 
-@shared_task(name="agents.reconcile_refunds", base=NoResultTask)
+@shared_task(name="agents.reconcile_refunds", base=NoResultRound)
 def reconcile_refunds() -> dict[str, int]:
     """Settle refunds left submitted or uncertain from the provider's records."""
     return reconcile_open_refunds()
 
 
-@shared_task(name="agents.expire_confirmations", base=NoResultTask)
+@shared_task(name="agents.expire_confirmations", base=NoResultRound)
 def expire_confirmations() -> int:
     """Record "expired" on questions the customer did not answer in time (the agent then tells them)."""
     return confirmations_expire_due()

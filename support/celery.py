@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
+import redis
 from celery import Celery, Task
 from celery.fixups.django import DjangoFixup, DjangoWorkerFixup
-from celery.signals import worker_init
+from celery.signals import before_task_publish, worker_init
 from psycopg.pq import TransactionStatus
+
+from support.pauses import Pause
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "support.settings")
 
@@ -83,6 +87,73 @@ def _keep_database_connections(**kwargs: object) -> None:
     from django.conf import settings
 
     keep_worker_connection(settings.DATABASES["default"])
+
+
+# --- Beat's rounds: only the newest queued of each kind is done -----------------------------------
+# Beat sends each round (the sweep every few seconds) whether or not a worker takes them: with every
+# worker down for an hour, a thousand sweeps waited in the queue, and the worker that came back ran
+# them back to back. Each round sent is numbered, per task, in Redis; a round whose number is below
+# the last one sent is passed over: a newer one of its kind is queued behind it (or already ran) and
+# does all it would. Not Celery's ``expires``: that is a time on the sending host's clock, read on
+# the worker's, and a worker a few seconds ahead of beat would pass over every sweep. Best effort
+# like the doorbells: a round that could not be numbered, or whose number cannot be read back, runs.
+
+logger = logging.getLogger(__name__)
+
+ROUND_HEADER = "round_number"
+rounds_pause = Pause("round numbers", 5.0)
+_rounds_redis: redis.Redis | None = None
+
+
+def _rounds_client() -> tuple[redis.Redis, str]:
+    from django.conf import settings
+
+    global _rounds_redis
+    if _rounds_redis is None:
+        _rounds_redis = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=3, socket_connect_timeout=3)
+    return _rounds_redis, settings.CACHES["default"].get("KEY_PREFIX", "support")
+
+
+def _beat_rounds() -> set[str]:
+    return {entry["task"] for entry in (app.conf.beat_schedule or {}).values()}
+
+
+@before_task_publish.connect
+def _number_a_round(sender: str | None = None, headers: dict[str, Any] | None = None, **kwargs: object) -> None:
+    """Every round of a task beat sends (by beat, or asked for at a worker's start) gets the next number."""
+    if headers is None or sender not in _beat_rounds() or rounds_pause.paused():
+        return
+    try:
+        client, prefix = _rounds_client()
+        headers[ROUND_HEADER] = int(client.incr(f"{prefix}:rounds-sent:{sender}"))
+    except redis.RedisError:
+        rounds_pause.failed()
+        logger.warning("a round of %s could not be numbered: it is done even if a newer one is queued", sender)
+
+
+def newer_round_queued(task: Task) -> bool:
+    """Whether a round of ``task`` newer than the one it runs was sent since (this one is then passed over)."""
+    number = task.request.get(ROUND_HEADER)
+    if not isinstance(number, int) or rounds_pause.paused():
+        return False  # called directly, sent before rounds were numbered, or not numbered
+    try:
+        client, prefix = _rounds_client()
+        last = client.get(f"{prefix}:rounds-sent:{task.name}")
+    except redis.RedisError:
+        rounds_pause.failed()
+        return False
+    # A count Redis lost (flushed, restarted) reads lower than this round's: it is done.
+    return last is not None and int(last) > number
+
+
+class BeatRound(Task):
+    """A task beat sends every round: passed over (returning None) when a newer round of it is queued."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if newer_round_queued(self):
+            logger.info("%s: passed over, a newer round of it was sent since", self.name)
+            return None
+        return super().__call__(*args, **kwargs)
 
 
 app.config_from_object("django.conf:settings", namespace="CELERY")
