@@ -12,6 +12,11 @@ worker receives uncounted; a queue holding fewer messages than that count has lo
 sweeper then drops every mark and rings every ticket again, as it did before marks. Marks and the
 count are best effort like the doorbells themselves: if Redis cannot be reached, the sweeper rings
 every ticket.
+
+A message is counted out once, by its id, however many times the broker delivers it: one given back
+(its worker died before acknowledging it, RabbitMQ's consumer timeout, Redis's visibility timeout)
+and received again was counted out twice, and the count drifted below what the queue holds for good;
+a doorbell lost afterwards then went unseen, and its ticket waited unrung until its mark aged out.
 """
 
 from __future__ import annotations
@@ -34,6 +39,22 @@ marks_pause = Pause("doorbell marks", 5.0)
 MARK_KEPT_SECONDS = 600
 
 _client = LazyRedis(timeout=3)
+
+# Counted out, and its ticket unmarked, once per message id: the id is kept while the broker may still
+# give the message back (Redis's visibility timeout, or a task's time limit past which RabbitMQ's
+# consumer timeout comes). A doorbell delivered again leaves the ticket's mark alone: by then the mark
+# stands for a newer doorbell, rung since the first delivery, and still queued.
+_COUNT_OUT_ONCE = """
+if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then
+  redis.call('DECR', KEYS[1])
+  for i = 2, #ARGV do redis.call('ZREM', KEYS[3], ARGV[i]) end
+end
+"""
+
+
+def _received_kept_seconds() -> int:
+    visibility = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("visibility_timeout", 3600)
+    return 2 * int(max(visibility, settings.CELERY_TASK_TIME_LIMIT))
 
 
 def _key(what: str = "doorbells") -> str:
@@ -85,8 +106,8 @@ def unmarked(ticket_ids: list[int]) -> list[int]:
             client.delete(key)
             client.incrby(_count_key(), queued - counted)  # what was sent or received meanwhile still counts
         elif counted < 0:
-            # A message given back by the broker (its worker died) is received once more than it was
-            # sent: a count below nothing starts again from nothing.
+            # A message whose send could not be counted (Redis failed, or was flushed, meanwhile) is
+            # received once more than it was counted sent: a count below nothing starts again from nothing.
             client.incrby(_count_key(), -counted)
         pipe = client.pipeline(transaction=False)
         for ticket_id in ticket_ids:
@@ -134,17 +155,17 @@ def sent() -> None:
         logger.warning("a message sent to the broker could not be counted")
 
 
-def received(ticket_ids: Iterable[int]) -> None:
-    """A worker received a message, a doorbell of these tickets or none: it is no longer in the queue."""
+def received(ticket_ids: Iterable[int], *, message_id: str) -> None:
+    """A worker received a message, a doorbell of these tickets or none: it is no longer in the queue.
+    A message delivered again (same ``message_id``) is not counted out again."""
     if marks_pause.paused():
         return
     members = [str(ticket_id) for ticket_id in ticket_ids]
     try:
-        pipe = _client().pipeline(transaction=False)
-        pipe.decr(_count_key())
-        if members:
-            pipe.zrem(_key(), *members)
-        pipe.execute()
+        count_out_once = _client().register_script(_COUNT_OUT_ONCE)  # sent by its hash after the first time
+        count_out_once(
+            keys=[_count_key(), _key(f"received:{message_id}"), _key()], args=[_received_kept_seconds(), *members]
+        )
     except redis.RedisError:
         # Counted as still queued: the sweeper takes the queue for one that lost messages, drops
         # every mark and rings every waiting ticket again (once).

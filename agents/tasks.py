@@ -143,9 +143,9 @@ def _message_sent(**kwargs: object) -> None:
 def _message_received(request: Request, **kwargs: object) -> None:
     """A doorbell a worker received is no longer in the queue: the sweeper may ring its ticket again
     once it has work and a free lease (this one's pass ended, or its worker died). A retry waiting
-    out its countdown was never marked."""
+    out its countdown was never marked. A message the broker gives again is counted out once."""
     doorbell = request.name == advance_ticket.name and request.eta is None and bool(request.args)
-    doorbells.received([int(request.args[0])] if doorbell else [])
+    doorbells.received([int(request.args[0])] if doorbell else [], message_id=request.id)
 
 
 @worker_ready.connect
