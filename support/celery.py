@@ -133,7 +133,8 @@ def _number_a_round(sender: str | None = None, headers: dict[str, Any] | None = 
 
 def newer_round_queued(task: Task) -> bool:
     """Whether a round of ``task`` newer than the one it runs was sent since (this one is then passed over)."""
-    number = task.request.get(ROUND_HEADER)
+    # A worker puts a message's headers on the request; an eager ``apply(headers=...)`` keeps them apart.
+    number = task.request.get(ROUND_HEADER, (task.request.get("headers") or {}).get(ROUND_HEADER))
     if not isinstance(number, int) or rounds_pause.paused():
         return False  # called directly, sent before rounds were numbered, or not numbered
     try:
