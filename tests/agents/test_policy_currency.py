@@ -62,3 +62,34 @@ def test_a_deployment_whose_policy_is_in_euros_compares_euro_refunds_and_reviews
 
     assert not euros.approval_required, euros.approval_reason
     assert dollars.approval_required and "refunds in USD are reviewed by staff" in dollars.approval_reason
+
+
+@pytest.mark.parametrize("currency", ["gbp", "eur", "chf"])
+def test_the_customers_limit_does_not_count_pence_as_cents(sandbox, currency):  # noqa: ANN001
+    """£150.00 refunded (reviewed, as every refund in another currency is) is more than $150.00: read as
+    15000 cents beside the customer's dollar refunds, a $50.00 refund after it brought them to "exactly
+    $200.00", the limit, and was paid unreviewed while they had had about $240.00 back. Refunds in
+    another currency in the window cannot be counted in the policy's: the next one is reviewed."""
+    from approvals import services as approval_services
+    from approvals.models import ApprovalRequest
+    from tests.approvals.conftest import make_staff
+
+    approver = make_staff(f"limit-approver-{currency}", can_decide=True)
+    customer = make_customer()
+    abroad = _order(customer, "P-1001", 20000, currency, sandbox)
+    home = _order(customer, "P-1002", 20000, "usd", sandbox)
+    first = _ask(customer, "P-1001", 15000)
+    assert first.status == CallStatus.AWAITING_APPROVAL, first.approval_reason
+    approval_services.approval_decide(
+        approval_id=ApprovalRequest.objects.get(tool_call=first).pk, user=approver, approve=True
+    )
+    advance(first.ticket_id, model=Refunds(("P-1001", 15000)))
+    assert [r["amount"] for r in paid(sandbox, abroad)] == [15000]
+
+    second = _ask(customer, "P-1002", 5000)
+
+    assert second.approval_required and second.status == CallStatus.AWAITING_APPROVAL, (
+        f"$50.00 paid unreviewed after 150.00 {currency.upper()} ({second.status}: {second.approval_reason!r})"
+    )
+    assert currency.upper() in second.approval_reason, second.approval_reason
+    assert paid(sandbox, home) == []
