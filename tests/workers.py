@@ -84,6 +84,14 @@ class Proc:
     def wait_dead(self, timeout: float) -> int:
         return self.popen.wait(timeout)
 
+    def kill(self) -> None:
+        """SIGKILL to its process group, and wait for it: the end of a test, whose processes have
+        nothing left to finish (the tables are emptied and the broker purged after them); a warm
+        shutdown, then the interpreter's, takes a worker or web server seconds on a busy host."""
+        self.signal(signal.SIGKILL)
+        self.popen.wait()
+        self._log.close()
+
     def stop(self) -> None:
         if self.alive():
             self.signal(signal.SIGCONT)
@@ -176,8 +184,9 @@ class Cluster:
         return proc
 
     def stop_all(self) -> None:
+        """Every process killed (``Proc.kill``); a test that means to stop one gracefully calls its ``stop()``."""
         for proc in self.procs:
-            proc.stop()
+            proc.kill()
 
     def logs(self) -> str:
         return "\n".join(f"----- {p.name}\n{p.log()[-4000:]}" for p in self.procs)

@@ -168,6 +168,11 @@ class HostProcess:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, signum)
 
+    def kill(self) -> None:
+        """SIGKILL to its process group, and wait for it (a worker cut off mid-call may not stop on SIGTERM)."""
+        self.signal(signal.SIGKILL)
+        self.popen.wait()
+
     def stop(self, timeout: float = 10) -> None:
         if self.alive():
             self.signal(signal.SIGCONT)
