@@ -72,8 +72,43 @@ _isolate()
 GROUPS = {"hosts": "hosts"}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test asks for a fixture made once per module (the browser tests' servers and Chromium)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
+
+
+def _name_the_group_in_the_id(item: pytest.Item) -> None:
+    """What pytest-xdist's loadgroup does to a grouped test's id (``<id>@<group>``, which its scheduler
+    reads), done here too: since pytest 9.2 keeps the id as a structured ``_id``, xdist's rewrite of the
+    old ``_nodeid`` is lost and every group's tests were handed out one by one, to every worker
+    (pytest-dev/pytest-xdist#1386). Left alone when xdist did it."""
+    groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                     for mark in item.iter_markers("xdist_group")})  # fmt: skip
+    if not groups or item.nodeid.endswith("@" + "_".join(groups)):
+        return
+    nodeid = f"{item.nodeid}@{'_'.join(groups)}"
+    if hasattr(item, "_id"):
+        item._id = type(item._id).parse(nodeid)
+    else:
+        item._nodeid = nodeid
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for marker, group in GROUPS.items():
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(pytest.mark.xdist_group(group))
+                break
+        else:
+            # Otherwise loadgroup hands each test of the module out alone, and every worker that gets
+            # one starts the module's servers and browser (about 15 s on a busy host) for its share.
+            # Grouped, they start once; and since loadgroup hands out the largest groups first, these
+            # long tests start early instead of being the last ones the suite waits for.
+            if _uses_a_module_fixture(item):
+                item.add_marker(pytest.mark.xdist_group(f"module:{item.nodeid.split('::', 1)[0]}"))
+        if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+            _name_the_group_in_the_id(item)
