@@ -98,6 +98,10 @@ def _name_the_group_in_the_id(item: pytest.Item) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The tests that start real workers (the drill, the crash tests: up to minutes each) are handed
+    # out first, in their order, and the many short ones after them: a long test handed out last
+    # would keep the suite waiting for it while the other workers idle.
+    items.sort(key=lambda item: item.get_closest_marker("workers") is None)
     for item in items:
         for marker, group in GROUPS.items():
             if item.get_closest_marker(marker) is not None:
