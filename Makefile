@@ -26,10 +26,12 @@ run: $(STAMP)
 ## pytest-xdist worker per core and one more (at most 4: much of the suite waits on servers, workers
 ## and browsers), each with a database and a Redis database of its own (tests/parallel.py).
 ## TEST_WORKERS=0 runs it in one process; so does a RabbitMQ broker, which the workers would share.
-## It ends with the 25 slowest tests: the suite is kept well under 20 minutes.
+## It ends with the 25 slowest tests: the suite is kept well under 20 minutes. Tests are handed out
+## in the order tests/parallel.py gives (loadgroup would hand the largest groups out first, and a
+## group of tests that commit could then run before the tests that need the migrations' rows).
 TEST_WORKERS ?= $(if $(CELERY_BROKER_URL),0,$(shell echo $$(( $$(nproc) + 1 ))))
 test: $(STAMP)
-	$(PY) -m support.embedded -- $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist=loadgroup --durations=25 $(PYTEST_ARGS)
+	$(PY) -m support.embedded -- $(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist=loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -80,6 +80,22 @@ def _uses_a_module_fixture(item: pytest.Item) -> bool:
     return any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
 
 
+def _long(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(marker) is not None for marker in ("workers", "browser", "hosts"))
+
+
+def _django_order(item: pytest.Item) -> int:
+    """pytest-django's rank of a test: 0 in a rolled-back transaction, 1 committing, 2 no database."""
+    mark = item.get_closest_marker("django_db")
+    committing = mark is not None and bool(
+        mark.kwargs.get("transaction") or mark.kwargs.get("reset_sequences") or (mark.args and mark.args[0])
+    )
+    fixtures = set(item.fixturenames)
+    if committing or fixtures & {"transactional_db", "django_db_reset_sequences", "live_server"}:
+        return 1
+    return 0 if mark is not None or "db" in fixtures else 2
+
+
 def _name_the_group_in_the_id(item: pytest.Item) -> None:
     """What pytest-xdist's loadgroup does to a grouped test's id (``<id>@<group>``, which its scheduler
     reads), done here too: since pytest 9.2 keeps the id as a structured ``_id``, xdist's rewrite of the
@@ -98,10 +114,13 @@ def _name_the_group_in_the_id(item: pytest.Item) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The tests that start real workers (the drill, the crash tests: up to minutes each) are handed
-    # out first, in their order, and the many short ones after them: a long test handed out last
-    # would keep the suite waiting for it while the other workers idle.
-    items.sort(key=lambda item: item.get_closest_marker("workers") is None)
+    # Long tests (real workers, browsers, test hosts: up to minutes each) are handed out first: last,
+    # they would keep the suite waiting while the other workers idle. Those that leave the test
+    # database alone (the drill, the many-hosts tests) before all others; the rest first within
+    # pytest-django's order, which is kept: tests in a rolled-back transaction, then those that
+    # commit (their teardown empties the tables, and with them the rows the migrations made), then
+    # the others. The Makefile keeps it for groups too (--no-loadscope-reorder).
+    items.sort(key=lambda item: (not (_long(item) and _django_order(item) == 2), _django_order(item), not _long(item)))
     for item in items:
         for marker, group in GROUPS.items():
             if item.get_closest_marker(marker) is not None:
