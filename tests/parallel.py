@@ -129,8 +129,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         else:
             # Otherwise loadgroup hands each test of the module out alone, and every worker that gets
             # one starts the module's servers and browser (about 15 s on a busy host) for its share.
-            # Grouped, they start once; and since loadgroup hands out the largest groups first, these
-            # long tests start early instead of being the last ones the suite waits for.
+            # Grouped, they start once.
             if _uses_a_module_fixture(item):
                 item.add_marker(pytest.mark.xdist_group(f"module:{item.nodeid.split('::', 1)[0]}"))
         if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
