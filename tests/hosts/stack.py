@@ -22,6 +22,7 @@ import httpx
 import psycopg
 
 from bench.environment import loopback_settings
+from payments.sandbox_process import SandboxControl
 from tests.hosts.netns import Host, HostProcess, Network
 from tests.workers import wait_until
 
@@ -205,6 +206,27 @@ class Stack:
         answer = httpx.get(f"{self.sandbox_url}/_sandbox/refunds", timeout=10, trust_env=False)
         answer.raise_for_status()
         return answer.json()["data"]
+
+
+def an_order_of(stack: Stack, username: str, number: str, cents: int) -> None:
+    """A delivered order of the demo customer's, paid at the provider: one no other test refunds (the
+    many-hosts tests share one database and one provider: an order two of them refund is refunded once)."""
+    (order_id,), *_ = stack.sql(
+        "INSERT INTO tickets_order (customer_id, number, status, currency, total_cents, payment_reference, placed_at) "
+        "SELECT c.id, %s, 'delivered', 'usd', %s, %s, now() FROM tickets_customer c "
+        "JOIN auth_user u ON u.id = c.user_id WHERE u.username = %s RETURNING id",
+        number,
+        cents,
+        f"pi_demo_{number}",
+        username,
+    )
+    stack.sql(
+        "INSERT INTO tickets_orderline (order_id, sku, description, quantity, unit_price_cents) "
+        "VALUES (%s, 'KTL-09', 'Travel kettle', 1, %s) RETURNING id",
+        order_id,
+        cents,
+    )
+    SandboxControl(stack.sandbox_url).seed_payment(f"pi_demo_{number}", cents)
 
 
 def wait_worker_ready(proc: HostProcess, timeout: float = 60) -> None:

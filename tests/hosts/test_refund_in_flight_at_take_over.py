@@ -17,33 +17,13 @@ import httpx
 import pytest
 
 from payments.sandbox_process import SandboxControl
-from tests.hosts.stack import Customer, Stack, wait_worker_ready
+from tests.hosts.stack import Customer, Stack, an_order_of, wait_worker_ready
 from tests.hosts.test_worker_partition import agent_replies, refunds_of, run_state
 from tests.workers import wait_until
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(240)]
 
 HELD_MS = 15000  # longer than the take-over (about ten seconds), shorter than the new owner's tries
-
-
-def an_order_of(stack: Stack, username: str, number: str, cents: int) -> None:
-    """A delivered order of the demo customer's, paid at the provider: one no other test refunds."""
-    (order_id,), *_ = stack.sql(
-        "INSERT INTO tickets_order (customer_id, number, status, currency, total_cents, payment_reference, placed_at) "
-        "SELECT c.id, %s, 'delivered', 'usd', %s, %s, now() FROM tickets_customer c "
-        "JOIN auth_user u ON u.id = c.user_id WHERE u.username = %s RETURNING id",
-        number,
-        cents,
-        f"pi_demo_{number}",
-        username,
-    )
-    stack.sql(
-        "INSERT INTO tickets_orderline (order_id, sku, description, quantity, unit_price_cents) "
-        "VALUES (%s, 'KTL-09', 'Travel kettle', 1, %s) RETURNING id",
-        order_id,
-        cents,
-    )
-    SandboxControl(stack.sandbox_url).seed_payment(f"pi_demo_{number}", cents)
 
 
 def keys_in_flight(stack: Stack) -> list[str]:

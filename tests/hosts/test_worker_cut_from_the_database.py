@@ -15,7 +15,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from tests.hosts.stack import PG_PORT, Customer, Stack, wait_worker_ready
+from tests.hosts.stack import PG_PORT, Customer, Stack, an_order_of, wait_worker_ready
 from tests.hosts.test_worker_partition import SLOW_TOKENS_MS, agent_replies, refunds_of, run_state
 from tests.workers import wait_until
 
@@ -27,8 +27,9 @@ def test_a_worker_cut_off_from_the_database_alone_mid_answer_is_taken_over_and_a
     cut_off = hosts.worker(cut_off_host, OFFLINE_MODEL_TOKEN_DELAY_MS=SLOW_TOKENS_MS)
     hosts.beat()
     wait_worker_ready(cut_off)
+    an_order_of(hosts, "alice", "A-1902", 4999)
     alice = Customer(hosts.base_url(hosts.web_hosts[1]), "alice").login()
-    ticket_id = alice.open_ticket("Please refund order A-1002", client_ref="db-cut-worker-1")
+    ticket_id = alice.open_ticket("Please refund order A-1902", client_ref="db-cut-worker-1")
     buffers = redis.Redis.from_url(hosts.redis_url, socket_timeout=5)
     wait_until(
         lambda: buffers.exists(f"{settings.CHANNELS_PREFIX}:stream:{ticket_id}"),
@@ -57,10 +58,10 @@ def test_a_worker_cut_off_from_the_database_alone_mid_answer_is_taken_over_and_a
     )
 
     replies = agent_replies(hosts, ticket_id)
-    assert len(replies) == 1 and "A-1002" in replies[0], replies
+    assert len(replies) == 1 and "A-1902" in replies[0], replies
     status, failures, epochs = run_state(hosts, ticket_id)
     assert status == "completed" and failures == 0, (status, failures)
     assert epochs[0] == stale_epoch and len(epochs) == 2, epochs
-    refunds = refunds_of(hosts, "A-1002")
+    refunds = refunds_of(hosts, "A-1902")
     assert len(refunds) == 1 and refunds[0]["amount"] == 4999, refunds
     alice.close()

@@ -15,7 +15,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from tests.hosts.stack import Customer, Stack, wait_worker_ready
+from tests.hosts.stack import Customer, Stack, an_order_of, wait_worker_ready
 from tests.workers import wait_until
 
 pytestmark = [pytest.mark.hosts, pytest.mark.timeout(150)]
@@ -50,8 +50,9 @@ def test_a_worker_cut_off_mid_answer_is_taken_over_and_its_late_writes_are_refus
     cut_off = hosts.worker(cut_off_host, OFFLINE_MODEL_TOKEN_DELAY_MS=SLOW_TOKENS_MS)
     hosts.beat()
     wait_worker_ready(cut_off)
+    an_order_of(hosts, "alice", "A-1903", 4999)
     alice = Customer(hosts.base_url(hosts.web_hosts[0]), "alice").login()
-    ticket_id = alice.open_ticket("Please refund order A-1002", client_ref="partition-worker-1")
+    ticket_id = alice.open_ticket("Please refund order A-1903", client_ref="partition-worker-1")
     buffers = redis.Redis.from_url(hosts.redis_url, socket_timeout=5)
 
     # The refund is paid and the answer is streaming: the worker holds the lease, mid-answer.
@@ -60,7 +61,7 @@ def test_a_worker_cut_off_mid_answer_is_taken_over_and_its_late_writes_are_refus
         timeout=60,
         what="the answer to start streaming",
     )
-    assert [r["status"] for r in refunds_of(hosts, "A-1002")] == ["succeeded"]
+    assert [r["status"] for r in refunds_of(hosts, "A-1903")] == ["succeeded"]
     (stale_epoch, stale_owner, stale_expiry), *_ = hosts.sql(
         "SELECT epoch, owner, expires_at FROM agents_ticketlease WHERE ticket_id = %s", ticket_id
     )
@@ -88,7 +89,7 @@ def test_a_worker_cut_off_mid_answer_is_taken_over_and_its_late_writes_are_refus
     )
 
     replies = agent_replies(hosts, ticket_id)
-    assert len(replies) == 1 and "A-1002" in replies[0]
+    assert len(replies) == 1 and "A-1903" in replies[0]
     status, failures, epochs = run_state(hosts, ticket_id)
     assert status == "completed" and failures == 0  # its failed attempt was not recorded either
     assert epochs[0] == stale_epoch and len(epochs) == 2
@@ -98,7 +99,7 @@ def test_a_worker_cut_off_mid_answer_is_taken_over_and_its_late_writes_are_refus
     )
     assert [index for index, _ in steps] == list(range(len(steps)))  # each step stored once
     assert steps[-1][1] == epochs[1]  # the answer is the other worker's: none of the cut-off one's
-    refunds = refunds_of(hosts, "A-1002")
+    refunds = refunds_of(hosts, "A-1903")
     assert len(refunds) == 1 and refunds[0]["amount"] == 4999
     ours = hosts.sql("SELECT provider_refund_id, amount_cents FROM agents_refund WHERE ticket_id = %s", ticket_id)
     assert ours == [(refunds[0]["id"], 4999)]

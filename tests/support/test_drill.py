@@ -11,7 +11,8 @@ import pytest
 from django.conf import settings
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.workers, pytest.mark.timeout(400)]
+# One at a time: a drill refuses to start while another runs on the same server (the first test holds its mark).
+pytestmark = [pytest.mark.workers, pytest.mark.timeout(400), pytest.mark.xdist_group("drill")]
 
 
 def drill(*args: str) -> subprocess.CompletedProcess[str]:

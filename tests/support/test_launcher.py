@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -31,8 +33,21 @@ def get_json(url: str) -> dict:
         return json.loads(response.read())
 
 
+@pytest.fixture
+def run_dir():
+    """The launcher's folder, not under pytest's own: the embedded PostgreSQL runs as a user of its own
+    (pgserver), who must reach its data, and any pytest session started on the machine meanwhile (the
+    suite starts one: tests/support/test_parallel_workers.py) makes /tmp/pytest-of-<user> private
+    again; PostgreSQL's shutdown then failed with "could not access directory" and was left running."""
+    path = Path(tempfile.mkdtemp(prefix="support-launcher-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.timeout(300)
-def test_make_run_serves_admin_and_health_and_ctrl_c_leaves_no_process(tmp_path):
+def test_make_run_serves_admin_and_health_and_ctrl_c_leaves_no_process(run_dir):
+    tmp_path = run_dir
     port, sandbox_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     env.update(

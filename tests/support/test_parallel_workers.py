@@ -66,7 +66,20 @@ def test_the_tests_of_a_group_or_of_a_module_fixture_run_on_one_worker(tmp_path)
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop("TEST_RUN_ID", None)
     plugins = ["-p", "no:django", "-p", "no:cacheprovider", "-p", "tests.parallel"]
-    argv = [sys.executable, "-m", "pytest", *plugins, "-n", "2", "--dist=loadgroup", "-q", "--rootdir", str(tmp_path)]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *plugins,
+        "-n",
+        "2",
+        "--dist=loadgroup",
+        "-q",
+        "--rootdir",
+        str(tmp_path),
+        "--basetemp",
+        str(tmp_path / "inner-tmp"),  # not /tmp/pytest-of-<user>, which a new session makes private again
+    ]
     argv.append(str(tmp_path / "test_grouped.py"))
     run = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
