@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import tomllib
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from agents.models import AgentProfile
@@ -31,6 +29,7 @@ from state.pseudonyms import (
     withhold_secrets,
 )
 from state.rows import Row, columns, dump, is_user_column, key_of, user_rows
+from support import reads
 from tickets.models import Ticket, TicketStatus
 
 # Tickets a person or the agent may still work on.
@@ -67,28 +66,11 @@ class Collected:
     withheld_secrets: Counter[str] = field(default_factory=Counter)
 
 
-@contextlib.contextmanager
-def _one_snapshot() -> Iterator[None]:
-    """Every part read from one snapshot of the database (a repeatable-read, read-only transaction):
-    a ticket that moves on while it is exported (an event, a call, a refund written meanwhile) is
-    in the bundle as it was at one moment, never half before and half after. Inside a caller's
-    transaction, that transaction is the snapshot."""
-    if connection.in_atomic_block:
-        yield
-        return
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            # A read-only snapshot holds no row lock: a large export may work on its rows (pseudonyms,
-            # secrets) longer than DB_IDLE_IN_TRANSACTION_TIMEOUT_MS between its reads.
-            cursor.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
-        yield
-
-
 def collect(selection: Selection, *, personal_data: bool, quoted_from: dict[str, set[Any]] | None = None) -> Collected:
     """Every part's rows for the selection, as they will be written (or compared, by verify: then
     ``quoted_from`` names the bundle's rows, whose words alone are hunted, see ``pseudonymise``)."""
-    with _one_snapshot():
+    # One moment for every part: a ticket that moves on while it is exported is in the bundle as it was.
+    with reads.one_snapshot(long=True):
         return _collect(selection, personal_data=personal_data, quoted_from=quoted_from)
 
 

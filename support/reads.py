@@ -153,15 +153,19 @@ def fetch_together(queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tu
 
 
 @contextlib.contextmanager
-def one_snapshot() -> Iterator[None]:
+def one_snapshot(*, long: bool = False) -> Iterator[None]:
     """Every read inside from one snapshot of the database (a repeatable-read, read-only transaction):
     a page that shows a row and the rows that tell its story (a ticket's status and holder, and its
     timeline) shows them as they were at one moment, never the row before a change and its story
-    after it. Inside a caller's transaction, that transaction is the snapshot."""
+    after it. Inside a caller's transaction, that transaction is the snapshot. ``long``: the caller
+    may work longer than DB_IDLE_IN_TRANSACTION_TIMEOUT_MS between its reads (a large state export);
+    a read-only snapshot holds no row lock, so the server is told not to end the session for it."""
     if connection.in_atomic_block:
         yield
         return
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            if long:
+                cursor.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
         yield
