@@ -263,7 +263,10 @@ class _Heartbeat:
     at its expiry, as an outage, not a stop. A killed worker's heartbeat dies with it: taken over at once.
     So that a worker killed after such a cut is still seen dead at once (not at the lease's expiry),
     the heartbeat takes the ticket's lock again on its own session, which dies with the worker, and
-    lets go of it when the lease is released (``_lock_again``, ``unlock``).
+    lets go of it when the lease is released (``_lock_again``, ``unlock``). It takes it before it
+    marks anything: a lease marked cut and not yet locked again is a window in which the worker's
+    death is seen only at expiry, so the lease is marked cut only while another session holds the
+    lock for a moment (a worker looking at it to take the ticket over), and locked again next round.
     """
 
     CHECK_SECONDS = 0.5
@@ -377,43 +380,60 @@ class _Heartbeat:
                 done.set()
 
     def _check_sessions(self, leases: list[Lease]) -> None:
-        """Mark the leases whose pass's session no longer holds the ticket's lock (``session_cut``)."""
+        """Find the leases whose pass's session no longer holds the ticket's lock. Each takes the lock
+        again on this thread's session first (``_lock_again``), so that the worker's death is seen at
+        once from the moment the cut is: a lease marked cut (``session_cut``) before it is locked again
+        waits for its expiry if the worker dies in between. Marked cut only if the lock is someone
+        else's for the moment (a worker looking at it to take the ticket over), and tried again then."""
         with connection.cursor() as cursor:
             cursor.execute(
-                "UPDATE agents_ticketlease AS held SET session_locked = FALSE, session_cut = TRUE "
-                "FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::int[]) AS pass(ticket_id, epoch, owner, pid) "
-                "WHERE held.ticket_id = pass.ticket_id AND held.epoch = pass.epoch AND held.owner = pass.owner "
-                "AND held.session_locked AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' "
+                "SELECT held.ticket_id FROM agents_ticketlease AS held "
+                "JOIN unnest(%s::bigint[], %s::bigint[], %s::text[], %s::int[]) AS pass(ticket_id, epoch, owner, pid) "
+                "ON held.ticket_id = pass.ticket_id AND held.epoch = pass.epoch AND held.owner = pass.owner "
+                "WHERE held.session_locked AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' "
                 "AND l.granted AND l.objsubid = 1 AND l.pid = pass.pid AND l.classid = %s "
                 "AND l.objid::bigint = (pass.ticket_id & 4294967295) "
-                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())) "
-                "RETURNING held.ticket_id",
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
                 [
                     [lease.ticket_id for lease in leases], [lease.epoch for lease in leases],
                     [lease.owner for lease in leases], [lease.session_pid for lease in leases], LOCK_NAMESPACE,
                 ],
             )  # fmt: skip
-            cut = {row[0] for row in cursor.fetchall()}
+            lost = {row[0] for row in cursor.fetchall()}
         for lease in leases:
-            if lease.ticket_id in cut:
+            if lease.ticket_id not in lost:
+                continue
+            if self._lock_again(lease):
+                held = "this worker's heartbeat holds the ticket's lock in its place until the pass ends"
+            else:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "UPDATE agents_ticketlease SET session_locked = FALSE, session_cut = TRUE "
+                        "WHERE ticket_id = %s AND epoch = %s AND owner = %s AND session_locked",
+                        [lease.ticket_id, lease.epoch, lease.owner],
+                    )
+                    if cursor.rowcount != 1:
+                        continue  # the lease is someone else's by now
                 lease.cut = True
-                logger.warning(
-                    "ticket %s: the database ended the session of this worker's pass (epoch %s); the lease is "
-                    "kept until the pass ends, and the pass waits the outage out",
-                    lease.ticket_id,
-                    lease.epoch,
-                )
-                self._lock_again(lease)
+                held = "the lease is kept until the pass ends"
+            logger.warning(
+                "ticket %s: the database ended the session of this worker's pass (epoch %s); %s, and the pass "
+                "waits the outage out",
+                lease.ticket_id,
+                lease.epoch,
+                held,
+            )
 
-    def _lock_again(self, lease: Lease) -> None:
+    def _lock_again(self, lease: Lease) -> bool:
         """Hold the ticket's lock for a pass whose session was cut, on this thread's session: it dies
         with the worker, so a worker killed before its pass ends is seen dead at once, as one whose
-        session lives on. Checked like a pass's session from then on (cut again: taken again)."""
+        session lives on. Checked like a pass's session from then on (cut again: taken again). True if
+        the lock is held and the lease says so."""
         with connection.cursor() as cursor:
             key = lock_key(lease.ticket_id)
             cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
             if not cursor.fetchone()[0]:
-                return  # another session has it: the lease is someone else's by now
+                return False  # another session has it: the lease is someone else's by now, or about to be
             cursor.execute(
                 "UPDATE agents_ticketlease SET session_locked = TRUE, session_cut = FALSE "
                 "WHERE ticket_id = %s AND epoch = %s AND owner = %s",
@@ -421,14 +441,15 @@ class _Heartbeat:
             )
             if cursor.rowcount != 1:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
-                return
+                return False
             with self.changed:
                 if id(lease) not in self.due:  # released meanwhile: its release did not see this lock
                     self.unlocking.append((key, threading.Event()))
-                    return
+                    return False
                 lease.heartbeat_locked = True
                 lease.session_pid = connection.connection.info.backend_pid
                 lease.cut = False
+        return True
 
     def _renew(self, lease: Lease) -> None:
         if time.monotonic() - lease.taken_at > held_at_most():

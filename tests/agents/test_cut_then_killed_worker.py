@@ -10,6 +10,7 @@ defaults) before another worker carried it on.
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 
@@ -138,5 +139,43 @@ def test_the_heartbeat_takes_the_lock_again_once_another_session_lets_go_of_it()
             wait_until(lambda: lease.heartbeat_locked, timeout=5, what="the heartbeat took the lock again")
         assert ticket_lease_held(ticket.pk)
     finally:
+        lease.stop_heartbeat()
+        lease.release()
+
+
+def test_the_lock_is_held_again_before_the_cut_is_told(caplog):
+    # The worker that saw its pass's session cut and died a moment later was taken over at its lease's
+    # expiry (62 s on CI), not in seconds: the heartbeat marked the lease cut, said so, and only then
+    # took the lock again. A death between the two left a lease held by nothing but its expiry.
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Hours", body="hello")
+    lease = lease_acquire(ticket_id=ticket.pk, owner="worker-cut")
+    assert lease is not None and lease.locked
+    seen: list[tuple[bool, bool, bool]] = []
+
+    class AtTheTelling(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if CUT_SEEN in record.getMessage():
+                with psycopg.connect(database_url(), autocommit=True) as look:
+                    row = look.execute(
+                        "SELECT session_locked, session_cut FROM agents_ticketlease WHERE ticket_id = %s", [ticket.pk]
+                    ).fetchone()
+                    free = look.execute("SELECT pg_try_advisory_lock(%s)", [lock_key(ticket.pk)]).fetchone()[0]
+                    if free:
+                        look.execute("SELECT pg_advisory_unlock(%s)", [lock_key(ticket.pk)])
+                seen.append((row[0], row[1], not free))
+
+    handler = AtTheTelling()
+    logging.getLogger("agents.lease").addHandler(handler)
+    lease.start_heartbeat()
+    try:
+        with psycopg.connect(database_url(), autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", [lease.session_pid])
+        connection.close()
+        wait_until(lambda: seen, timeout=10, what="the heartbeat told of the cut")
+        # (session_locked, session_cut, the lock held): a worker killed from here on is seen dead at once.
+        assert seen[0] == (True, False, True), f"when the cut was told the lease read {seen[0]}"
+        assert lease.heartbeat_locked
+    finally:
+        logging.getLogger("agents.lease").removeHandler(handler)
         lease.stop_heartbeat()
         lease.release()
