@@ -81,11 +81,16 @@ def queued_in_broker() -> int:
             return 0  # no such queue (Redis keeps none while it is empty; a RabbitMQ that lost it)
 
 
-def unmarked(ticket_ids: list[int]) -> list[int]:
+def unmarked(ticket_ids: list[int], *, trust_marks: bool = True) -> list[int]:
     """Of these tickets, those with no doorbell queued; each is marked as rung from now on.
 
     Caller sends a doorbell for every ticket returned. Marks that stand for more doorbells than the
-    broker holds are dropped first: a doorbell lost with the broker is rung again."""
+    broker holds are dropped first: a doorbell lost with the broker is rung again. ``trust_marks``
+    False (the sweep a worker asks for when it starts): every ticket is returned, and marked anew.
+    The count sees a lost doorbell only while it is not low, and a send not counted (Redis failed
+    for a moment) makes it low: a broker flushed while a worker was down then hid the lost doorbell
+    from every sweep until the queue was next found empty, and from a worker's start sweep for good
+    while beat was down too."""
     if not ticket_ids:
         return []
     if marks_pause.paused():
@@ -94,8 +99,11 @@ def unmarked(ticket_ids: list[int]) -> list[int]:
         client = _client()
         key, now = _key(), _redis_seconds(client)
         client.zremrangebyscore(key, "-inf", now - MARK_KEPT_SECONDS)
+        # Read before and after the queue: a message received meanwhile (or sent) moves the count,
+        # and the lower of the two never makes it drift low (a lost doorbell then hidden for good).
         counted = int(client.get(_count_key()) or 0)
         queued = queued_in_broker()
+        counted = min(counted, int(client.get(_count_key()) or 0))
         if queued < counted or (queued == 0 and client.zcard(key)):
             # Messages were lost, or marks stand for doorbells never sent (their send failed and the
             # mark could not be taken back): with nothing queued, no mark stands for anything.
@@ -111,8 +119,10 @@ def unmarked(ticket_ids: list[int]) -> list[int]:
             client.incrby(_count_key(), -counted)
         pipe = client.pipeline(transaction=False)
         for ticket_id in ticket_ids:
-            pipe.zadd(key, {str(ticket_id): now}, nx=True)
+            pipe.zadd(key, {str(ticket_id): now}, nx=trust_marks)
         added = pipe.execute()
+        if not trust_marks:
+            return ticket_ids
     except Exception:  # noqa: BLE001 - Redis's and the broker's errors alike: ring them all, as before marks
         marks_pause.failed()
         logger.exception("doorbell marks could not be read; every ticket with work is rung")

@@ -106,11 +106,12 @@ def tickets_needing_a_ring(*, limit: int = 500) -> list[int]:
 
 
 @shared_task(name="agents.sweep", base=NoResultRound)
-def sweep() -> int:
+def sweep(at_start: bool = False) -> int:
     """Re-ring every ticket with pending work or an expired lease whose doorbell is not still queued
     (``agents.doorbells``): lost doorbells only delay work, and sweeps while no worker takes the
-    queued ones do not pile more on them."""
-    ticket_ids = doorbells.unmarked(tickets_needing_a_ring())
+    queued ones do not pile more on them. ``at_start``: the sweep a worker asks for when it comes up
+    rings them all, marked or not (``_sweep_when_a_worker_starts``)."""
+    ticket_ids = doorbells.unmarked(tickets_needing_a_ring(), trust_marks=not at_start)
     for sent, ticket_id in enumerate(ticket_ids):
         try:
             advance_ticket.delay(ticket_id)
@@ -153,9 +154,12 @@ def _sweep_when_a_worker_starts(**kwargs: object) -> None:
     """A worker that comes up asks for one sweep: what a dead worker left (its doorbell unacknowledged,
     given back by the broker only after its visibility timeout) is carried on now, even while beat
     is down, and what waits out a backoff when its wait ends. Beat's sweeps find nothing more to do
-    for it; a sweep that cannot be sent waits for beat."""
+    for it; a sweep that cannot be sent waits for beat. It rings every ticket with work, marked as
+    rung or not: a worker comes up after the broker lost its queue (restarted, flushed), which the
+    marks' count may not show (``doorbells.unmarked``). Queued behind what the broker still holds,
+    it finds those tickets answered: a ticket is rung twice at most, once per worker start."""
     try:
-        sweep.delay()
+        sweep.delay(at_start=True)
         ring_when_waits_end.delay()
     except Exception:  # noqa: BLE001 - kombu's and the transport's errors alike; beat sweeps anyway
         logger.exception("the sweep asked for at worker start could not be sent to the broker")

@@ -16,7 +16,7 @@ import redis
 from django.conf import settings
 from kombu.exceptions import OperationalError
 
-from agents import tasks
+from agents import doorbells, tasks
 from support.celery import app
 from tests.agents.test_crash_recovery import at_rest, replies
 from tests.conftest import make_customer
@@ -139,3 +139,53 @@ def test_doorbells_the_broker_refused_during_a_sweep_are_rung_by_the_next(monkey
     tasks.sweep()
 
     assert take_doorbells() == tickets
+
+
+def _count_one_low() -> None:
+    """The marks' count of queued messages one below what the broker was sent (``agents.doorbells``):
+    a send whose count Redis failed a moment, or (before) a message received while a sweep read the
+    count and the queue apart. The queue holds the one doorbell just rung."""
+    assert queued_messages() == 1
+    doorbells._client().set(doorbells._count_key(), 0)
+
+
+def test_the_sweep_a_worker_starts_with_rings_a_lost_doorbell_the_count_does_not_show():
+    # A broker flushed while the worker was down, and a count one low: the worker's start sweep, the
+    # only one while beat is down too, trusted the mark of the lost doorbell (another message, the
+    # start's own ring_when_waits_end, stood in the queue for it) and the ticket waited for good.
+    tickets = open_waiting_tickets(1)
+    _count_one_low()
+    purge_broker()
+    tasks.ring_when_waits_end.delay()
+
+    tasks.sweep()
+    assert take_doorbells() == [], "the count one low hid the lost doorbell from beat's sweep"
+    tasks.ring_when_waits_end.delay()
+    tasks.sweep(at_start=True)
+    assert take_doorbells() == tickets
+
+
+def test_a_message_received_while_the_sweep_reads_leaves_the_count_as_the_queue(monkeypatch):
+    # The sweep read the count, a worker received a message (counting it out), the sweep read the
+    # queue: one message gone from both, but the sweep saw it gone from the queue only, took it for
+    # lost, and set the count one below what the queue held from then on.
+    open_waiting_tickets(1)
+    purge_broker()
+    doorbells._client().set(doorbells._count_key(), 0)  # the queue is empty, and the count says so
+    tasks.reconcile_refunds.delay()
+    tasks.expire_confirmations.delay()
+    read_queue = doorbells.queued_in_broker
+
+    def a_worker_receives_one_meanwhile() -> int:
+        with app.connection_for_read() as conn:
+            queue = app.amqp.queues[app.conf.task_default_queue](conn.default_channel)
+            message = queue.get(no_ack=True)
+        doorbells.received([], message_id=message.properties["correlation_id"])
+        return read_queue()
+
+    monkeypatch.setattr(doorbells, "queued_in_broker", a_worker_receives_one_meanwhile)
+    tasks.sweep()
+    monkeypatch.undo()
+
+    queued = queued_messages()
+    assert int(doorbells._client().get(doorbells._count_key())) >= queued, "the count fell below the queue"
