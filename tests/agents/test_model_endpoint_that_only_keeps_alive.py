@@ -78,7 +78,7 @@ def test_an_endpoint_that_keeps_the_connection_alive_without_a_chunk_is_stopped_
             adapter(url).complete(messages=MESSAGES, tools=[])
         took = time.monotonic() - began
 
-    assert took < 4, f"the step went on for {took:.1f} s past its 1 s"
+    assert took < 10, f"the step went on for {took:.1f} s past its 1 s"  # 30 s (its read timeout) before
     assert raised.value.retryable
 
 

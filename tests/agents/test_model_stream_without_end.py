@@ -110,7 +110,7 @@ def test_a_stream_that_trickles_on_past_the_step_deadline_is_stopped_and_may_be_
         with pytest.raises(ModelError, match="still streaming after 1 s") as raised:
             adapter(url).complete(messages=MESSAGES, tools=[])
 
-    assert time.monotonic() - began < 3
+    assert time.monotonic() - began < 10, "stopped long after its 1 s"  # unbounded before; margin for a loaded CI
     assert raised.value.retryable
 
 

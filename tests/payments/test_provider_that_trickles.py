@@ -74,7 +74,8 @@ def test_a_provider_that_trickles_its_answer_is_cut_off_at_the_timeout(what):
             provider.get_payment("pi_1")
         took = time.monotonic() - began
 
-        assert took < 4, f"a request with a 1 s timeout held its caller {took:.1f} s"
+        # Trickled in full: 8.6 s (headers) or more; the margin is for a loaded machine.
+        assert took < 6, f"a request with a 1 s timeout held its caller {took:.1f} s"
         # The next request is asked afresh, on a connection of its own.
         handler.fast = True
         assert provider.get_payment("pi_1").amount_cents == 10000
