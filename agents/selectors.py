@@ -396,15 +396,18 @@ def _reserving_refunds() -> QuerySet[Refund]:
 
 
 def orders_with_refunded_total(orders: QuerySet[Order]) -> QuerySet[Order]:
-    """The orders, each with ``refunded_cents`` (as ``refunded_total_cents``), in the same query."""
-    total = (
-        _reserving_refunds()
-        .filter(order=OuterRef("pk"))
-        .values("order")
-        .annotate(total=Sum("amount_cents"))
-        .values("total")
+    """The orders, each with ``refunded_cents`` (as ``refunded_total_cents``) and ``unseen_cents`` (as
+    ``failed_unseen_cents``), in the same query."""
+
+    def total(refunds: QuerySet[Refund]) -> Subquery:
+        return Subquery(
+            refunds.filter(order=OuterRef("pk")).values("order").annotate(total=Sum("amount_cents")).values("total")
+        )
+
+    return orders.annotate(
+        refunded_cents=Coalesce(total(_reserving_refunds()), 0),
+        unseen_cents=Coalesce(total(Refund.objects.filter(failed_unseen())), 0),
     )
-    return orders.annotate(refunded_cents=Coalesce(Subquery(total), 0))
 
 
 _refunded_total = reads.Kept(
@@ -450,11 +453,28 @@ def payment_left_cents(order: Order, *, exclude_key: str | None = None) -> int:
     return paid - int(refunds.aggregate(total=Sum("amount_cents"))["total"] or 0)
 
 
+def failed_unseen_total_sql(order_id: int) -> tuple[str, list[Any]]:
+    """``failed_unseen_cents`` of the order as a query (no row when nothing counts, else its total), to
+    send along with other reads (``support.reads.fetch_together``; ``refunded_total_from``). Compiled on
+    each call, not kept: its window (REFUND_RECHECK_FAILED_HOURS) is one of its parameters."""
+    refunds = (
+        Refund.objects.filter(failed_unseen(), order_id=order_id)
+        .order_by()
+        .values("order")
+        .annotate(total=Sum("amount_cents"))
+        .values("total")
+    )
+    sql, params = refunds.query.get_compiler(refunds.db).as_sql()
+    return sql, list(params)
+
+
 def failed_unseen_cents(order: Order, *, exclude_key: str | None = None, whole_payment: bool = False) -> int:
     """What refunds failed without the provider ever showing them (``failed_unseen``) may still pay on
     this order, or on every order its payment paid for (``whole_payment``): a request still on its way
     may land, and is then recorded paid. Not among ``refunded_total_cents`` (nothing was refunded as far
     as anyone knows); counted against what is left to refund all the same (``agents.refunds``)."""
+    if exclude_key is None and not whole_payment and hasattr(order, "unseen_cents"):
+        return int(order.unseen_cents)  # read with the order (orders_with_refunded_total)
     refunds = Refund.objects.filter(failed_unseen())
     if whole_payment:
         refunds = refunds.filter(order__payment_reference=order.payment_reference)

@@ -31,6 +31,8 @@ from django.db.models import F, Q
 
 from agents.models import AgentRun, ApprovalDecision, CallStatus, ReplayPolicy, ToolCall
 from agents.selectors import (
+    failed_unseen_cents,
+    failed_unseen_total_sql,
     orders_with_refunded_total,
     person_answered_after_step_read,
     person_took_the_ticket_since,
@@ -272,10 +274,11 @@ def parse_arguments(name: str, raw: str | dict[str, Any]) -> tuple[Tool, dict[st
 # --- Orders -------------------------------------------------------------------------
 
 
-def order_summary(order: Order, *, refunded: int, lines: Iterable[tuple[str, int, int]]) -> dict[str, Any]:
-    """The order as the model reads it; ``refunded``: its ``refunded_total_cents``, ``lines``: its
-    lines as (description, quantity, unit price in cents)."""
-    refundable = max(0, order.total_cents - refunded)
+def order_summary(order: Order, *, refunded: int, unseen: int, lines: Iterable[tuple[str, int, int]]) -> dict[str, Any]:
+    """The order as the model reads it; ``refunded``: its ``refunded_total_cents``, ``unseen``: its
+    ``failed_unseen_cents`` (may still be paid: not refundable again, as the refund's rules count it),
+    ``lines``: its lines as (description, quantity, unit price in cents)."""
+    refundable = max(0, order.total_cents - refunded - unseen)
     return {
         "order_number": order.number,
         "status": order.status,
@@ -285,6 +288,8 @@ def order_summary(order: Order, *, refunded: int, lines: Iterable[tuple[str, int
         "currency": order.currency,
         "total_cents": order.total_cents,
         "refunded_cents": refunded,
+        # Failed without the provider ever showing it, still asked about: it may yet be paid.
+        "may_still_be_refunded_cents": unseen,
         "refundable_cents": refundable,
         # Spelled for people, so that a model quotes "$49.99" rather than "4999 cents" or "49.99 USD".
         "total": format_money(order.total_cents, order.currency),
@@ -332,8 +337,10 @@ def lookup_order(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     order = customer_order(ctx.ticket, args["order_number"])
     rows.flush()  # (what a step holds is written first, as before any read)
     # What was refunded and the lines: one round trip, their SQL kept (no query compiler).
-    refunded, lines = reads.fetch_together([refunded_total_sql(order.pk), order_lines_sql(order.pk)])
-    return order_summary(order, refunded=refunded_total_from(refunded), lines=lines)
+    refunded, unseen, lines = reads.fetch_together(
+        [refunded_total_sql(order.pk), failed_unseen_total_sql(order.pk), order_lines_sql(order.pk)]
+    )
+    return order_summary(order, refunded=refunded_total_from(refunded), unseen=refunded_total_from(unseen), lines=lines)
 
 
 def list_orders(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -344,6 +351,7 @@ def list_orders(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             order_summary(
                 order,
                 refunded=refunded_total_cents(order),
+                unseen=failed_unseen_cents(order),
                 lines=[(line.description, line.quantity, line.unit_price_cents) for line in order.lines.all()],
             )
             for order in orders
