@@ -607,16 +607,23 @@ def _over_refund_warning(order: Order, count: int, asked: int, oldest: list[Appr
     can still refund ("" if they do not), naming the ``oldest``: the same on every card of the
     order, so made once per order."""
     currency = order.currency
-    refundable = max(0, order.total_cents - order.refunded_cents)
+    # A refund failed unseen may still be paid: the refund's rules count it against what is left.
+    unseen = int(order.unseen_cents)
+    refundable = max(0, order.total_cents - order.refunded_cents - unseen)
     if asked <= refundable:
         return ""
     named = ", ".join(f"#{p.pk} ({p.amount_display})" for p in oldest[:WARNING_LISTS])
     rest = f" and {count - WARNING_LISTS} more" if count > WARNING_LISTS else ""
+    may_still = (
+        f", failed unseen by the payment provider and may still be paid {format_money(unseen, currency)}"
+        if unseen
+        else ""
+    )
     return (
         f"{count} pending request{'s' if count != 1 else ''} on order {order.number} "
         f"add up to {format_money(asked, currency)}, more than the {format_money(refundable, currency)} "
         f"it can still refund (total {format_money(order.total_cents, currency)}, "
-        f"refunded {format_money(order.total_cents - refundable, currency)}). "
+        f"refunded {format_money(order.refunded_cents, currency)}{may_still}). "
         f"Requests: {named}{rest}."
     )
 
