@@ -8,12 +8,12 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import BooleanField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
 from agents.models import AgentRun, ModelStep, Refund, ToolCall
-from agents.selectors import orders_with_refunded_total
+from agents.selectors import failed_unseen, orders_with_refunded_total
 from approvals.models import ApprovalRequest
 from tickets.models import Order, Ticket, TicketEvent, TicketStatus
 from tickets.selectors import assignable_staff
@@ -237,9 +237,14 @@ def orders_beside(*, ticket: Ticket) -> list[Order]:
 
 
 def refunds_of(*, ticket: Ticket) -> list[Refund]:
-    """Every refund of the customer's orders (from any ticket), newest first."""
+    """Every refund of the customer's orders (from any ticket), newest first; each with ``may_still_be_paid``:
+    failed without the provider ever showing it, still asked about (``agents.selectors.failed_unseen``): a
+    person reading a plain "failed" would refund by hand, and the request still on its way may land."""
     return list(
-        Refund.objects.filter(order__customer_id=ticket.customer_id).select_related("order").order_by("-created_at")
+        Refund.objects.filter(order__customer_id=ticket.customer_id)
+        .annotate(may_still_be_paid=ExpressionWrapper(failed_unseen(), output_field=BooleanField()))
+        .select_related("order")
+        .order_by("-created_at")
     )
 
 
