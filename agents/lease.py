@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import math
 import os
@@ -89,7 +90,64 @@ def held_at_most() -> float:
 
 
 def worker_identity() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """``host:pid:pass:place:start``: the owner a lease names. ``place`` and ``start`` (``_process_stamp``)
+    let a worker on the same host tell that the owner's process is gone (``owner_died_here``)."""
+    pid = os.getpid()
+    if pid not in _stamps:  # one per process (a forked child has its own)
+        _stamps[pid] = _process_stamp(pid)
+    return f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}:{_stamps[pid]}"
+
+
+def _process_start(pid: int) -> str | None:
+    """When process ``pid`` of this host started (clock ticks since boot), or None if there is no such
+    process, or it is dead and not yet reaped (a zombie), or this system has no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            # The command name may hold spaces and parentheses: the fields are read after its last ")".
+            fields = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    if len(fields) < 20 or fields[0] in {"Z", "X", "x"}:
+        return None
+    return fields[19]
+
+
+_places: dict[int, str] = {}
+_stamps: dict[int, str] = {}
+
+
+def _place() -> str:
+    """This boot of this host and this namespace of process ids ("" if unknown): two processes with
+    the same place see each other's pids."""
+    pid = os.getpid()
+    if pid not in _places:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as boot:
+                place = f"{boot.read().strip()}/{os.readlink('/proc/self/ns/pid')}"
+            # A /proc mounted from another pid namespace numbers processes otherwise: it says nothing.
+            seen = os.readlink("/proc/self") == str(pid)
+            _places[pid] = hashlib.sha256(place.encode()).hexdigest()[:12] if seen else ""
+        except OSError:
+            _places[pid] = ""
+    return _places[pid]
+
+
+def _process_stamp(pid: int) -> str:
+    return f"{_place()}:{_process_start(pid) or ''}"
+
+
+def owner_died_here(owner: str) -> bool:
+    """Is ``owner`` (``worker_identity``) a worker process of this host that is gone? True only when
+    that is certain: same host name, boot and pid namespace, and its pid is no process now, or
+    another process that started at another time. Anything else (another host, an owner named
+    otherwise, no /proc) is not known dead."""
+    parts = owner.split(":")
+    if len(parts) < 5 or not _place():
+        return False
+    host, pid, place, start = ":".join(parts[:-4]), parts[-4], parts[-2], parts[-1]
+    if host != socket.gethostname() or place != _place() or not pid.isdigit() or not start:
+        return False
+    return _process_start(int(pid)) != start
 
 
 @dataclass
@@ -520,10 +578,14 @@ def lease_acquire_and_read(
     # time to say its worker lives on and only its session was cut (``_Heartbeat``, ``session_cut``):
     # the first statement leaves such a lease alone and says so, and the second, a moment later,
     # takes it if it is still marked as held by a lock (its owner dead: no heartbeat marked it).
+    # An owner that ran on this host and whose process is gone has no heartbeat to wait for: its
+    # ticket is taken over at once (every recovery of a killed worker paid the wait, on top of the
+    # sweep that found it).
     found, read = _acquire_and_read(ticket_id=ticket_id, owner=owner, then=then, take_lost_session=False)
-    if found[0][1] is None and found[0][-1]:
+    if found[0][1] is None and found[0][-2]:
         _lease_from(found[0], ticket_id=ticket_id, owner=owner)  # lets go of the advisory lock
-        time.sleep(_Heartbeat.CHECK_SECONDS * 3)
+        if not owner_died_here(found[0][-1] or ""):
+            time.sleep(_Heartbeat.CHECK_SECONDS * 3)
         found, read = _acquire_and_read(ticket_id=ticket_id, owner=owner, then=then, take_lost_session=True)
     return _lease_from(found[0], ticket_id=ticket_id, owner=owner), read
 
@@ -554,7 +616,8 @@ def _acquire_and_read(
         )
         SELECT advisory.locked, taken.epoch, taken.previous_owner,
                EXISTS (SELECT 1 FROM before WHERE before.owner = taken.previous_owner AND before.session_cut),
-               taken.epoch IS NULL AND advisory.locked AND EXISTS (SELECT 1 FROM before WHERE before.held_locked)
+               taken.epoch IS NULL AND advisory.locked AND EXISTS (SELECT 1 FROM before WHERE before.held_locked),
+               (SELECT owner FROM before)
           FROM advisory LEFT JOIN taken ON TRUE
         """,
         [lock_key(ticket_id), ticket_id, ticket_id, owner, lease_seconds(), ticket_id, take_lost_session],
@@ -567,7 +630,7 @@ def _acquire_and_read(
 
 def _lease_from(found: tuple[Any, ...], *, ticket_id: int, owner: str) -> Lease | None:
     with connection.cursor() as cursor:
-        locked, *row, cut, _ = found
+        locked, *row, cut, _, _ = found
         if row[0] is None:
             if locked:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_key(ticket_id)])
