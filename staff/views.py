@@ -139,6 +139,8 @@ def _allowed_actions(ticket: Ticket) -> dict[str, bool]:
         "resolve": TicketStatus.RESOLVED in TICKET_TRANSITIONS[status],
         "close": TicketStatus.CLOSED in TICKET_TRANSITIONS[status],
         "write": status != TicketStatus.CLOSED,
+        # A closed ticket is final: nobody is given it (``services.ticket_assign_to`` refuses).
+        "assign": status != TicketStatus.CLOSED,
     }
 
 

@@ -471,6 +471,20 @@ class TicketAdminForm(PageReadForm):
         if "assignee" in self.fields:
             self.fields["assignee"].queryset = assignable_staff()
 
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        # The row as it is now (held since ``PageReadForm.clean`` when the admin saves in a transaction):
+        # a ticket closed since the page was read is given to nobody (``services.ticket_assign_to``).
+        if self.instance.pk and "assignee" in self.changed_on_the_page():
+            status = Ticket.objects.filter(pk=self.instance.pk).values_list("status", flat=True).first()
+            if status == TicketStatus.CLOSED:
+                self.add_error(
+                    None,
+                    f"Ticket #{self.instance.pk} is closed; nothing more can happen on it, so nobody is assigned "
+                    "to it. Nothing was saved.",
+                )
+        return cleaned
+
 
 class CustomerAdminForm(PageReadForm):
     """A customer's page: a colleague's "every refund reviewed" is never undone by a page read before it."""
@@ -556,6 +570,16 @@ class TicketAdmin(IdsChecked):
     ]  # fmt: skip
     autocomplete_fields = ["assignee"]
     inlines = [TicketRatingInline, MessageInline, TicketEventInline]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Ticket | None = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        # A closed ticket is given to nobody (``services.ticket_assign_to``): its page shows no assignee
+        # to choose. A page read before it was closed sent one: the form takes it, and refuses it (``clean``),
+        # rather than drop it without a word.
+        sent_by_the_page = request.method == "POST" and "assignee" in request.POST
+        if obj is not None and obj.status == TicketStatus.CLOSED and not sent_by_the_page:
+            fields.append("assignee")
+        return fields
 
     @admin.display(description="status", ordering="status")
     def status_as_listed(self, ticket: Ticket) -> str:

@@ -825,11 +825,16 @@ def _set_assignee(ticket: Ticket, assignee: AbstractBaseUser | None, actor_user:
     )
 
 
+def _not_closed(ticket: Ticket) -> None:
+    """Refuse any change to a closed ticket (locked by the caller): it is final."""
+    if ticket.status == TicketStatus.CLOSED:
+        raise InvalidTransition(f"Ticket #{ticket.pk} is closed; nothing more can happen on it.", code="closed")
+
+
 def _with_person_locked(ticket: Ticket, user: AbstractBaseUser) -> None:
     """The ticket (locked by the caller) goes to ``user``: status with_human, assigned to them.
     A resolved ticket is reopened on the way; a closed one is refused."""
-    if ticket.status == TicketStatus.CLOSED:
-        raise InvalidTransition(f"Ticket #{ticket.pk} is closed; nothing more can happen on it.", code="closed")
+    _not_closed(ticket)
     if ticket.status != TicketStatus.WITH_HUMAN and TicketStatus.WITH_HUMAN not in TICKET_TRANSITIONS[ticket.status]:
         ticket_transition_locked(
             ticket=ticket, to_status=TicketStatus.OPEN, actor_kind=ActorKind.STAFF, actor_user=user
@@ -1023,9 +1028,11 @@ def ticket_assign_to(
     page read before a colleague took the ticket is refused, not a silent re-assignment. With
     ``assignee_seen`` (whom that page showed assigned; None: nobody), so is one made on a page read
     before someone else assigned it (while the agent still answers it). Asked again from the page
-    that shows them, it is done."""
+    that shows them, it is done. A closed ticket is refused: assigned, it would sit with someone whose
+    "Mine" never lists it, the person assigning it told it was handed on."""
     with transaction.atomic():
         locked = _locked(ticket)
+        _not_closed(locked)
         if holder_seen is not ...:
             _colleague_took_it_since(
                 locked, user, holder_seen,  # type: ignore[arg-type]
@@ -1065,6 +1072,7 @@ def ticket_edit(*, ticket: Ticket | int, user: AbstractBaseUser, changes: dict[s
     with transaction.atomic():
         locked = _locked(ticket)
         if "assignee" in changes:
+            _not_closed(locked)  # as ``ticket_assign_to``: a closed ticket is given to nobody
             _set_assignee(locked, changes["assignee"], user)
         edited: dict[str, dict[str, str]] = {}
         for name in ("subject", "priority"):
