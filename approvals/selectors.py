@@ -206,11 +206,8 @@ def own_tickets(*, user: AbstractBaseUser, ticket_ids: Iterable[int]) -> set[int
     """The tickets among ``ticket_ids`` whose customer is this member of staff: the customer profile of
     their login, or one under their email address (the same person shopping under a second login, who
     would otherwise approve their own refund). Their requests are a colleague's to decide."""
-    mine = Q(customer__user_id=user.pk)
-    email = (getattr(user, "email", "") or "").strip()
-    if email:
-        mine |= Q(customer__email__iexact=email)
-    return set(Ticket.objects.filter(mine, pk__in=list(ticket_ids)).values_list("pk", flat=True))
+    mine = ticket_selectors.customers_of_person(user=user)
+    return set(Ticket.objects.filter(customer__in=mine, pk__in=list(ticket_ids)).values_list("pk", flat=True))
 
 
 def approvals_pending() -> QuerySet[ApprovalRequest]:

@@ -45,7 +45,7 @@ from tickets.models import (
     TicketStatus,
 )
 from tickets.money import format_money
-from tickets.selectors import assignable_staff
+from tickets.selectors import assignable_staff, customers_of_person
 
 # Ticket ids are bigints; a longer number is not an id (and would overflow the query).
 _MAX_TICKET_ID = 2**63 - 1
@@ -487,9 +487,28 @@ class TicketAdminForm(PageReadForm):
 
 
 class CustomerAdminForm(PageReadForm):
-    """A customer's page: a colleague's "every refund reviewed" is never undone by a page read before it."""
+    """A customer's page: a colleague's "every refund reviewed" is never undone by a page read before it.
+    On one's own customer profile (``customers_of_person``), the review is not taken away, nor the login
+    and email address that tie the profile to its person: a colleague does that."""
 
     editable = ("user", "name", "email", "requires_refund_approval")
+    person: AbstractBaseUser | None = None  # who saves the page (set per request: ``CustomerAdmin.get_form``)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        person = self.person
+        if person is None or not self.instance.pk:
+            return cleaned
+        changed = self.changed_on_the_page()
+        loosened = "requires_refund_approval" in changed and not cleaned.get("requires_refund_approval")
+        untied = [name for name in ("user", "email") if name in changed]
+        if (loosened or untied) and customers_of_person(user=person).filter(pk=self.instance.pk).exists():
+            self.add_error(
+                None,
+                "This is your own customer profile: the review of your refunds, and the login and email address "
+                "that tie the profile to you, are a colleague's to change. Nothing was saved.",
+            )
+        return cleaned
 
     class Meta:
         model = Customer
@@ -509,6 +528,10 @@ class CustomerAdmin(WritesWhatThePageChanged, IdsChecked):
     # The flag is set on the selected customers by an action, never by saving a whole list: a list
     # read before a colleague flagged someone would write its old value back.
     actions = ["review_every_refund", "stop_reviewing_every_refund"]
+
+    def get_form(self, request: HttpRequest, obj: Customer | None = None, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, **kwargs)
+        return type(form.__name__, (form,), {"person": request.user})
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         # Read before the rows: the list never claims to have shown a change logged after them.
@@ -534,11 +557,24 @@ class CustomerAdmin(WritesWhatThePageChanged, IdsChecked):
                 )
             left = [c for c in changing if str(c.pk) in changed_since]
             changing = [c for c in changing if str(c.pk) not in changed_since]
+            # The review of one's own refunds is a colleague's to take away (``CustomerAdminForm``).
+            own = set()
+            if not flagged:
+                own = set(customers_of_person(user=request.user).values_list("pk", flat=True))
+            kept_own = [c for c in changing if c.pk in own]
+            changing = [c for c in changing if c.pk not in own]
             Customer.objects.filter(pk__in=[c.pk for c in changing]).update(requires_refund_approval=flagged)
             for customer in changing:
                 self.log_change(request, customer, [{"changed": {"fields": ["requires_refund_approval"]}}])
         words = "Every refund reviewed" if flagged else "Refunds follow the usual rules"
         self.message_user(request, f"{words}: {len(changing)} customer(s) changed.", messages.SUCCESS)
+        if kept_own:
+            names = ", ".join(f"{c.name} <{c.email}>" for c in kept_own)
+            self.message_user(
+                request,
+                f"Left reviewed: {names}, your own customer profile. A colleague stops the review of your refunds.",
+                messages.WARNING,
+            )
         if left:
             names = ", ".join(f"{c.name} <{c.email}>" for c in left)
             self.message_user(

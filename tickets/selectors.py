@@ -8,7 +8,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Exists, F, JSONField, Max, OuterRef, QuerySet, Subquery
+from django.db.models import Exists, F, JSONField, Max, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import Http404
 
@@ -119,6 +119,17 @@ def customer_for_user(*, user: AbstractBaseUser | AnonymousUser) -> Customer | N
         # Its user is the one asked about: ``customer.user`` (the author of what it opens) is not read again.
         customer.user = user
     return customer
+
+
+def customers_of_person(*, user: AbstractBaseUser) -> QuerySet[Customer]:
+    """The customer profiles that are this member of staff: their login's, and any under their email
+    address (the same person shopping under a second login). The review the approval policy asks for
+    of their refunds is a colleague's: they neither decide it nor take it away."""
+    mine = Q(user_id=user.pk)
+    email = (getattr(user, "email", "") or "").strip()
+    if email:
+        mine |= Q(email__iexact=email)
+    return Customer.objects.filter(mine)
 
 
 def tickets_for_customer(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Ticket]:
