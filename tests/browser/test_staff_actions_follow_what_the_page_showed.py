@@ -140,3 +140,17 @@ def test_an_assignee_the_person_picked_stays_picked_through_live_updates(live: S
     li_assigns_it_to_herself_as_the_page_shows(watching)
 
     assert watching.person.input_value("#assignee") == "sam"
+
+
+def test_the_page_stops_offering_assign_once_a_colleague_closed_the_ticket(live: Stack, browser):  # noqa: ANN001
+    """A closed ticket is given to nobody (tests/staff/test_assign_a_closed_ticket.py): the page open on it
+    when a colleague closes it hides the Assign form, as it hides Resolve and Close."""
+    watching = maria_watching(live, browser)
+    watching.person.wait_for_selector("form.assign:not([hidden])")
+
+    services.ticket_close(ticket=watching.ticket, user=watching.li)
+
+    watching.person.wait_for_selector("#ticket-status[data-status=closed]")
+    watching.person.wait_for_selector("form.assign[hidden]", state="attached")
+    assert not watching.person.is_visible("form.assign button[type=submit]")
+    assert Ticket.objects.get(pk=watching.ticket.pk).assignee_id is None
