@@ -759,18 +759,37 @@ class TicketEventAdmin(OfATicket, IdsChecked):
         return False
 
 
+class HelpArticleForm(PageReadForm):
+    """A help article's page (what the agent answers from): a colleague's correction saved since the
+    page was read is never written back over by it; text changed on both is refused, shown again."""
+
+    editable = ("title", "slug", "body")
+
+    class Meta:
+        model = HelpArticle
+        fields = ("title", "slug", "body")
+
+
 @admin.register(HelpArticle)
-class HelpArticleAdmin(IdsChecked):
+class HelpArticleAdmin(WritesWhatThePageChanged, IdsChecked):
+    form = HelpArticleForm
     list_display = ["title", "slug", "updated_at"]
     search_fields = ["title", "body"]
     prepopulated_fields = {"slug": ["title"]}
-    exclude = ["search_vector"]
     # Dated by each save: a field of the form, it kept the first writing's time unless retyped.
+    # page_read: what the page showed, sent back with it (a hidden field).
+    fields = ["title", "slug", "body", "updated_at"]
     readonly_fields = ["updated_at"]
 
     def save_model(self, request: HttpRequest, obj: HelpArticle, form: Any, change: bool) -> None:
         obj.updated_at = timezone.now()
-        super().save_model(request, obj, form, change)
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        changed = form.changed_on_the_page()
+        if changed:  # only what the page changed, dated
+            obj.save(update_fields=[*changed, "updated_at"])
+        obj.refresh_from_db()
 
 
 class PageReadManyForm(PageReadForm):
