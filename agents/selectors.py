@@ -337,19 +337,22 @@ def tickets_with_agent_work(*, limit: int = 500) -> list[int]:
     return list(candidates)
 
 
-def backoffs_ending(*, limit: int = 500) -> list[tuple[int, float]]:
+def backoffs_ending(*, limit: int = 500, ticket_id: int | None = None) -> list[tuple[int, float]]:
     """Tickets waiting out a backoff (a failed step of their run, or a failed start), with the
     seconds left of the wait, on the database's clock, soonest first: the retry each wait's task
-    scheduled is the only ring when it ends while beat is down (``tasks.ring_when_waits_end``)."""
+    scheduled is the only ring when it ends while beat is down (``tasks.ring_when_waits_end``).
+    ``ticket_id``: that ticket's wait only."""
     left = ExpressionWrapper(F("ends") - Now(), output_field=DurationField())
+    mine = Q() if ticket_id is None else Q(ticket_id=ticket_id)
     runs = (
-        AgentRun.objects.filter(status__in=ACTIVE_RUN_STATUSES, retry_not_before__gt=Now())
+        AgentRun.objects.filter(mine, status__in=ACTIVE_RUN_STATUSES, retry_not_before__gt=Now())
         .annotate(ends=F("retry_not_before"))
         .annotate(left=left)
         .values_list("ticket_id", "left")
     )
     starts = (
         Ticket.objects.filter(pk__in=unanswered_messages().values("ticket_id"))
+        .filter(Q() if ticket_id is None else Q(pk=ticket_id))
         .annotate(ends=Subquery(_start_waits(OuterRef("pk")).values("retry_ends")[:1]))
         .filter(ends__isnull=False)
         .annotate(left=left)

@@ -61,7 +61,20 @@ def advance_ticket(ticket_id: int) -> str:
         advance_ticket.apply_async(args=[ticket_id], countdown=outcome.retry_in)
     elif outcome.more_work:
         ring(ticket_id)
+    elif advance_ticket.request.eta is not None:
+        _retry_if_early(int(ticket_id))
     return outcome.state
+
+
+def _retry_if_early(ticket_id: int) -> None:
+    """A retry (a countdown's message) that came before its wait was over is scheduled again for what
+    is left of it. Its time is on the clock of the host that sent it, compared on the clock of the
+    worker that received it: a worker whose clock runs ahead runs it early, finds the run still in its
+    backoff (on the database's clock) and leaves it, and while beat is down nothing else rings it when
+    the wait ends. One message schedules one: a wait is never rung more than once per retry sent."""
+    for _, seconds in backoffs_ending(ticket_id=ticket_id, limit=1):
+        logger.info("ticket %s: its retry came %.1f s before its wait ends; scheduled again", ticket_id, seconds)
+        advance_ticket.apply_async(args=[ticket_id], countdown=seconds)
 
 
 def ring(ticket_id: int) -> None:
