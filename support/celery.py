@@ -9,7 +9,7 @@ from typing import Any
 import redis
 from celery import Celery, Task
 from celery.fixups.django import DjangoFixup, DjangoWorkerFixup
-from celery.signals import before_task_publish, worker_init
+from celery.signals import after_task_publish, before_task_publish, worker_init
 from psycopg.pq import TransactionStatus
 
 from support.pauses import Pause
@@ -97,6 +97,9 @@ def _keep_database_connections(**kwargs: object) -> None:
 # does all it would. Not Celery's ``expires``: that is a time on the sending host's clock, read on
 # the worker's, and a worker a few seconds ahead of beat would pass over every sweep. Best effort
 # like the doorbells: a round that could not be numbered, or whose number cannot be read back, runs.
+# A round counts as sent once the broker took it: beat on a host cut from the broker (Redis, where
+# the numbers are kept, still reached) numbered every round it tried, and the rounds queued before,
+# a worker's start sweep among them, were passed over for rounds that never reached the queue.
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +121,31 @@ def _beat_rounds() -> set[str]:
     return {entry["task"] for entry in (app.conf.beat_schedule or {}).values()}
 
 
+# The next number, above every round sent (a count of numbers Redis lost starts again past them).
+# KEYS: the numbers given, the last round sent.
+_NEXT_NUMBER = """
+local n = redis.call('INCR', KEYS[1])
+local sent = tonumber(redis.call('GET', KEYS[2]) or '0')
+if n <= sent then
+  n = sent + 1
+  redis.call('SET', KEYS[1], n)
+end
+return n
+"""
+# A round the broker took: the last sent is the highest number taken (two senders may finish out of
+# order). KEYS: the last round sent; ARGV: this round's number.
+_SENT = """
+if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+"""
+
+
+def _round_keys(prefix: str, task_name: str) -> tuple[str, str]:
+    """(the numbers given to rounds of ``task_name``, the number of the last one the broker took)."""
+    return f"{prefix}:rounds-numbered:{task_name}", f"{prefix}:rounds-sent:{task_name}"
+
+
 @before_task_publish.connect
 def _number_a_round(sender: str | None = None, headers: dict[str, Any] | None = None, **kwargs: object) -> None:
     """Every round of a task beat sends (by beat, or asked for at a worker's start) gets the next number."""
@@ -125,10 +153,24 @@ def _number_a_round(sender: str | None = None, headers: dict[str, Any] | None = 
         return
     try:
         client, prefix = _rounds_client()
-        headers[ROUND_HEADER] = int(client.incr(f"{prefix}:rounds-sent:{sender}"))
+        headers[ROUND_HEADER] = int(client.eval(_NEXT_NUMBER, 2, *_round_keys(prefix, sender)))
     except redis.RedisError:
         rounds_pause.failed()
         logger.warning("a round of %s could not be numbered: it is done even if a newer one is queued", sender)
+
+
+@after_task_publish.connect
+def _round_sent(sender: str | None = None, headers: dict[str, Any] | None = None, **kwargs: object) -> None:
+    """A numbered round the broker took is the newest sent of its kind, if none with a higher number was."""
+    number = (headers or {}).get(ROUND_HEADER)
+    if sender not in _beat_rounds() or not isinstance(number, int) or rounds_pause.paused():
+        return
+    try:
+        client, prefix = _rounds_client()
+        client.eval(_SENT, 1, _round_keys(prefix, sender)[1], number)
+    except redis.RedisError:
+        rounds_pause.failed()
+        logger.warning("round %s of %s was sent but not counted: the rounds before it are done", number, sender)
 
 
 def newer_round_queued(task: Task) -> bool:
@@ -139,7 +181,7 @@ def newer_round_queued(task: Task) -> bool:
         return False  # called directly, sent before rounds were numbered, or not numbered
     try:
         client, prefix = _rounds_client()
-        last = client.get(f"{prefix}:rounds-sent:{task.name}")
+        last = client.get(_round_keys(prefix, task.name)[1])
     except redis.RedisError:
         rounds_pause.failed()
         return False

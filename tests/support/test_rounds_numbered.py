@@ -42,3 +42,32 @@ def test_a_round_is_done_while_redis_cannot_be_read(last_sent, monkeypatch):  # 
 
     monkeypatch.setattr(client, "get", unreachable)
     assert tasks.sweep.apply(headers={celery.ROUND_HEADER: 6}).get() == 0
+
+
+def test_a_round_is_not_passed_over_for_a_newer_one_the_broker_never_took(last_sent):  # noqa: ANN001
+    """Beat on a host cut from the broker (RabbitMQ; Redis, where rounds are counted, still reached), or
+    a broker refusing publishes: each round beat tried was numbered, none was sent. The sweep a worker
+    asked for at its start (the one that rings every ticket whose doorbell the broker lost) was passed
+    over for a "newer round queued" that was never queued, and the customer waited for beat's return."""
+    from tests.conftest import make_customer
+    from tests.workers import purge_broker
+    from tickets import services as ticket_services
+
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Help", body="Hello there")
+    purge_broker()  # its doorbell is lost with the broker's queue
+    client, prefix = celery._rounds_client()
+    try:
+        tasks.sweep.apply_async(kwargs={"at_start": True})  # a worker's start sweep, queued
+        number = int(client.get(f"{prefix}:rounds-sent:agents.sweep"))
+        # Beat's next round: the broker cannot be reached from its host.
+        with celery.app.connection_for_write(url="redis://127.0.0.1:1/0") as cut:
+            with pytest.raises(Exception):  # noqa: B017, PT011 - kombu's and the transport's errors alike
+                tasks.sweep.apply_async(connection=cut, retry=False)
+
+        # The worker takes the start sweep up.
+        rang = tasks.sweep.apply(kwargs={"at_start": True}, headers={celery.ROUND_HEADER: number}).get()
+
+        assert rang == 1, "the start sweep was passed over for a round the broker never took: the ticket is not rung"
+        assert ticket.pk in tasks.tickets_needing_a_ring()
+    finally:
+        purge_broker()
