@@ -12,7 +12,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.http.request import validate_host
@@ -34,8 +37,31 @@ SESSION_END_WAIT_MAX_SECONDS = 3600.0
 # through Redis, and a writer cut off from it (or whose PUBLISH was lost) writes with no word to the
 # web server holding the socket.
 QUIET_CHECK_SECONDS = 10.0
+# How long a socket waits for its channel in the Channels layer (Redis) before it goes on without live
+# updates: a Redis cut off from this web server silently would otherwise hold it for the kernel's
+# connect timeout (minutes).
+LAYER_WAIT_SECONDS = 5.0
 
 logger = logging.getLogger(__name__)
+
+
+class NoLiveUpdates:
+    """The Channels layer of a socket opened while Redis could not be reached from this web server:
+    it joins no group and hears nothing; what it shows comes from the ledger, read after each quiet
+    spell (``check_when_quiet``), until the page opens a new socket."""
+
+    async def new_channel(self, prefix: str = "") -> str:
+        return ""
+
+    async def receive(self, channel: str) -> dict[str, Any]:
+        await asyncio.Event().wait()  # never: the socket's end cancels it
+        raise AssertionError("unreachable")
+
+    async def group_add(self, group: str, channel: str) -> None:
+        pass
+
+    async def group_discard(self, group: str, channel: str) -> None:
+        pass
 
 
 async def check_when_quiet(last_heard: Callable[[], float], check: Callable[[], Awaitable[None]]) -> None:
@@ -144,6 +170,24 @@ class SafeJsonConsumer(AsyncJsonWebsocketConsumer):
 
     # The ``type`` of each frame this socket reads from the browser, beside ``ping``; none: it only sends.
     frame_types: tuple[str, ...] = ()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """As Channels' own, except when the Channels layer cannot be reached (Redis away, or cut off
+        from this web server while PostgreSQL is not): the socket opens without live updates
+        (``NoLiveUpdates``) and reads the ledger when quiet, instead of closing before it opened, again
+        on every reconnect, with the customer's answers stored and never shown."""
+        self.scope, self.base_send = scope, send
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        try:
+            self.channel_name = await asyncio.wait_for(self.channel_layer.new_channel(), LAYER_WAIT_SECONDS)
+        except Exception:  # noqa: BLE001 - redis-py's errors and the wait's timeout alike
+            logger.warning("the Channels layer cannot be reached: a socket opens without live updates", exc_info=True)
+            self.channel_layer = NoLiveUpdates()
+            self.channel_name = await self.channel_layer.new_channel()
+        try:
+            await await_many_dispatch([receive, lambda: self.channel_layer.receive(self.channel_name)], self.dispatch)
+        except StopConsumer:
+            pass
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         if text_data is None:
