@@ -273,6 +273,21 @@ if _db["OPTIONS"]["server_side_binding"]:
     _db["OPTIONS"].setdefault("prepare_threshold", env_int("DB_PREPARE_THRESHOLD", 2))
 
 
+# What a database connection can take. PostgreSQL's session settings in milliseconds (tcp_user_timeout,
+# idle_in_transaction_session_timeout) are 32-bit integers: past that the server refuses the session.
+# Linux refuses a keepalive idle time or interval past 32767 s and more than 127 probes (libpq's
+# setsockopt fails). Either way no connection could be made, and every request and pass failed.
+MAX_POSTGRES_INT = 2_147_483_647
+MAX_KEEPALIVE_SECONDS = 32_767
+MAX_KEEPALIVE_PROBES = 127
+
+
+def database_connect_timeout() -> int:
+    """DB_CONNECT_TIMEOUT: at least 2 s (libpq's floor), at most a day (past what a wait holds, every
+    connection attempt failed with an OverflowError)."""
+    return env_int("DB_CONNECT_TIMEOUT", 5, minimum=2, maximum=int(MAX_TIMEOUT_SECONDS))
+
+
 def database_keepalive_options(options: dict[str, object]) -> dict[str, object]:
     """TCP keepalives on both ends of every database connection, so a peer cut off by the network
     is noticed in seconds, not after the kernel's two hours (or fifteen minutes of retransmits).
@@ -287,11 +302,11 @@ def database_keepalive_options(options: dict[str, object]) -> dict[str, object]:
     not answer. Unix-socket connections ignore all of it. DB_KEEPALIVES_IDLE=0 leaves the
     operating system's defaults.
     """
-    idle = env_int("DB_KEEPALIVES_IDLE", 5)
-    interval = env_int("DB_KEEPALIVES_INTERVAL", 2, minimum=1)
-    count = env_int("DB_KEEPALIVES_COUNT", 3, minimum=1)
-    user_timeout_ms = env_int("DB_TCP_USER_TIMEOUT_MS", 10_000)
-    options.setdefault("connect_timeout", env_int("DB_CONNECT_TIMEOUT", 5, minimum=2))
+    idle = env_int("DB_KEEPALIVES_IDLE", 5, maximum=MAX_KEEPALIVE_SECONDS)
+    interval = env_int("DB_KEEPALIVES_INTERVAL", 2, minimum=1, maximum=MAX_KEEPALIVE_SECONDS)
+    count = env_int("DB_KEEPALIVES_COUNT", 3, minimum=1, maximum=MAX_KEEPALIVE_PROBES)
+    user_timeout_ms = env_int("DB_TCP_USER_TIMEOUT_MS", 10_000, maximum=MAX_POSTGRES_INT)
+    options.setdefault("connect_timeout", database_connect_timeout())
     if idle <= 0:
         return options
     options.update(
@@ -315,7 +330,7 @@ def database_keepalive_options(options: dict[str, object]) -> dict[str, object]:
 # between a fenced write and its COMMIT (SIGSTOP, a frozen VM; its TCP session stays alive) would
 # otherwise hold the ticket's lease row, and every worker rung for the ticket would wait behind it.
 # Nothing of ours waits inside a transaction (model and provider calls run outside one).
-DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env_int("DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 30_000)
+DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env_int("DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 30_000, maximum=MAX_POSTGRES_INT)
 
 
 # PostgreSQL compiles a query with LLVM once its estimated cost passes ``jit_above_cost``: ten thousand
@@ -357,10 +372,18 @@ def database_pool_options(db: dict[str, Any]) -> None:
         return
     options = db["OPTIONS"]
     db["CONN_HEALTH_CHECKS"] = True  # the pool's check before lending
+    min_size, max_size = env_int("DB_POOL_MIN_SIZE", 2), env_int("DB_POOL_MAX_SIZE", 10, minimum=1)
+    if min_size > max_size:  # psycopg_pool refuses it at the first query, naming neither variable
+        raise ImproperlyConfigured(
+            f"DB_POOL_MIN_SIZE={min_size} is over DB_POOL_MAX_SIZE={max_size}; the pool keeps at least the first "
+            "and lends at most the second"
+        )
     options["pool"] = {
-        "min_size": env_int("DB_POOL_MIN_SIZE", 2),
-        "max_size": env_int("DB_POOL_MAX_SIZE", 10, minimum=1),
-        "timeout": float(env_int("DB_POOL_TIMEOUT", env_int("DB_CONNECT_TIMEOUT", 5, minimum=2), minimum=1)),
+        "min_size": min_size,
+        "max_size": max_size,
+        "timeout": float(
+            env_int("DB_POOL_TIMEOUT", database_connect_timeout(), minimum=1, maximum=int(MAX_TIMEOUT_SECONDS))
+        ),
         "reset": release_session_locks,
     }
 
