@@ -778,7 +778,10 @@ CONTENT_SECURITY_POLICY = {
 # django-axes: after AXES_FAILURE_LIMIT failed logins for one username from one address, that
 # pair is locked out for AXES_COOLOFF_MINUTES (customers, staff and the admin alike).
 AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
-AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15))
+# At least a minute: at 0 django-axes counts only the failures of this instant and never locks anyone
+# out. At most a year: far past it every sign-in failed (django-axes subtracts it from now).
+AXES_COOLOFF_MAX_MINUTES = 366 * 24 * 60
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15, minimum=1, maximum=AXES_COOLOFF_MAX_MINUTES))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
