@@ -608,11 +608,13 @@ PAYMENTS_TIMEOUT_SECONDS = env_seconds("PAYMENTS_TIMEOUT_SECONDS", 10.0)
 REFUND_RECONCILE_SECONDS = env_int("REFUND_RECONCILE_SECONDS", 60, minimum=1, maximum=MAX_INTERVAL_SECONDS)
 # A round holding the reconciler's lock on a session idle this long (far longer than a provider call,
 # PAYMENTS_TIMEOUT_SECONDS, or a statement takes) is one whose worker is frozen: the next round goes on.
-REFUND_RECONCILE_STALLED_SECONDS = env_int("REFUND_RECONCILE_STALLED_SECONDS", 120, minimum=1)
+REFUND_RECONCILE_STALLED_SECONDS = env_int(
+    "REFUND_RECONCILE_STALLED_SECONDS", 120, minimum=1, maximum=int(MAX_TIMEOUT_SECONDS)
+)
 # One execution of a refund tries the provider this many times under the same key, waiting
 # an exponential, jittered backoff between tries (from the first wait up to the longest)
 # and asking the provider what happened under the key before each retry.
-REFUND_PROVIDER_ATTEMPTS = env_int("REFUND_PROVIDER_ATTEMPTS", 4, minimum=1)
+REFUND_PROVIDER_ATTEMPTS = env_int("REFUND_PROVIDER_ATTEMPTS", 4, minimum=1, maximum=100)
 REFUND_RETRY_FIRST_WAIT_MS = env_int("REFUND_RETRY_FIRST_WAIT_MS", 500)
 REFUND_RETRY_MAX_WAIT_MS = env_int("REFUND_RETRY_MAX_WAIT_MS", 8000)
 # A refund the provider has no record of, this long after it was submitted, is failed
@@ -620,7 +622,10 @@ REFUND_RETRY_MAX_WAIT_MS = env_int("REFUND_RETRY_MAX_WAIT_MS", 8000)
 REFUND_UNCERTAIN_AFTER_SECONDS = env_int("REFUND_UNCERTAIN_AFTER_SECONDS", 120, minimum=1)
 # A refund failed without the provider ever showing it is asked about again this long (Stripe keeps
 # idempotency keys for 24 hours): if it shows up paid after all, the ledger records it.
-REFUND_RECHECK_FAILED_HOURS = env_int("REFUND_RECHECK_FAILED_HOURS", 24)
+# At most a year: the refund checks subtract it from the database's clock, and far past it PostgreSQL
+# answers "timestamp out of range" to every one (no refund could be made).
+REFUND_RECHECK_FAILED_MAX_HOURS = 366 * 24
+REFUND_RECHECK_FAILED_HOURS = env_int("REFUND_RECHECK_FAILED_HOURS", 24, maximum=REFUND_RECHECK_FAILED_MAX_HOURS)
 
 # --- The agent loop ---------------------------------------------------------------------
 AGENT_LEASE_SECONDS = env_int("AGENT_LEASE_SECONDS", 60, minimum=2, maximum=86_400)
@@ -677,14 +682,14 @@ AGENT_MAX_TOOL_CALLS_PER_STEP = env_int("AGENT_MAX_TOOL_CALLS_PER_STEP", 16, min
 AGENT_MAX_TOOL_ARGUMENT_CHARS = env_int("AGENT_MAX_TOOL_ARGUMENT_CHARS", 16000, minimum=1)
 # Counted as the answer streams (agents.llm.StreamMeter): a stream past a limit is stopped there,
 # and one still going after this many seconds too (a chunk every 59 s never trips a 60 s read timeout).
-AGENT_MODEL_STEP_SECONDS = env_int("AGENT_MODEL_STEP_SECONDS", 300, minimum=1)
+AGENT_MODEL_STEP_SECONDS = env_int("AGENT_MODEL_STEP_SECONDS", 300, minimum=1, maximum=int(MAX_TIMEOUT_SECONDS))
 # Sent to an OpenAI-compatible endpoint as max_tokens when set (0: none sent; the limits above
 # stop the stream either way). Off by default: reasoning models refuse max_tokens, and a small
 # context window refuses a prompt plus max_tokens that do not fit.
 AGENT_MAX_OUTPUT_TOKENS = env_int("AGENT_MAX_OUTPUT_TOKENS", 0)
 # Replaces the built-in system prompt (agents.conversation.DEFAULT_SYSTEM_PROMPT) when set.
 AGENT_SYSTEM_PROMPT = os.environ.get("AGENT_SYSTEM_PROMPT", "")
-OFFLINE_MODEL_TOKEN_DELAY_MS = env_int("OFFLINE_MODEL_TOKEN_DELAY_MS", 0)
+OFFLINE_MODEL_TOKEN_DELAY_MS = env_int("OFFLINE_MODEL_TOKEN_DELAY_MS", 0, maximum=60_000)
 # Short: the sweeper is also how a dead lease owner is noticed (its advisory lock is gone).
 AGENT_SWEEP_SECONDS = env_int("AGENT_SWEEP_SECONDS", 3, minimum=1, maximum=MAX_INTERVAL_SECONDS)
 
