@@ -25,3 +25,17 @@ def client_ip(request: HttpRequest) -> str:
         return str(ipaddress.ip_address(forwarded[-count]))
     except ValueError:
         return remote
+
+
+def counted_address(address: str) -> str:
+    """The address a limit per client counts ``address`` under: an IPv4 address as it is, an IPv6 one
+    as its /64 network (``RATELIMIT_IPV6_MASK``), which one connection holds whole, as django-ratelimit
+    counts it for the limits per address it keeps. An address that is none (empty) is left as it is."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if ip.version == 4:
+        return str(ip)
+    mask = getattr(settings, "RATELIMIT_IPV6_MASK", 64)
+    return str(ipaddress.ip_network(f"{ip}/{mask}", strict=False).network_address)

@@ -21,7 +21,7 @@ from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
-from support.client_ip import client_ip
+from support.client_ip import client_ip, counted_address
 from support.throttle import cache_pause
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def _key(kind: str, value: str) -> str:
 
 def _counters(address: str, username: str) -> list[tuple[str, str]]:
     """(cache key, rate) of each limit a sign-in from ``address`` to ``username`` is counted against."""
-    counters = [(_key("address", address), settings.LOGIN_FAILURE_RATE_PER_ADDRESS)]
+    counters = [(_key("address", counted_address(address)), settings.LOGIN_FAILURE_RATE_PER_ADDRESS)]
     if username:
         counters.append((_key("account", username), settings.LOGIN_FAILURE_RATE_PER_ACCOUNT))
     return counters
@@ -90,7 +90,7 @@ def release(*, address: str | None = None, username: str | None = None) -> None:
             return
         keys = []
         if address:
-            keys.append(_key("address", address))
+            keys.append(_key("address", counted_address(address)))
         if username:
             keys.append(_key("account", _username({"username": username})))
         cache.delete_many(keys)
