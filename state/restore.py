@@ -46,7 +46,13 @@ from state.rows import (
     unique_columns,
     user_rights,
 )
-from state.verify import active_profile_rules, bundle_row_problems, ledger_checks, references
+from state.verify import (
+    active_profile_rules,
+    bundle_row_problems,
+    chosen_tickets_carried,
+    ledger_checks,
+    references,
+)
 from support.rows import forget_key_blocks
 from tickets.models import Customer
 
@@ -463,6 +469,7 @@ def state_restore(
     if not missing:
         # Every row of a ticket points inside the bundle: none lands in a ticket of this database.
         problems += references({**rows, USERS_LABEL: rows.get(USERS_LABEL, [])}).violations
+        problems += chosen_tickets_carried(rows, b.manifest).violations
         # And the ledger's invariants hold on what would be written (a refund for another amount than
         # its call asked, a paid refund without its approval, a row twice, a gap in a timeline).
         for check in ledger_checks({**rows, USERS_LABEL: rows.get(USERS_LABEL, [])}, b.manifest.get("settings")):

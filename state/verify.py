@@ -144,6 +144,7 @@ def verify(path: Path, *, database: bool, allow_unsigned: bool = False) -> Repor
             Check("counts", detail=", ".join(f"{label} {n}" for label, n in manifest["counts"].items() if n))
         )
         report.checks.append(references(rows))
+        report.checks.append(chosen_tickets_carried(rows, manifest))
     missing = missing_parts(bundled)
     report.checks.append(
         Check("every part is in the bundle", violations=[f"the bundle does not carry {label}" for label in missing])
@@ -368,6 +369,30 @@ def references(rows: dict[str, list[Row]]) -> Check:
                 targets = keys[what]
             for value in sorted(values - targets, key=str):
                 check.violations.append(f"{part.label}.{f.name} = {value!r}: no such {what} in the bundle")
+    # A timeline's message event names its message: the message cut from its part, the restored ticket
+    # showed its customer's words nowhere, and the agent never answered them.
+    messages = keys.get("tickets.Message", set())
+    for event in rows.get("tickets.TicketEvent", []):
+        said = event.get("payload") if event.get("kind") == "message" else None
+        if isinstance(said, dict) and "message_id" in said and said["message_id"] not in messages:
+            check.violations.append(
+                f"ticket #{event.get('ticket_id')}'s event {event.get('seq')} is message {said['message_id']!r}, "
+                "which is not in the bundle"
+            )
+    return check
+
+
+def chosen_tickets_carried(rows: dict[str, list[Row]], manifest: dict[str, Any]) -> Check:
+    """Every ticket the manifest says was exported (chosen, or carried for its refunds) is in the bundle:
+    one cut out of every part, with its messages, left a bundle whose every other check held, and the
+    restore brought the rest back without a word of what was lost."""
+    check = Check("every ticket exported is in the bundle")
+    selection = manifest.get("selection") or {}
+    named = [*selection.get("tickets", []), *selection.get("carried_for_refunds", [])]
+    carried = {row.get("id") for row in rows.get("tickets.Ticket", [])}
+    for pk in sorted(set(named) - carried):
+        check.violations.append(f"ticket #{pk} was exported and is not in the bundle")
+    check.detail = f"{len(carried)} ticket(s)"
     return check
 
 
