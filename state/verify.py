@@ -244,6 +244,7 @@ def ledger_checks(rows: dict[str, list[Row]], settings_in_force: dict[str, Any] 
         _asked_to_confirm_before_it_runs(rows, settings_in_force),
         _refund_as_asked(rows),
         _every_paid_call_has_its_refund(rows),
+        _every_waiting_call_has_its_request(rows),
         _gapless(rows),
     ]
 
@@ -285,6 +286,19 @@ def _every_paid_call_has_its_refund(rows: dict[str, list[Row]]) -> Check:
     for call in rows["agents.ToolCall"]:
         if call["name"] == REFUND_TOOL and call["status"] == CallStatus.SUCCEEDED and call["id"] not in refunded:
             check.violations.append(f"tool call {call['id']} ({REFUND_TOOL}, succeeded) has no refund in the bundle")
+    return check
+
+
+def _every_waiting_call_has_its_request(rows: dict[str, list[Row]]) -> Check:
+    """A call paused on a staff approval has its approval request (the pause and the request commit in one
+    transaction): without it no one could ever decide, and the restored run waited for good."""
+    check = Check("every call awaiting an approval has its request")
+    asked = {a.get("tool_call_id") for a in rows["approvals.ApprovalRequest"]}
+    for call in rows["agents.ToolCall"]:
+        if call["status"] == CallStatus.AWAITING_APPROVAL and call["id"] not in asked:
+            check.violations.append(
+                f"tool call {call['id']} ({call['name']}) awaits an approval that is not in the bundle"
+            )
     return check
 
 
@@ -369,17 +383,30 @@ def references(rows: dict[str, list[Row]]) -> Check:
                 targets = keys[what]
             for value in sorted(values - targets, key=str):
                 check.violations.append(f"{part.label}.{f.name} = {value!r}: no such {what} in the bundle")
-    # A timeline's message event names its message: the message cut from its part, the restored ticket
-    # showed its customer's words nowhere, and the agent never answered them.
-    messages = keys.get("tickets.Message", set())
+    # A timeline event names the rows it is about: one of them cut from its part, the restored ticket lost
+    # it (a customer's message shown nowhere and never answered; an approval request staff could never
+    # decide, its run waiting for it for good).
     for event in rows.get("tickets.TicketEvent", []):
-        said = event.get("payload") if event.get("kind") == "message" else None
-        if isinstance(said, dict) and "message_id" in said and said["message_id"] not in messages:
-            check.violations.append(
-                f"ticket #{event.get('ticket_id')}'s event {event.get('seq')} is message {said['message_id']!r}, "
-                "which is not in the bundle"
-            )
+        payload = event.get("payload")
+        if not isinstance(payload, dict):
+            continue
+        for name, label in EVENT_REFERENCES.items():
+            value = payload.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value not in keys.get(label, set()):
+                check.violations.append(
+                    f"ticket #{event.get('ticket_id')}'s event {event.get('seq')} ({event.get('kind')}) names "
+                    f"{label} {value}, which is not in the bundle"
+                )
     return check
+
+
+# The ids a timeline event's payload names, and the part each is a row of.
+EVENT_REFERENCES = {
+    "message_id": "tickets.Message",
+    "run_id": "agents.AgentRun",
+    "call_id": "agents.ToolCall",
+    "approval_id": "approvals.ApprovalRequest",
+}
 
 
 def chosen_tickets_carried(rows: dict[str, list[Row]], manifest: dict[str, Any]) -> Check:

@@ -58,9 +58,9 @@ def test_a_bundle_with_a_customer_message_cut_out_is_reported_and_not_restored(t
     rewrite_part(path, "tickets.Message", lambda rows: [r for r in rows if r["id"] != message.pk])
 
     status, out = verify(path)
-    assert status == 1 and f"is message {message.pk}, which is not in the bundle" in out, out
+    assert status == 1 and f"names tickets.Message {message.pk}, which is not in the bundle" in out, out
     empty_the_ledger(restart_keys=False)
-    with pytest.raises(CommandError, match=f"is message {message.pk}"):
+    with pytest.raises(CommandError, match=f"names tickets.Message {message.pk},"):
         restore(path)
     assert not Ticket.objects.exists()
 
