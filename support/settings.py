@@ -165,6 +165,14 @@ if not DEBUG and not DEMO_DATA and SECRET_KEY.startswith("django-insecure-"):
     )
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else [])
+for _host in ALLOWED_HOSTS:
+    # Django matches a Host header's name, its port left out: an entry written as a URL or with a port
+    # or a path never matches, and every request was a bare 400 with no word of why.
+    if not re.fullmatch(r"\*|\.?[^\s/:\[\]@?#]+|\[[0-9A-Fa-f:.]+\]", _host):
+        raise ImproperlyConfigured(
+            f"ALLOWED_HOSTS={','.join(ALLOWED_HOSTS)!r}: {_host!r} is not a host name; write each as the name alone, "
+            "without scheme, port or path: support.example.com, .example.com (and its subdomains), [::1] or *"
+        )
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 for _origin in CSRF_TRUSTED_ORIGINS:
     # An origin is a scheme and a host (a port too, if not the scheme's): without its scheme it never
