@@ -505,6 +505,17 @@ else:
     }
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 600, minimum=1)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 660, minimum=1)
+if CELERY_TASK_SOFT_TIME_LIMIT >= CELERY_TASK_TIME_LIMIT:
+    # Never reached: the pass would be killed at the hard limit without being asked to stop first.
+    raise ImproperlyConfigured(
+        f"CELERY_TASK_SOFT_TIME_LIMIT={CELERY_TASK_SOFT_TIME_LIMIT} must be below "
+        f"CELERY_TASK_TIME_LIMIT={CELERY_TASK_TIME_LIMIT}: a task is asked to stop at the first, killed at the second"
+    )
+if not BROKER_IS_AMQP and CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= CELERY_TASK_TIME_LIMIT:
+    raise ImproperlyConfigured(
+        f"CELERY_VISIBILITY_TIMEOUT={CELERY_BROKER_TRANSPORT_OPTIONS['visibility_timeout']} must be above "
+        f"CELERY_TASK_TIME_LIMIT={CELERY_TASK_TIME_LIMIT}: Redis would deliver a task again while it still runs"
+    )
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(embedded.VAR_DIR / "celerybeat-schedule")
