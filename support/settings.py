@@ -428,7 +428,7 @@ CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": os.environ.get("CACHE_PREFIX", "support"),
+        "KEY_PREFIX": env_str("CACHE_PREFIX", "support"),
         # One connection pool per process, not one per request thread. A Redis that does not answer
         # (frozen, or a network that swallows the session) fails the command after a few seconds
         # instead of holding the request for as long as TCP waits.
@@ -441,7 +441,7 @@ CACHES = {
 }
 
 # Prefix of the Channels layer's Redis keys (and of the streamed-answer buffers).
-CHANNELS_PREFIX = os.environ.get("CHANNELS_PREFIX", "asgi")
+CHANNELS_PREFIX = env_str("CHANNELS_PREFIX", "asgi")
 CHANNEL_LAYERS = {
     "default": {
         # Redis Pub/Sub: a group is one Redis channel, so a live update is one PUBLISH (sent by
@@ -593,7 +593,7 @@ EMAIL_BACKEND = env_str(
     "EMAIL_BACKEND",
     "django.core.mail.backends.console.EmailBackend" if DEBUG else "django.core.mail.backends.smtp.EmailBackend",
 )
-EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)
 EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
@@ -602,8 +602,8 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 # backend waits forever, and a worker sending the agent's email holds its ticket (the heartbeat
 # keeps the lease) as long as the server stays silent.
 EMAIL_TIMEOUT = env_seconds("EMAIL_TIMEOUT", 10.0)
-DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "support@example.com")
-EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH", str(embedded.VAR_DIR / "mail"))
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "support@example.com")
+EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", str(embedded.VAR_DIR / "mail"))
 
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
 if LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
