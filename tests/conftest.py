@@ -5,6 +5,7 @@ import itertools
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -85,6 +86,27 @@ def _no_pause_after_a_failure() -> None:
     from support import pauses
 
     pauses.lift_all()
+
+
+@pytest.fixture(autouse=True)
+def _no_lease_renewed_past_its_test() -> Iterator[None]:
+    """A lease this process's heartbeat still renews when a test ends (a pass the test left running)
+    is dropped from it, with a warning naming it: the test's database is gone, so the heartbeat's
+    rounds would fail, each logging a traceback from its thread, and CPython 3.11 formatting one while
+    pytest parses a failed test's source for its report crashed the whole xdist worker ("AST
+    constructor recursion depth mismatch", python/cpython#106905), losing every test it still had."""
+    yield
+    from agents import lease
+
+    beat = lease._heartbeat
+    if beat is None:
+        return
+    with beat.changed:
+        left = [held for held, _ in beat.due.values()]
+        beat.due.clear()
+        beat.changed.notify()
+    if left:
+        warnings.warn(f"leases still renewed when the test ended: {left}", stacklevel=1)
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 
 import psycopg
@@ -125,12 +126,24 @@ def test_the_heartbeat_takes_the_lock_again_once_another_session_lets_go_of_it()
     lease.start_heartbeat()
     try:
         with psycopg.connect(database_url(), autocommit=True) as other:
-            other.execute("SELECT pg_terminate_backend(%s)", [lease.session_pid])
-            wait_until(
-                lambda: other.execute("SELECT pg_try_advisory_lock(%s)", [lock_key(ticket.pk)]).fetchone()[0],
-                timeout=5,
-                what="the lock free once the pass's session ended",
+            # Queued for the lock before the pass's session ends, so it is granted the lock as that
+            # session goes, before the heartbeat's next round could try for it.
+            waiting = threading.Thread(
+                target=other.execute, args=("SELECT pg_advisory_lock(%s)", [lock_key(ticket.pk)]), daemon=True
             )
+            waiting.start()
+            with psycopg.connect(database_url(), autocommit=True) as look:
+                wait_until(
+                    lambda: look.execute(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                    ).fetchone()[0],
+                    timeout=5,
+                    what="the other session queued for the lock",
+                )
+                look.execute("SELECT pg_terminate_backend(%s)", [lease.session_pid])
+            waiting.join(5)
+            assert not waiting.is_alive(), "the lock was not granted once the pass's session ended"
             connection.close()
             wait_until(lambda: lease.cut, timeout=10, what="the heartbeat saw the cut")
             time.sleep(1.2)
