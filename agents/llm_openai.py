@@ -279,6 +279,7 @@ class OpenAIChatModel:
         finish_reason: str | None = None
 
         reported = False
+        thinking = _Thinking()
         for chunk in stream:
             meter.check_time()
             if chunk.model:
@@ -303,8 +304,11 @@ class OpenAIChatModel:
                 if delta is None:
                     continue  # Azure's finishing chunk says "delta": null where others send {}
                 # A refusal is what the model says instead of an answer; the
-                # customer should see it like any other text.
-                for piece in (_answer_text(delta.content), _answer_text(delta.refusal)):
+                # customer should see it like any other text. The model's reasoning written into the
+                # text (``<think>...</think>``) is not: it is counted as generated, and left out.
+                content = thinking.answer(_answer_text(delta.content))
+                meter.generated += thinking.taken()
+                for piece in (content, _answer_text(delta.refusal)):
                     if piece:
                         meter.add_text(piece)  # before the customer sees it
                         text_parts.append(piece)
@@ -338,6 +342,16 @@ class OpenAIChatModel:
                             parts.length += len(arguments)
                             meter.add_arguments(parts.number, arguments, parts.length)
 
+        rest = thinking.end()
+        if rest:
+            # Text that only began like the opening of the model's reasoning: the answer's after all.
+            meter.add_text(rest)
+            text_parts.append(rest)
+            if on_token is not None:
+                try:
+                    on_token(rest)
+                except BaseException as exc:
+                    raise _CallerRaised(exc) from exc
         if finish_reason is None:
             # The server closed the stream cleanly but before the model said it
             # was done: the answer is truncated, not short.
@@ -445,6 +459,77 @@ class _CallerRaised(Exception):
     def __init__(self, original: BaseException) -> None:
         super().__init__(repr(original))
         self.original = original
+
+
+class _Thinking:
+    """The model's reasoning written at the head of its text, taken out of the answer as it streams.
+
+    Reasoning models served without a reasoning parser (DeepSeek-R1 and Qwen3 behind vLLM, SGLang,
+    llama.cpp's server or Ollama's older versions) write their thinking into ``content`` itself, as
+    ``<think>...</think>`` before the answer: streamed and posted as it came, the customer read the
+    model's private deliberation about them. Text is held back only while it may still be the opening
+    tag; what follows the closing tag (less its leading blank) is the answer.
+    """
+
+    _OPEN = ("<think>", "<thinking>", "<reasoning>")
+
+    def __init__(self) -> None:
+        # start: nothing decided yet; inside: in the reasoning; after: past it, before the answer's first
+        # word; answer: the rest, passed on as it comes.
+        self._state = "start"
+        self._held = ""  # text held back: a possible opening tag, or the reasoning read so far
+        self._close = ""
+        self._taken = 0
+
+    def taken(self) -> int:
+        """Characters of reasoning left out since the last call."""
+        taken, self._taken = self._taken, 0
+        return taken
+
+    def answer(self, piece: str) -> str:
+        """The part of ``piece`` that is the answer's text (held back text included once decided)."""
+        if not piece or self._state == "answer":
+            return piece
+        if self._state == "after":  # the blank between the reasoning and the answer is neither's
+            piece = piece.lstrip()
+            if piece:
+                self._state = "answer"
+            return piece
+        self._held += piece
+        if self._state == "start":
+            head = self._held.lstrip()
+            opened = next((tag for tag in self._OPEN if head.lower().startswith(tag)), None)
+            if opened is None:
+                if not head or any(tag.startswith(head.lower()) for tag in self._OPEN):
+                    return ""  # may still be the opening tag: wait for more
+                self._state, text, self._held = "answer", self._held, ""
+                return text
+            self._state = "inside"
+            self._close = "</" + opened[1:]
+            self._taken += len(self._held) - len(head) + len(opened)
+            self._held = head[len(opened) :]
+        # Inside the reasoning: it ends at the closing tag; the rest of the text is the answer.
+        end = self._held.lower().find(self._close)
+        if end < 0:
+            keep = len(self._close) - 1  # the closing tag may be split over two pieces
+            self._taken += max(0, len(self._held) - keep)
+            self._held = self._held[-keep:] if len(self._held) > keep else self._held
+            return ""
+        self._taken += end + len(self._close)
+        text = self._held[end + len(self._close) :].lstrip()
+        self._state, self._held = ("answer" if text else "after"), ""
+        return text
+
+    def end(self) -> str:
+        """At the end of the answer: text held back that never became an opening tag is the answer's;
+        reasoning never closed is left out with the rest of it."""
+        held, self._held = self._held, ""
+        if self._state == "start":
+            self._state = "answer"
+            return held
+        if self._state == "inside":
+            self._taken += len(held)
+        return ""
 
 
 # The parts of a content list that are the answer's text (not the model's reasoning, nor anything else).

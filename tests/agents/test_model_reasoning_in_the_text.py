@@ -1,0 +1,65 @@
+"""A reasoning model served without a reasoning parser writes its thinking into the answer's text.
+
+DeepSeek-R1 and Qwen3 behind vLLM, SGLang, llama.cpp's server or older Ollama send
+``<think>...</think>`` at the head of ``content``, then the answer. The customer reads the answer
+only: neither streamed to their page nor posted is the model's deliberation about them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents.llm_openai import OpenAIChatModel
+from agents.runner import advance
+from tests.agents.openai_server import _Chunks, _Handler, serving
+from tests.conftest import make_customer
+from tickets import services as ticket_services
+from tickets.models import AuthorKind, Message
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+THOUGHT = "The customer sounds angry; I should not offer a refund unless they insist."
+ANSWER = "Your order A-1001 was shipped yesterday and should arrive on Friday."
+# As such servers stream it: the tags themselves cut over pieces, a blank line before the answer.
+PIECES = ["<th", "ink>", *THOUGHT.split(" "), "</", "think>", "\n\n", *[w + " " for w in ANSWER.split(" ")]]
+
+
+class _ThinksAloud(_Handler):
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self._start_stream()
+        chunks = _Chunks(body, include_usage=True)
+        for piece in PIECES:
+            self._send_event(json.dumps(chunks.chunk({"content": piece})))
+        self._send_event(json.dumps(chunks.chunk({}, finish_reason="stop")))
+        self._send_event("[DONE]")
+        self._end_stream()
+
+
+@pytest.fixture
+def model():
+    with serving(_ThinksAloud) as url:
+        yield OpenAIChatModel(model="r1-test", api_key="k", base_url=url, max_retries=0, timeout=5)
+
+
+def test_the_models_reasoning_is_neither_streamed_nor_part_of_the_answer(model):
+    streamed: list[str] = []
+
+    response = model.complete(
+        messages=[{"role": "user", "content": "Where is A-1001?"}], tools=[], on_token=streamed.append
+    )
+
+    assert response.text.strip() == ANSWER
+    assert "think" not in "".join(streamed) and "angry" not in "".join(streamed), streamed
+    assert "".join(streamed).strip() == ANSWER
+
+
+def test_the_customer_is_posted_the_answer_without_the_models_reasoning(model):
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Order", body="Where is A-1001?")
+
+    advance(ticket.pk, model=model)
+
+    (reply,) = Message.objects.filter(ticket=ticket, author_kind=AuthorKind.AGENT).values_list("body", flat=True)
+    assert reply.strip() == ANSWER, reply
