@@ -83,17 +83,24 @@ def record_intents(p: Pass, step: ModelStep) -> str | None:
     Returns the run's paused state if a call paused it (for a staff approval, or the customer's
     confirmation), else None."""
     paused = None
+    refused = []
     for index, requested in enumerate(step.tool_calls):
-        call = _record_intent(p, step, index, requested)
+        call, refusal = _record_intent(p, step, index, requested)
         p.call_stored(call)
+        if refusal:
+            refused.append(refusal)
         if paused is None and call.status == CallStatus.AWAITING_APPROVAL:
             paused = RunStatus.WAITING_APPROVAL
         elif paused is None and call.status == CallStatus.AWAITING_CONFIRMATION:
             paused = RunStatus.WAITING_CONFIRMATION
+    # Every call of the step refused as asked: the step was no progress (``Pass.refused_as_asked``).
+    p.refused_as_asked = refused if step.tool_calls and len(refused) == len(step.tool_calls) else []
     return paused
 
 
-def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, Any]) -> ToolCall:
+def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, Any]) -> tuple[ToolCall, str]:
+    """The call's intent, recorded; and, for a call that cannot be run as asked (a tool that does not
+    exist, arguments that are not a JSON object the tool takes), the error it was refused with."""
     lease, run = p.lease, p.run
     common = {"lease": lease, "run": run, "step": step, "index": index, "model_call_id": requested["id"]}
     try:
@@ -106,7 +113,9 @@ def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, An
             replay_policy=ReplayPolicy.SAFE,
             public_label="",
         )
-        return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
+        return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc)), str(
+            exc
+        )
     # Not saved yet: the checks below see the call as it will be recorded.
     draft = rows.new(ToolCall, ticket_id=run.ticket_id, run=run, step=step, index=index, name=tool.name, arguments=args)
     ctx = ToolContext(ticket=p.ticket, call=draft, policy=p.policy)
@@ -114,14 +123,16 @@ def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, An
         call = calls.call_start(**common, name=tool.name, arguments=args, replay_policy=tool.replay_policy,
                                 public_label="")  # fmt: skip
         error = not_enabled(tool.name, p.run.profile.version if p.run.profile_id else None)
-        return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=error)
+        # A tool the model was not offered: as unknown to this run as a name that is no tool.
+        return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=error), error
     intent = {**common, "name": tool.name, "arguments": args, "replay_policy": tool.replay_policy}
     try:
         if tool.precheck is not None:
             tool.precheck(ctx, args)
     except ToolError as exc:
         call = calls.call_start(**intent, public_label=tool.public_label)
-        return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc))
+        # The tool's own answer on this request (an order not the customer's...): the model reads it.
+        return calls.call_finish(lease=lease, call=call, status=CallStatus.FAILED, result=None, error=str(exc)), ""
     reason = approval_reason(tool=tool, ctx=ctx, args=args, always=p.approval_rules)
     confirm = not reason and needs_confirmation(tool, draft)
     call = calls.call_start(
@@ -141,7 +152,7 @@ def _record_intent(p: Pass, step: ModelStep, index: int, requested: dict[str, An
             mark_for_confirmation(lease=lease, call=call)
         else:
             pause_for_confirmation(lease=lease, run=run, call=call, tool=tool, ctx=ctx)
-    return call
+    return call, ""
 
 
 def run_calls(p: Pass, step: ModelStep) -> str | None:

@@ -76,6 +76,11 @@ class Pass:
     prefix_length: int = 0
     # Safe calls run in memory whose outcomes commit with the next step (DESIGN.md, invariant 17).
     unsaved_outcomes: list[ToolCall] = field(default_factory=list)
+    # The errors every call of the step just stored was refused with, as asked (no such tool, arguments
+    # not a JSON object the tool takes; ``agents.execution.record_intents``); [] when any call stood.
+    refused_as_asked: list[str] = field(default_factory=list)
+    # Steps of this pass in a row whose every call was refused as asked.
+    refused_in_a_row: int = 0
     # Whether a customer message was waiting when this pass posted its reply (None: no reply posted).
     customer_waiting: bool | None = None
     # This pass took the run over from a worker that stopped and counted it a failure (recovery):

@@ -484,6 +484,20 @@ def _ask_model(p: Pass, model: ChatModel) -> str | None:
     faults.hit("after_step_stored")
     for _ in step.tool_calls:
         faults.hit("after_call_started")  # each call's intent is committed (with the step)
+    if state is None and step.tool_calls and p.refused_as_asked:
+        # No call of the answer could run as asked. The model reads why in its next step and may correct
+        # itself; asking for such calls again right after is a failure in a row (a successful call resets
+        # the count): a model, or a server's dialect, that repeats the mistake is parked with a person
+        # after AGENT_MAX_CONSECUTIVE_FAILURES, not asked again and again until the step limit.
+        p.refused_in_a_row += 1
+        if p.refused_in_a_row > 1:
+            error = f"the model asked again for tool calls that cannot run: {'; '.join(p.refused_as_asked)}"
+            failures = agent_services.run_record_failure(lease=lease, run=run, error=error)
+            if failures >= agent_services.max_failures():
+                agent_services.park(lease=lease, run=run, error=error, failures=failures)
+                return "parked"
+    else:
+        p.refused_in_a_row = 0
     return state
 
 
