@@ -135,6 +135,27 @@ class _ToolCallParts:
         return ToolCallRequest(id=call_id, name=self.name, arguments=arguments)
 
 
+def _another_call(parts: _ToolCallParts, call_id: str | None, function: Any) -> bool:
+    """Does a delta that names a call, under the index of ``parts``, begin another call?
+
+    With ids on both, another id says so. Without (a server that sends none, under one index as
+    Ollama does), a name after arguments that are already a whole JSON object does: the call before
+    is complete. A server that repeats the call's name in every delta (llama.cpp's) repeats it with
+    the rest of the same arguments, which are not whole until the end; a last delta repeating only
+    the name, with no arguments, adds none.
+    """
+    if call_id and parts.id:
+        return call_id != parts.id
+    if not parts.name or not parts.arguments:
+        return False
+    if not function.arguments and function.name == parts.name:
+        return False
+    try:
+        return isinstance(json.loads("".join(parts.arguments)), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
 class OpenAIChatModel:
     """A ChatModel backed by ``chat.completions.create(stream=True)``.
 
@@ -320,10 +341,10 @@ class OpenAIChatModel:
                 for call in delta.tool_calls or ():
                     parts = open_at.get(call.index)
                     begins = bool(call.function and call.function.name)  # a call's first delta names it
-                    if parts is None or (begins and call.id and parts.id and call.id != parts.id):
-                        # Another call named under an index in use, with another id, is another call: Ollama
-                        # streams every call of an answer under index 0. Joined, two refunds would be one call
-                        # of both arguments. (Poolside gives a call's later deltas, unnamed, an id of their own.)
+                    if parts is None or (begins and _another_call(parts, call.id, call.function)):
+                        # Another call named under an index in use is another call: Ollama streams every
+                        # call of an answer under index 0. Joined, two refunds would be one call of both
+                        # arguments. (Poolside gives a call's later deltas, unnamed, an id of their own.)
                         parts = open_at[call.index] = _ToolCallParts(number=len(calls) + 1)
                         calls.append((call.index, parts))
                     meter.add_call(len(calls))
