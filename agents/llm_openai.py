@@ -19,6 +19,7 @@ import email.utils
 import inspect
 import json
 import numbers
+import re
 import threading
 import time
 import uuid
@@ -301,6 +302,7 @@ class OpenAIChatModel:
 
         reported = False
         thinking = _Thinking()
+        written = _CallsWritten()
         for chunk in stream:
             meter.check_time()
             if chunk.model:
@@ -327,8 +329,9 @@ class OpenAIChatModel:
                 # A refusal is what the model says instead of an answer; the
                 # customer should see it like any other text. The model's reasoning written into the
                 # text (``<think>...</think>``) is not: it is counted as generated, and left out.
-                content = thinking.answer(_answer_text(delta.content))
-                meter.generated += thinking.taken()
+                content = written.text(thinking.answer(_answer_text(delta.content)))
+                meter.generated += thinking.taken() + written.taken()
+                written.check(meter)
                 for piece in (content, _answer_text(delta.refusal)):
                     if piece:
                         meter.add_text(piece)  # before the customer sees it
@@ -363,7 +366,8 @@ class OpenAIChatModel:
                             parts.length += len(arguments)
                             meter.add_arguments(parts.number, arguments, parts.length)
 
-        rest = thinking.end()
+        rest = written.text(thinking.end()) + written.end()
+        meter.generated += thinking.taken() + written.taken()
         if rest:
             # Text that only began like the opening of the model's reasoning: the answer's after all.
             meter.add_text(rest)
@@ -383,6 +387,8 @@ class OpenAIChatModel:
         # sends no index at all (Google's OpenAI-compatible endpoint: each call whole in one delta).
         in_order = sorted(calls, key=lambda call: -1 if call[0] is None else call[0])
         tool_calls = [parts.build() for _, parts in in_order]
+        for parts in written.calls(meter, first=len(calls) + 1):
+            tool_calls.append(parts.build())
         if not reported:
             # The server sent no usage (llama.cpp, even when asked): estimate it, so the
             # token budget still advances, and say so on the step.
@@ -551,6 +557,90 @@ class _Thinking:
         if self._state == "inside":
             self._taken += len(held)
         return ""
+
+
+class _CallsWritten:
+    """Tool calls the model wrote into its text, taken out of the answer as it streams.
+
+    A model served without the server's tool parser (Qwen or Hermes behind vLLM without
+    ``--enable-auto-tool-choice``, a bare llama.cpp or TGI) writes a call as its chat template does:
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` in ``content``. Streamed and posted as
+    it came, the customer read the raw call, and nothing was run. Text is held back only while it may
+    be the opening tag; from the tag on, the rest of the answer is the calls, read at its end.
+    """
+
+    _TAG = "<tool_call>"
+    _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.S)
+
+    def __init__(self) -> None:
+        self._pending = ""  # text that may be the start of the tag
+        self._held: str | None = None  # from the tag on
+        self._taken = 0
+
+    def taken(self) -> int:
+        """Characters of written calls taken out of the text since the last call."""
+        taken, self._taken = self._taken, 0
+        return taken
+
+    def text(self, piece: str) -> str:
+        """The part of ``piece`` (with text held back before it) that is the answer's text."""
+        if not piece:
+            return ""
+        if self._held is not None:
+            self._held += piece
+            self._taken += len(piece)
+            return ""
+        pending = self._pending + piece
+        at = pending.find(self._TAG)
+        if at >= 0:
+            self._held, self._pending = pending[at:], ""
+            self._taken += len(self._held)
+            return pending[:at]
+        keep = next((k for k in range(len(self._TAG) - 1, 0, -1) if pending.endswith(self._TAG[:k])), 0)
+        self._pending = pending[len(pending) - keep :]
+        return pending[: len(pending) - keep]
+
+    def end(self) -> str:
+        """Text held back that never became the tag: the answer's."""
+        pending, self._pending = self._pending, ""
+        return pending
+
+    def check(self, meter: StreamMeter) -> None:
+        """Written calls count against the limits of calls as they stream in."""
+        held = len(self._held or "")
+        limit = meter.max_calls * (meter.max_arguments + 200)
+        if held > limit:
+            raise ModelOutputInvalid(
+                f"tool calls written into the text passed {limit} characters while streaming; stopped there",
+                usage=meter.usage(),
+            )
+
+    def calls(self, meter: StreamMeter, *, first: int) -> list[_ToolCallParts]:
+        """The calls written, numbered from ``first``; ModelOutputInvalid if one cannot be read (the
+        text is a call, not an answer for the customer; another generation may write it well)."""
+        if self._held is None:
+            return []
+        found: list[_ToolCallParts] = []
+        for body in self._CALL.findall(self._held):
+            if not body.strip():
+                continue
+            try:
+                call = json.loads(body)
+            except (ValueError, RecursionError):
+                call = None
+            if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+                raise ModelOutputInvalid(
+                    f"a tool call written into the text could not be read: {body.strip()[:200]!r}", usage=meter.usage()
+                )
+            arguments = call.get("arguments", call.get("parameters", {}))
+            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            parts = _ToolCallParts(name=call["name"], arguments=[text], length=len(text), number=first + len(found))
+            meter.add_call(parts.number)
+            meter.add_arguments(parts.number, text, parts.length)
+            found.append(parts)
+        if not found:
+            raise ModelOutputInvalid("the answer holds a <tool_call> tag with no call in it", usage=meter.usage())
+        return found
 
 
 # The parts of a content list that are the answer's text (not the model's reasoning, nor anything else).
