@@ -382,7 +382,7 @@ class OpenAIChatModel:
             # was done: the answer is truncated, not short.
             raise ModelError(f"{self.name}: stream ended before a finish_reason", retryable=True)
 
-        text = "".join(text_parts)
+        text = thinking.without_reasoning_before("".join(text_parts))
         # By index, stable: in the order begun among calls of one index, and wholly so for a server that
         # sends no index at all (Google's OpenAI-compatible endpoint: each call whole in one delta).
         in_order = sorted(calls, key=lambda call: -1 if call[0] is None else call[0])
@@ -506,6 +506,7 @@ class _Thinking:
         self._state = "start"
         self._held = ""  # text held back: a possible opening tag, or the reasoning read so far
         self._close = ""
+        self._opened = False
         self._taken = 0
 
     def taken(self) -> int:
@@ -531,7 +532,7 @@ class _Thinking:
                     return ""  # may still be the opening tag: wait for more
                 self._state, text, self._held = "answer", self._held, ""
                 return text
-            self._state = "inside"
+            self._state, self._opened = "inside", True
             self._close = "</" + opened[1:]
             self._taken += len(self._held) - len(head) + len(opened)
             self._held = head[len(opened) :]
@@ -546,6 +547,18 @@ class _Thinking:
         text = self._held[end + len(self._close) :].lstrip()
         self._state, self._held = ("answer" if text else "after"), ""
         return text
+
+    def without_reasoning_before(self, text: str) -> str:
+        """The answer without the reasoning before a closing tag whose opening was not in it: the chat
+        template of DeepSeek-R1's distilled models opens ``<think>`` in the prompt, so the model's text
+        begins with the reasoning itself. It was streamed before the tag could tell it apart (the page
+        replaces it with the reply); the reply posted and stored is the answer after it."""
+        if self._opened:
+            return text
+        close = next((tag for tag in ("</think>", "</thinking>") if tag in text.lower()), None)
+        if close is None:
+            return text
+        return text[text.lower().rindex(close) + len(close) :].lstrip()
 
     def end(self) -> str:
         """At the end of the answer: text held back that never became an opening tag is the answer's;

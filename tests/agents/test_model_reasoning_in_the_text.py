@@ -63,3 +63,28 @@ def test_the_customer_is_posted_the_answer_without_the_models_reasoning(model):
 
     (reply,) = Message.objects.filter(ticket=ticket, author_kind=AuthorKind.AGENT).values_list("body", flat=True)
     assert reply.strip() == ANSWER, reply
+
+
+class _ThinksAloudWithoutOpening(_Handler):
+    """As DeepSeek-R1's distilled models behind vLLM answer: the chat template opens ``<think>`` in the
+    prompt, so the answer begins with the reasoning itself and only closes the tag."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self._start_stream()
+        chunks = _Chunks(body, include_usage=True)
+        for piece in [*[w + " " for w in THOUGHT.split(" ")], "\n</think>", "\n\n", ANSWER]:
+            self._send_event(json.dumps(chunks.chunk({"content": piece})))
+        self._send_event(json.dumps(chunks.chunk({}, finish_reason="stop")))
+        self._send_event("[DONE]")
+        self._end_stream()
+
+
+def test_reasoning_whose_opening_tag_was_in_the_prompt_is_not_posted():
+    ticket, _ = ticket_services.ticket_open(customer=make_customer(), subject="Order", body="Where is A-1001?")
+
+    with serving(_ThinksAloudWithoutOpening) as url:
+        advance(ticket.pk, model=OpenAIChatModel(model="r1", api_key="k", base_url=url, max_retries=0, timeout=5))
+
+    (reply,) = Message.objects.filter(ticket=ticket, author_kind=AuthorKind.AGENT).values_list("body", flat=True)
+    assert reply.strip() == ANSWER, reply
