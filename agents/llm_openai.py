@@ -23,7 +23,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -303,7 +303,8 @@ class OpenAIChatModel:
         reported = False
         thinking = _Thinking()
         written = _CallsWritten()
-        for chunk in stream:
+        ended: list[str] = []  # the answer's finish_reason, once it has one
+        for chunk in _until_cut_after_the_finish(stream, ended):
             meter.check_time()
             if chunk.model:
                 model = chunk.model
@@ -323,6 +324,7 @@ class OpenAIChatModel:
                     continue
                 if choice.finish_reason is not None:
                     finish_reason = choice.finish_reason
+                    ended.append(finish_reason)
                 delta = choice.delta
                 if delta is None:
                     continue  # Azure's finishing chunk says "delta": null where others send {}
@@ -399,6 +401,27 @@ class OpenAIChatModel:
                 estimated=True,
             )
         return ModelResponse(text=text, tool_calls=tool_calls, usage=usage, model=model, finish_reason=finish_reason)
+
+
+def _until_cut_after_the_finish(
+    stream: Iterable[ChatCompletionChunk], ended: list[str]
+) -> Iterator[ChatCompletionChunk]:
+    """The stream's chunks; a connection cut once the answer has its finish_reason ends them. A proxy
+    or gateway that closes the connection when the upstream is done (or on an idle timeout before the
+    last chunks) cuts only the usage chunk and ``[DONE]``: the answer is whole. Read as a broken stream,
+    the answer the customer had watched stream in was dropped and generated again, its tokens wasted.
+    (Its usage, never sent, is estimated.) A cut before the finish_reason is a broken stream."""
+    chunks = iter(stream)
+    while True:
+        try:
+            chunk = next(chunks)
+        except StopIteration:
+            return
+        except (httpx2.TransportError, openai.APIConnectionError):
+            if ended:
+                return
+            raise
+        yield chunk
 
 
 class _StepDeadline(threading.local):
