@@ -51,7 +51,10 @@ _UNSAFE_NAME_CHARS = re.compile(r"[\x00-\x1f\x7f/\\\u061c\u200e\u200f\u202a-\u20
 
 
 class AttachmentRefused(ValidationError):
-    """A file we do not store; the message says why, in the customer's words."""
+    """A file we do not store; the message says why, in the customer's words. ``position``: which of
+    the message's files it is (from 0), when the refusal is about one of them (``inspect_all``)."""
+
+    position: int | None = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,16 @@ def inspect(incoming: IncomingFile) -> CheckedFile:
 def inspect_all(files: list[IncomingFile]) -> list[CheckedFile]:
     if len(files) > max_files():
         raise AttachmentRefused(f"You can attach at most {max_files()} files to one message.", code="too_many_files")
-    return [inspect(incoming) for incoming in files]
+    checked = []
+    for position, incoming in enumerate(files):
+        try:
+            checked.append(inspect(incoming))
+        except AttachmentRefused as refusal:
+            # Told by its place, not its name: a phone names every photo "image.jpg", and the name the
+            # refusal tells is the cleaned one, which the customer's device may not have given.
+            refusal.position = position
+            raise
+    return checked
 
 
 def _refused_type(name: str) -> AttachmentRefused:

@@ -264,9 +264,19 @@ def _login_url(ticket_id: int) -> str:
 
 
 class _Refusal(Exception):
-    def __init__(self, message: str, status: int = 400) -> None:
+    def __init__(self, message: str, status: int = 400, file_index: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.file_index = file_index
+
+
+def _refused(message: str, status: int, file_index: int | None) -> JsonResponse:
+    """A refusal as the chat reads it: its reason, and which of the files sent it is about (from 0),
+    when it is about one (the chat gives the others back to send again)."""
+    body: dict[str, Any] = {"error": message}
+    if file_index is not None:
+        body["file_index"] = file_index
+    return JsonResponse(body, status=status)
 
 
 # What a message is sent with (support.fields: any other field is refused, not dropped: a photo sent as
@@ -303,11 +313,11 @@ def _message_input(request: HttpRequest) -> tuple[str, str, list[attachments.Inc
         if len(uploads) > attachments.max_files():
             raise _Refusal(f"You can attach at most {attachments.max_files()} files to one message.")
         limit = attachments.max_bytes()
-        for upload in uploads:  # before reading any of them
+        for index, upload in enumerate(uploads):  # before reading any of them
             if upload.size is not None and upload.size > limit:
                 name = attachments.clean_name(upload.name or "")
                 words = f"{attachments.size_words(upload.size)}; a file can be at most {attachments.size_words(limit)}"
-                raise _Refusal(f"{name} is {words}.", status=413)
+                raise _Refusal(f"{name} is {words}.", status=413, file_index=index)
         files = [attachments.IncomingFile(name=upload.name or "", data=upload.read()) for upload in uploads]
         return client_msg_id, body, files
     try:
@@ -331,7 +341,8 @@ def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
     """POST {client_msg_id, body} as JSON, or as a multipart form that may carry ``files``
     (attachments): 201 first time, 200 with the original on a retry, 400 (also for a field it does not
     read, such as a file sent as other than ``files``), 409 (a client message ID used for other words,
-    or a closed ticket: ``"code": "ticket_closed"``), 413; 401 with a sign-in link back to the ticket
+    or a closed ticket: ``"code": "ticket_closed"``), 413; a refusal of one of the files says which
+    (``"file_index"``, from 0, in the order sent); 401 with a sign-in link back to the ticket
     when the session has ended."""
     if not request.user.is_authenticated:
         # Told before the ticket is looked up: whether it exists is nobody's business yet.
@@ -344,7 +355,7 @@ def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
         client_msg_id, body, files = _message_input(request)
         client_msg_id = services.client_key(client_msg_id)
     except _Refusal as refusal:
-        return JsonResponse({"error": str(refusal)}, status=refusal.status)
+        return _refused(str(refusal), refusal.status, refusal.file_index)
     except ValidationError as exc:
         return JsonResponse({"error": exc.messages[0]}, status=400)
     retried = Message.objects.filter(ticket=ticket, client_msg_id=client_msg_id.strip()).exists()
@@ -370,7 +381,7 @@ def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
         unavailable["Retry-After"] = str(FILES_RETRY_AFTER_SECONDS)
         return unavailable
     except attachments.AttachmentRefused as exc:
-        return JsonResponse({"error": exc.messages[0]}, status=413 if exc.code == "too_large" else 400)
+        return _refused(exc.messages[0], 413 if exc.code == "too_large" else 400, exc.position)
     except ValidationError as exc:
         # A closed ticket is no fault of the message: the ticket's state refuses it (409, as HTTP
         # says of a request that conflicts with the resource's state); a client can tell by the code.

@@ -19,8 +19,9 @@
  *   takeBack(id)                after a reload: a promise of that message's files ([] if none
  *                               were kept), remembered for its sends as keep() does
  *   forget(id)                  the message is stored: its files need not be kept any more
- *   chooseAgain(id, refusal)    the message was refused: its files are chosen again for the next
- *                               one, but for a file the refusal names (it starts with its name)
+ *   chooseAgain(id, index)      the message was refused: its files are chosen again for the next
+ *                               one, but for the one the refusal is about (its place among those
+ *                               sent, the server's ``file_index``; none when it is about no file)
  *   namesOf(id)                 its files' names, as a message of files alone reads
  *
  * The server decides what is accepted, from the bytes; the checks here (size, count) only say
@@ -268,13 +269,16 @@
         }, "message-" + clientMsgId);
       }).catch(function () {});
     },
-    chooseAgain: function (clientMsgId, refusal) {
+    chooseAgain: function (clientMsgId, refusedIndex) {
       var files = kept[clientMsgId] || [];
       var room = Math.max(0, config.attachMaxFiles - chosen.length);
+      // The refused file is known by its place among those sent, never by its name: a phone names
+      // every photo "image.jpg", and the server tells a name cleaned (a leading dot gone, accents
+      // composed), which is not always the one the device gave.
       chosen = chosen.concat(
         files
-          .filter(function (file) {
-            return String(refusal || "").indexOf(file.name + " ") !== 0;
+          .filter(function (file, index) {
+            return index !== refusedIndex;
           })
           .slice(0, room)
       );

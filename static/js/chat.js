@@ -948,7 +948,10 @@
               // already writing the next one (a file the refusal names is left out).
               var withFiles = attach() && attach().has(clientMsgId);
               if (!withFiles || attach().namesOf(clientMsgId) !== text) input.value = text;
-              if (withFiles) attach().chooseAgain(clientMsgId, refusal);
+              if (withFiles) {
+                var refusedIndex = result.data.file_index;
+                attach().chooseAgain(clientMsgId, typeof refusedIndex === "number" ? refusedIndex : null);
+              }
               autosize();
             }
             if (attach()) attach().forget(clientMsgId);

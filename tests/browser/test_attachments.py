@@ -303,3 +303,46 @@ def test_files_kept_in_the_browser_past_their_hour_are_taken_out_when_a_chat_ope
     page.wait_for_timeout(500)  # the page's sweep of the store, as it opened
     assert page.evaluate(FILES_KEPT_IN_THE_BROWSER) == 0
     page.context.close()
+
+
+@pytest.mark.parametrize(
+    ("good", "bad"),
+    [
+        # A phone's browser names every photo it hands over "image.jpg".
+        ("image.jpg", "image.jpg"),
+        # A name the server tells in another form: decomposed accents (as macOS writes them), a leading dot.
+        ("kettle.png", "cafe\u0301 receipt.png"),
+        ("kettle.png", ".receipt.png"),
+    ],
+)
+def test_a_message_refused_for_one_file_gives_back_the_others_by_place_not_by_name(live: Stack, browser, good, bad):  # noqa: ANN001, E501
+    """The refused file was found again by its name as the refusal began: a good photo named as the
+    refused one (a phone names them all "image.jpg") was dropped with it, and a refused file whose name
+    the server tells otherwise (cleaned, composed) was chosen again, to be refused at every send."""
+    customer = make_customer()
+    ticket, _ = services.ticket_open(customer=customer, subject="Kettle", body="My kettle arrived cracked.")
+    page = sign_in(browser, live, customer)
+    page.goto(live.url(f"/tickets/{ticket.pk}/"))
+    page.wait_for_selector("#chat-log li.msg.from-agent[data-seq]")
+    page.get_by_label("Attach a photo or PDF").set_input_files(
+        [
+            {"name": good, "mimeType": "image/png", "buffer": png_bytes(64, 48)},
+            {"name": bad, "mimeType": "image/png", "buffer": b"not a picture at all\n"},
+        ]
+    )
+    page.wait_for_function("() => document.querySelectorAll('#chat-files-chosen li').length === 2")
+    text = "The kettle and my receipt."
+    page.fill("#chat-input", text)
+    page.press("#chat-input", "Enter")
+    page.locator("#chat-log li.msg.failed .msg-error").wait_for()
+
+    assert page.input_value("#chat-input") == text
+    chosen = page.locator("#chat-files-chosen li .chosen-name").all_inner_texts()
+    assert len(chosen) == 1, f"chosen again after the refusal: {chosen}"
+    assert chosen[0].startswith(good + " (")
+    page.press("#chat-input", "Enter")
+    page.locator("#chat-log li.msg.from-customer[data-seq]", has_text=text).locator("img").wait_for()
+    assert list(
+        Attachment.objects.filter(message__ticket=ticket, message__body=text).values_list("original_name", flat=True)
+    ) == [good]
+    page.context.close()

@@ -94,6 +94,21 @@ def test_a_file_over_the_limit_is_refused_with_413_before_it_is_read(signed_in, 
     assert not Attachment.objects.exists()
 
 
+def test_a_refusal_of_one_file_says_which_by_its_place_among_those_sent(signed_in, ticket, media, settings):  # noqa: ANN001
+    """Named alike (a phone calls every photo "image.jpg"), the chat could not tell which to drop."""
+    settings.ATTACHMENT_MAX_BYTES = 1024
+    good = ("image.jpg", png_bytes(), "image/jpeg")
+
+    damaged = upload(signed_in, ticket, [good, good, ("image.jpg", b"only text in here\n", "image/jpeg")])
+    too_large = upload(signed_in, ticket, [good, ("image.jpg", PDF_BYTES + b"0" * 3000, "application/pdf"), good])
+    too_many = upload(signed_in, ticket, [good] * 6)
+
+    assert (damaged.status_code, damaged.json()["file_index"]) == (400, 2)
+    assert (too_large.status_code, too_large.json()["file_index"]) == (413, 1)
+    assert too_many.status_code == 400 and "file_index" not in too_many.json()  # about no one file
+    assert not Message.objects.filter(client_msg_id="up-1").exists()
+
+
 def test_a_customer_cannot_attach_to_another_customers_ticket(client, ticket, media):  # noqa: ANN001
     client.force_login(make_customer().user)
 
