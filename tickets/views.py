@@ -118,7 +118,15 @@ def ticket_new(request: HttpRequest) -> HttpResponse:
             return redirect("tickets:chat", ticket_id=existing.pk)
     wait = over_limit(request, group="tickets.new", key="user", rate_setting="CUSTOMER_TICKET_RATE")
     if wait is not None:
-        return too_many(wait, f"You have opened many tickets just now; please try again in {wait} s.", json=False)
+        # The form again, with the words and the same reference (sent again after the wait: one
+        # ticket): a bare line of text held nothing of what the customer wrote.
+        held = _new_form(
+            request, client_ref=client_ref or uuid.uuid4().hex, subject=subject, body=body, status=429,
+            error=f"You have opened many tickets just now; please try again in {wait} s. Your message is kept "
+            "below: press Send then.",
+        )  # fmt: skip
+        held["Retry-After"] = str(wait)
+        return held
     try:
         ticket, _ = services.ticket_open(
             customer=customer, subject=subject, body=body, client_ref=client_ref, unseen_client_ref=True
