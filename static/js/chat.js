@@ -31,7 +31,8 @@
  * carries the same client message ID, so the server stores the message once.
  * A send refused because the session ended says so, with a sign-in link that comes
  * back to this ticket; the unsent text waits in this tab's sessionStorage and is put
- * back in the message box after signing in.
+ * back in the message box after signing in. So do words still in the box when the page
+ * goes (a reload, that sign-in link).
  * Words the ticket was closed before they reached it (a send refused for the close, one kept over a
  * reload or a sign-out, the text in the box when the close arrives) stay on the page, kept in this tab,
  * shown not sent, with a link that opens a new ticket with them.
@@ -1153,6 +1154,30 @@
     sayIfTooLong();
   });
 
+  // Words in the box, not sent, when the page goes (a reload; the "Sign in again" link of a session that
+  // ended while they were being written; a click away and back): kept in this tab, and put back in the
+  // box when the chat opens again. Only a send refused for the sign-out kept its words before.
+  var DRAFT_KEY = "chat-draft-" + config.ticketId;
+  window.addEventListener("pagehide", function () {
+    try {
+      // A closed ticket's box is empty: what it held became a message kept with a way to a new ticket.
+      if (!input.disabled && input.value.trim()) window.sessionStorage.setItem(DRAFT_KEY, input.value);
+      else window.sessionStorage.removeItem(DRAFT_KEY);
+    } catch (e) {
+      /* storage full or off: nothing is kept */
+    }
+  });
+
+  function takeDraft() {
+    try {
+      var draft = window.sessionStorage.getItem(DRAFT_KEY);
+      window.sessionStorage.removeItem(DRAFT_KEY);
+      return draft && draft.trim() ? draft : "";
+    } catch (e) {
+      return "";
+    }
+  }
+
   // --- start ----------------------------------------------------------------------------
 
   // A small handle for tests and for debugging from the console.
@@ -1194,12 +1219,15 @@
   renderStatus();
   scroller.scrollTop = scroller.scrollHeight;
   window.sessionStorage.removeItem("new-ticket-sent"); // the ticket it was for is made (new_ticket.js)
-  var unsent = window.sessionStorage.getItem(UNSENT_KEY);
+  var signedOutWords = window.sessionStorage.getItem(UNSENT_KEY);
+  var unsent = [signedOutWords, takeDraft()].filter(Boolean).join("\n\n");
   if (unsent && !input.disabled) {
     window.sessionStorage.removeItem(UNSENT_KEY);
     input.value = unsent;
     autosize();
-    note.textContent = "The message you wrote before you were signed out is back in the box: press Send to send it.";
+    note.textContent = signedOutWords
+      ? "The message you wrote before you were signed out is back in the box: press Send to send it."
+      : "What you were writing is back in the box.";
   } else if (unsent) {
     // Closed while they were signed out: no box to put it back in. It joins the messages the close kept
     // from reaching us, shown with a way to a new ticket (sendKeptMessages).
