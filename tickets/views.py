@@ -351,14 +351,27 @@ def message_create(request: HttpRequest, ticket_id: int) -> JsonResponse:
     read, such as a file sent as other than ``files``), 409 (a client message ID used for other words,
     or a closed ticket: ``"code": "ticket_closed"``), 413; a refusal of one of the files says which
     (``"file_index"``, from 0, in the order sent); 401 with a sign-in link back to the ticket
-    when the session has ended."""
+    when the session has ended; 404 (``"code": "not_this_account"``, with that link) for a ticket that
+    is not the signed-in customer's."""
     if not request.user.is_authenticated:
         # Told before the ticket is looked up: whether it exists is nobody's business yet.
         return JsonResponse(
             {"error": "You were signed out, so this message was not sent.", "login_url": _login_url(ticket_id)},
             status=401,
         )
-    ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
+    try:
+        ticket = selectors.ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
+    except Http404:
+        # Said as for a missing ticket (whose it is stays unsaid), in the chat's words: most often another
+        # customer signed in on this browser while the chat was open (a shared computer).
+        return JsonResponse(
+            {
+                "error": "this conversation is not open to the account signed in on this browser now.",
+                "code": "not_this_account",
+                "login_url": _login_url(ticket_id),
+            },
+            status=404,
+        )
     try:
         client_msg_id, body, files = _message_input(request)
         client_msg_id = services.client_key(client_msg_id)

@@ -805,14 +805,14 @@
     el.appendChild(why);
   }
 
-  function markSignedOut(el, clientMsgId, text) {
+  function markSignedOut(el, clientMsgId, text, reason) {
     markFailed(el, clientMsgId, null, false);
     delete state.unsent[clientMsgId];
     keepUnsent();
     var kept = window.sessionStorage.getItem(UNSENT_KEY);
     window.sessionStorage.setItem(UNSENT_KEY, kept ? kept + "\n\n" + text : text);
     var why = el.querySelector(".msg-error");
-    why.textContent = "Not sent: you were signed out. ";
+    why.textContent = "Not sent: " + (reason || "you were signed out.") + " ";
     why.appendChild(signInLink());
     var back = document.createTextNode(" and your message will be back in the box.");
     why.appendChild(back);
@@ -927,6 +927,9 @@
             }
           } else if (result.status === 401) {
             markSignedOut(el, clientMsgId, text);
+          } else if (result.status === 404 && result.data.code === "not_this_account") {
+            // Another customer signed in on this browser: kept, as over a sign-out, for its own account.
+            markSignedOut(el, clientMsgId, text, result.data.error);
           } else if (result.status === 409 && result.data.code === "ticket_closed") {
             markClosed(el, clientMsgId, text);
           } else if (result.status === 429) {

@@ -413,6 +413,24 @@ def test_sending_to_another_customers_ticket_is_404_and_writes_nothing(signed_in
     assert not Message.objects.filter(body="Let me in").exists()
 
 
+def test_a_send_to_another_logins_ticket_says_so_as_for_a_missing_one(signed_in, other_customer):  # noqa: ANN001
+    """Another customer signed in on a shared browser while a chat was open: the chat is told why, in
+    JSON, and offered a sign-in back to the ticket; whether it exists, or whose it is, stays unsaid."""
+    theirs, _ = services.ticket_open(customer=other_customer, subject="Private", body="Hello")
+    missing = Ticket.objects.order_by("-pk").first().pk + 1000
+
+    answers = [send(signed_in, t, "Let me in", client_msg_id="c-intruder") for t in (theirs, Ticket(pk=missing))]
+
+    for answer, ticket_id in zip(answers, (theirs.pk, missing), strict=True):
+        assert answer.status_code == 404
+        assert answer.json() == {
+            "error": "this conversation is not open to the account signed in on this browser now.",
+            "code": "not_this_account",
+            "login_url": f"/accounts/login/?next=/tickets/{ticket_id}/",
+        }
+    assert not Message.objects.filter(body="Let me in").exists()
+
+
 def test_a_signed_out_send_is_401_with_a_sign_in_link_back_to_the_ticket_and_writes_nothing(client, ticket):
     response = send(client, ticket, "Hello", client_msg_id="c-anon")
 
