@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.http import HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, JsonResponse
 from django.views.decorators.http import require_POST
 
 from agents.confirmation import ConfirmationClosed, confirmation_decide
 from support import fields
+from tickets.pages import login_url_back_to
 from tickets.selectors import ticket_get_for_customer
 
 ANSWERS = {"confirm": True, "cancel": False}
@@ -27,7 +28,19 @@ def confirmation_answer(request: HttpRequest, ticket_id: int, call_id: int) -> J
             {"error": "You were signed out, so nothing was done. Sign in again to answer.", "code": "signed_out"},
             status=401,
         )
-    ticket = ticket_get_for_customer(user=request.user, ticket_id=ticket_id)  # 404 for anyone else
+    try:
+        ticket = ticket_get_for_customer(user=request.user, ticket_id=ticket_id)
+    except Http404:
+        # Anyone else, said as for a missing ticket: most often another customer signed in on this browser
+        # while the question was on screen (a shared computer); the card offers to sign in again.
+        return JsonResponse(
+            {
+                "error": "This question is not open to the account signed in on this browser now, so nothing was done.",
+                "code": "not_this_account",
+                "login_url": login_url_back_to(ticket_id),
+            },
+            status=404,
+        )
     if request.content_type in {"multipart/form-data", "application/x-www-form-urlencoded"}:
         # A plain form (its body already read by the middleware that checks input): its fields.
         data: Any = {name: request.POST.get(name) for name in FIELDS}

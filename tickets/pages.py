@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import resolve_url
+from django.urls import reverse
 
 from tickets import selectors
 from tickets.models import Ticket, TicketStatus
@@ -65,3 +68,11 @@ def sign_in_again(request: HttpRequest, page: str) -> HttpResponse:
         return redirect_to_login(request.get_full_path())
     messages.warning(request, "You were signed out, so what you sent was not done. Sign in, then do it again.")
     return redirect_to_login(page)
+
+
+def login_url_back_to(ticket_id: int) -> str:
+    """The sign-in page, coming back to the customer's chat of this ticket afterwards (as
+    login_required would send it)."""
+    query = QueryDict(mutable=True)
+    query["next"] = reverse("tickets:chat", args=[ticket_id])
+    return resolve_url(settings.LOGIN_URL) + "?" + query.urlencode(safe="/")

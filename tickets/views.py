@@ -15,8 +15,8 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.files.storage import default_storage
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
-from django.shortcuts import redirect, render, resolve_url
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -265,10 +265,7 @@ def _message_json(message: Message, *, stored: list[Attachment] | None = None) -
 
 
 def _login_url(ticket_id: int) -> str:
-    """The sign-in page, coming back to this ticket afterwards (as login_required would send it)."""
-    query = QueryDict(mutable=True)
-    query["next"] = reverse("tickets:chat", args=[ticket_id])
-    return resolve_url(settings.LOGIN_URL) + "?" + query.urlencode(safe="/")
+    return pages.login_url_back_to(ticket_id)
 
 
 class _Refusal(Exception):

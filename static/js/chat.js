@@ -434,8 +434,9 @@
         if (!res.ok && card.classList.contains("answered")) return;
         if (res.ok) liveAgain();
         if (res.ok) answered(card, res.body.decision === "confirmed" ? "Confirmed." : "Cancelled.");
-        else if (res.status === 401) {
-          // Signed out: nothing was done; the buttons stay for when they are back.
+        else if (res.status === 401 || (res.status === 404 && res.body && res.body.code === "not_this_account")) {
+          // Signed out, or another customer signed in on this browser: nothing was done; the buttons stay
+          // for when the question's customer is back.
           delete card.dataset.sending;
           card.querySelectorAll("button[data-answer]").forEach(function (b) { b.disabled = false; });
           note.textContent = ((res.body && res.body.error) || "You were signed out, so nothing was done.") + " ";

@@ -185,6 +185,26 @@ def test_the_answer_is_bound_to_the_amount_shown(sandbox):  # noqa: ANN001
     assert paid(sandbox, order) == []
 
 
+def test_an_answer_from_another_login_says_so_with_a_sign_in_link_and_pays_nothing(sandbox):  # noqa: ANN001
+    """Another customer signed in on a shared browser while the question was on screen: the card was told
+    by a bare 404 page ("Not sent: the server answered 404"); it is told why, with a way to sign in."""
+    alice, order, ticket = ask_for_refund(sandbox)
+    call = question(ticket)
+
+    refused = answer(signed_in(make_customer()), ticket, call, "confirm")
+
+    assert refused.status_code == 404
+    assert refused.json() == {
+        "error": "This question is not open to the account signed in on this browser now, so nothing was done.",
+        "code": "not_this_account",
+        "login_url": f"/accounts/login/?next=/tickets/{ticket.pk}/",
+    }
+    call.refresh_from_db()
+    assert call.confirmation_decision is None
+    advance(ticket.pk)
+    assert paid(sandbox, order) == []
+
+
 def test_only_the_tickets_customer_can_answer(sandbox):  # noqa: ANN001
     alice, order, ticket = ask_for_refund(sandbox)
     call = question(ticket)

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from agents.confirmation import confirmations_expire_due
 from agents.models import CallStatus, Refund, ToolCall
-from tests.browser.conftest import SCREENSHOTS, Stack, running_stack, sign_in
+from tests.browser.conftest import PASSWORD, SCREENSHOTS, Stack, running_stack, sign_in
+from tests.browser.test_chat_after_signing_in_again_elsewhere import sign_out_and_in_again_in_another_tab
 from tests.conftest import make_customer, make_order
 
 pytestmark = [
@@ -174,5 +175,33 @@ def test_a_confirm_whose_request_hangs_can_be_pressed_again_and_pays(confirm_sta
 
     page.unroute("**/confirmations/**")
     card.locator("button[data-answer=confirm]").click()
+    page.wait_for_selector("#chat-log li.msg.from-agent:has-text('refunded $49.99')", timeout=30_000)
+    assert [r["amount"] for r in paid(payment_sandbox, order)] == [4999]
+
+
+def test_a_confirm_pressed_after_another_customer_signed_in_says_so_and_pays_nothing_until_they_are_back(
+    confirm_stack: Stack,
+    browser,  # noqa: ANN001
+    payment_sandbox,  # noqa: ANN001
+):
+    """A shared browser: another customer signed in, in another tab, while the question was on screen.
+    Confirm was answered by a bare 404 page, and the card said "Not sent: the server answered 404.
+    Please try again." at every press; it now says why, keeps its buttons, and offers to sign in."""
+    page, order, card = ask_for_a_refund(browser, confirm_stack, payment_sandbox, "P-2002")
+    owner = order.customer.user.username
+    sign_out_and_in_again_in_another_tab(page, confirm_stack, make_customer().user.username)
+
+    card.locator("button[data-answer=confirm]").click()
+    note = card.locator(".confirm-note")
+    note.get_by_role("link", name="Sign in again").wait_for()
+    assert note.inner_text().startswith("This question is not open to the account signed in on this browser now")
+    assert card.locator("button[data-answer=confirm]").is_enabled()
+    assert paid(payment_sandbox, order) == []
+
+    note.get_by_role("link", name="Sign in again").click()
+    page.fill("#id_username", owner)
+    page.fill("#id_password", PASSWORD)
+    page.click("main form button[type=submit]")
+    page.locator("#chat-log li.confirm button[data-answer=confirm]").click()
     page.wait_for_selector("#chat-log li.msg.from-agent:has-text('refunded $49.99')", timeout=30_000)
     assert [r["amount"] for r in paid(payment_sandbox, order)] == [4999]
