@@ -72,7 +72,8 @@ class Proc:
         return self.popen.poll() is None
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:  # a process stopped or killed has had its log closed, flushed
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def signal(self, signum: int) -> None:
