@@ -77,7 +77,7 @@ def recovery_trials(stack: Any, customer: Any, trials: int) -> list[dict[str, fl
     for proc in workers.values():
         wait_worker_ready(proc)
     samples = []
-    prefix = os.environ.get("CHANNELS_PREFIX", "asgi")  # the stack's processes take it from this environment
+    prefix = os.environ.get("CHANNELS_PREFIX", "").strip() or "asgi"  # as the stack's processes read it (env_str)
     for n in range(trials):
         ticket_id = customer.open_ticket("Where is my order A-1001?", client_ref=f"bench-recovery-{n}-{time.time()}")
         wait_until(lambda t=ticket_id: buffers.exists(f"{prefix}:stream:{t}"), timeout=60, what="the answer to stream",
