@@ -157,8 +157,10 @@ def refund_commitments(
     calls with no refund row yet whose refund may still happen: any call not final (recorded
     to run, waiting for a staff approval, or waiting for the customer's
     confirmation, approved or not) of a run that has not ended; narrowed to one
-    order, one ticket, or a window. Their minor units are summed whatever their currency: narrowed to
-    one order, they are that order's; else see ``refund_commitments_by_currency``.
+    order, one ticket, or a window (the refunds made since ``since``, and every call still
+    to happen: it is paid inside the window, if at all). Their minor units are summed
+    whatever their currency: narrowed to one order, they are that order's; else see
+    ``refund_commitments_by_currency``.
     """
     rows = _commitment_rows(customer_id=customer_id, order=order, ticket_id=ticket_id, since=since)
     return len(rows), sum(cents for cents, _ in rows)
@@ -190,8 +192,11 @@ def _commitment_rows(
         refunds = refunds.filter(ticket_id=ticket_id)
         calls = calls.filter(ticket_id=ticket_id)
     if since is not None:
+        # Only refunds already sent are narrowed to the window: one still to happen is paid now or later, inside
+        # the window either way, whenever it was asked for. Narrowed by when it was asked, one waiting
+        # since before the window's start (for staff: a request lives days; a window may be one) counted
+        # nowhere, and the customer's next request was paid unreviewed beside it.
         refunds = refunds.filter(created_at__gte=since)
-        calls = calls.filter(started_at__gte=since)
     # Both read in one statement, from one snapshot: a call leaves the calls as its refund row enters
     # the refunds, in the one commit of the worker sending it; read as two statements, one that
     # committed between them (a refund sent in another ticket of the customer) was in neither.
