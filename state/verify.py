@@ -8,6 +8,7 @@ rules in force), activity (runs, calls, refunds, pending approvals) and verifica
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,9 +18,17 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.db.migrations.loader import MigrationLoader
+from django.utils.dateparse import parse_datetime
 
 from agents.calls import arguments_digest
-from agents.models import FINAL_CALL_STATUSES, CallStatus, ConfirmationDecision
+from agents.models import (
+    ACTIVE_RUN_STATUSES,
+    FINAL_CALL_STATUSES,
+    PERSON_TOOK_OVER,
+    RESERVING_REFUND_STATUSES,
+    CallStatus,
+    ConfirmationDecision,
+)
 from agents.profiles import content_problems
 from state import bundle, signature
 from state.export import collect
@@ -546,7 +555,11 @@ def _asked_by_its_rules_before_it_runs(rows: dict[str, list[Row]]) -> Check:
     (``_approved_before_paid``): a $450 refund waiting for staff, edited to read as one recorded to run
     unreviewed, was paid where it was restored, reviewed by nobody."""
     check = Check("no call still to run reads as needing no approval its rules ask")
-    rules_of, order_currency = _approval_rules(rows), _order_currency(rows)
+    rules_of, order_currency, asked_before = (
+        _approval_rules(rows),
+        _order_currency(rows),
+        _asked_before_on_its_order(rows),
+    )
     waiting = [c for c in rows["agents.ToolCall"] if c.get("status") not in FINAL_CALL_STATUSES]
     for call in waiting:
         if call.get("approval_required"):
@@ -561,19 +574,80 @@ def _asked_by_its_rules_before_it_runs(rows: dict[str, list[Row]]) -> Check:
         )
         paid_in = order_currency(call) if refund else None
         other = paid_in is not None and paid_in != currency
-        if call.get("name") in always or over or other:
+        before = asked_before(call) if refund else None
+        if call.get("name") in always or over or other or before:
             if call.get("name") in always:
                 why = f"every {call.get('name')} call needs one"
             elif over:
                 why = f"{amount} cents is above its threshold of {limit}"
-            else:
+            elif other:
                 why = f"its order is in {str(paid_in).upper()}, its rules' amounts in {currency.upper()}"
+            else:
+                why = str(before)
             check.violations.append(
                 f"tool call {call['id']} ({call.get('name')}, {call.get('status')}) may still run and reads as "
                 f"needing no approval, though its rules ask one ({why})"
             )
     check.detail = f"{len(waiting)} call(s) still to run"
     return check
+
+
+def _asked_before_on_its_order(rows: dict[str, list[Row]]) -> Callable[[Row], str | None]:
+    """Why a refund call needs an approval for what was asked on its order before it, read in the bundle
+    (the rules of ``agents.refunds.refund_approval_reason`` that count other refunds), or None: a refund on
+    the order asked for before it, done or still to come (a second refund on one order); or one staff
+    declined, or a person stopped, before it. Its order is its customer's of that number, as numbers are
+    compared. Judged on what each earlier call is now, which tells what it was when this one was asked: a
+    call still to come, or one whose refund counts, was still to come then, or done; one declined or
+    stopped was waiting then, or stopped. One ended unpaid otherwise (the customer cancelled it) may have
+    ended before this one was asked, and is not held against it."""
+    customer_of = {t["id"]: t.get("customer_id") for t in rows["tickets.Ticket"]}
+    runs = {r["id"]: r for r in rows["agents.AgentRun"]}
+    refund_of = {r["tool_call_id"]: r for r in rows["agents.Refund"]}
+    refund_calls = [c for c in rows["agents.ToolCall"] if c.get("name") == REFUND_TOOL]
+
+    def order_of(call: Row) -> tuple[Any, str]:
+        arguments = call.get("arguments") if isinstance(call.get("arguments"), dict) else {}
+        return customer_of.get(call.get("ticket_id")), str(arguments.get("order_number") or "").strip().upper()
+
+    def asked_before(call: Row) -> str | None:
+        here, asked = order_of(call), _asked_at(call)
+        for earlier in refund_calls:
+            if asked is None or earlier.get("id") == call.get("id") or order_of(earlier) != here:
+                continue
+            if (before := _asked_at(earlier)) is None or not before < asked:
+                continue
+            number, run = here[1], runs.get(earlier.get("run_id")) or {}
+            if earlier.get("approval_decision") == "rejected" or _stopped_by_a_person(earlier, run):
+                return f"a refund on order {number} was declined or stopped before it (tool call {earlier['id']})"
+            refund = refund_of.get(earlier["id"])
+            to_come = earlier.get("status") not in FINAL_CALL_STATUSES and run.get("status") in ACTIVE_RUN_STATUSES
+            if (refund is not None and refund.get("status") in RESERVING_REFUND_STATUSES) or (
+                refund is None and to_come
+            ):
+                return f"a second refund on order {number} (tool call {earlier['id']} asked for one before it)"
+        return None
+
+    return asked_before
+
+
+def _asked_at(call: Row) -> tuple[dt.datetime, Any] | None:
+    """When a call was asked for (its intent), and its id for calls asked at the same moment."""
+    started = call.get("started_at")
+    moment = started if isinstance(started, dt.datetime) else parse_datetime(str(started or ""))
+    return None if moment is None else (moment, call.get("id"))
+
+
+def _stopped_by_a_person(call: Row, run: Row) -> bool:
+    """A refund call its run left unpaid because a person took the ticket (``agents.refunds._stopped_before``):
+    not one the customer cancelled, or let expire, first."""
+    theirs = call.get("confirmation_decision") in {ConfirmationDecision.CANCELLED, ConfirmationDecision.EXPIRED}
+    return (
+        run.get("outcome") == PERSON_TOOK_OVER
+        and PERSON_TOOK_OVER in str(call.get("error") or "")
+        and call.get("status") != CallStatus.SUCCEEDED
+        and not theirs
+    )
 
 
 def _approvals_given_by_staff(rows: dict[str, list[Row]]) -> Check:
