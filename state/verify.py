@@ -560,6 +560,7 @@ def _asked_by_its_rules_before_it_runs(rows: dict[str, list[Row]]) -> Check:
         _order_currency(rows),
         _asked_before_on_its_order(rows),
     )
+    over_the_limit = _over_the_customers_limit(rows)
     waiting = [c for c in rows["agents.ToolCall"] if c.get("status") not in FINAL_CALL_STATUSES]
     for call in waiting:
         if call.get("approval_required"):
@@ -574,7 +575,7 @@ def _asked_by_its_rules_before_it_runs(rows: dict[str, list[Row]]) -> Check:
         )
         paid_in = order_currency(call) if refund else None
         other = paid_in is not None and paid_in != currency
-        before = asked_before(call) if refund else None
+        before = (asked_before(call) or over_the_limit(call)) if refund else None
         if call.get("name") in always or over or other or before:
             if call.get("name") in always:
                 why = f"every {call.get('name')} call needs one"
@@ -621,9 +622,8 @@ def _asked_before_on_its_order(rows: dict[str, list[Row]]) -> Callable[[Row], st
             if earlier.get("approval_decision") == "rejected" or _stopped_by_a_person(earlier, run):
                 return f"a refund on order {number} was declined or stopped before it (tool call {earlier['id']})"
             refund = refund_of.get(earlier["id"])
-            to_come = earlier.get("status") not in FINAL_CALL_STATUSES and run.get("status") in ACTIVE_RUN_STATUSES
             if (refund is not None and refund.get("status") in RESERVING_REFUND_STATUSES) or (
-                refund is None and to_come
+                refund is None and _still_to_come(earlier, run)
             ):
                 return f"a second refund on order {number} (tool call {earlier['id']} asked for one before it)"
         return None
@@ -631,10 +631,81 @@ def _asked_before_on_its_order(rows: dict[str, list[Row]]) -> Callable[[Row], st
     return asked_before
 
 
+def _over_the_customers_limit(rows: dict[str, list[Row]]) -> Callable[[Row], str | None]:
+    """Why a refund call needs an approval for the customer's refunds in its rules' window (the per-customer
+    limit of ``agents.refunds.refund_approval_reason``), read in the bundle, or None. Counted as they stood
+    when it was asked: refunds of the customer's calls asked before it, in its rules' currency, made in the
+    window before it (or after it: then still to come when it was asked), and their calls still to come
+    asked in that window. A refund failed since is not counted, nor one in another currency (its own rule),
+    so a call is held to no more than it was."""
+    policy_of, order_currency = _policy_of(rows), _order_currency(rows)
+    customer_of = {t["id"]: t.get("customer_id") for t in rows["tickets.Ticket"]}
+    runs = {r["id"]: r for r in rows["agents.AgentRun"]}
+    refund_of = {r["tool_call_id"]: r for r in rows["agents.Refund"]}
+    refund_calls = [c for c in rows["agents.ToolCall"] if c.get("name") == REFUND_TOOL]
+
+    def over(call: Row) -> str | None:
+        _, policy = policy_of(call)
+        limit, days = policy.get("customer_limit_cents"), policy.get("customer_window_days")
+        limit = policy.get("refund_threshold_cents") if limit is None else limit
+        currency = str(policy.get("currency") or settings.APPROVAL_POLICY_CURRENCY).lower()
+        amount, asked = _amount_of(call), _asked_at(call)
+        if not isinstance(limit, int) or not isinstance(days, int) or amount is None or asked is None:
+            return None
+        since = asked[0] - dt.timedelta(days=days)
+        recent = 0
+        for earlier in refund_calls:
+            at = _asked_at(earlier)
+            if (
+                at is None
+                or not at < asked
+                or customer_of.get(earlier.get("ticket_id")) != customer_of.get(call.get("ticket_id"))
+            ):
+                continue
+            if order_currency(earlier) != currency:
+                continue
+            refund, run = refund_of.get(earlier["id"]), runs.get(earlier.get("run_id")) or {}
+            if refund is not None:
+                made = _moment(refund.get("created_at"))
+                if refund.get("status") in RESERVING_REFUND_STATUSES and made is not None and made >= since:
+                    recent += _amount_of(refund, "amount_cents") or 0
+            elif _still_to_come(earlier, run) and at[0] >= since:
+                recent += _amount_of(earlier) or 0
+        if recent + amount <= limit:
+            return None
+        return (
+            f"the customer's refunds in the {days} days before it, {format_money(recent, currency)}, and its "
+            f"{format_money(amount, currency)} are above the limit of {format_money(limit, currency)}"
+        )
+
+    return over
+
+
+def _amount_of(row: Row, name: str = "") -> int | None:
+    """A refund call's amount (its arguments'), or a column's (``name``), when it is a whole number."""
+    arguments = row.get("arguments") if isinstance(row.get("arguments"), dict) else {}
+    value = row.get(name) if name else arguments.get("amount_cents")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _still_to_come(call: Row, run: Row) -> bool:
+    """A refund call with no refund row yet whose refund may still happen (``refund_calls_still_to_happen``)."""
+    return call.get("status") not in FINAL_CALL_STATUSES and run.get("status") in ACTIVE_RUN_STATUSES
+
+
+def _moment(value: Any) -> dt.datetime | None:
+    """A time as a row carries it (a datetime, or its ISO text), or None when it is none."""
+    if isinstance(value, dt.datetime):
+        return value
+    try:
+        return parse_datetime(str(value or ""))
+    except ValueError:  # well formed, but no time there is (reported by the rows' own checks)
+        return None
+
+
 def _asked_at(call: Row) -> tuple[dt.datetime, Any] | None:
     """When a call was asked for (its intent), and its id for calls asked at the same moment."""
-    started = call.get("started_at")
-    moment = started if isinstance(started, dt.datetime) else parse_datetime(str(started or ""))
+    moment = _moment(call.get("started_at"))
     return None if moment is None else (moment, call.get("id"))
 
 
