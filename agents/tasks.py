@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from celery import Task, shared_task
+from celery import Task, bootsteps, shared_task
 from celery.backends.base import DisabledBackend
-from celery.signals import after_task_publish, task_received, worker_ready
+from celery.signals import after_task_publish, task_received
 from django.db import transaction
 from django.dispatch import receiver
 
@@ -17,11 +17,12 @@ from agents.refunds import reconcile_open_refunds
 from agents.runner import advance
 from agents.selectors import backoffs_ending, tickets_with_agent_work
 from agents.services import runs_note_stopped
-from support.celery import BeatRound
+from support.celery import BeatRound, app
 from support.pauses import Pause
 from tickets.signals import ticket_given_back, ticket_needs_agent
 
 if TYPE_CHECKING:
+    from celery.worker.consumer import Consumer
     from celery.worker.request import Request
 
 logger = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ def sweep(at_start: bool = False) -> int:
     """Re-ring every ticket with pending work or an expired lease whose doorbell is not still queued
     (``agents.doorbells``): lost doorbells only delay work, and sweeps while no worker takes the
     queued ones do not pile more on them. ``at_start``: the sweep a worker asks for when it comes up
-    rings them all, marked or not (``_sweep_when_a_worker_starts``)."""
+    (or reconnects to the broker) rings them all, marked or not (``SweepOnConnecting``)."""
     ticket_ids = doorbells.unmarked(tickets_needing_a_ring(), trust_marks=not at_start)
     for sent, ticket_id in enumerate(ticket_ids):
         try:
@@ -162,20 +163,33 @@ def _message_received(request: Request, **kwargs: object) -> None:
     doorbells.received([int(request.args[0])] if doorbell else [], message_id=request.id)
 
 
-@worker_ready.connect
-def _sweep_when_a_worker_starts(**kwargs: object) -> None:
-    """A worker that comes up asks for one sweep: what a dead worker left (its doorbell unacknowledged,
-    given back by the broker only after its visibility timeout) is carried on now, even while beat
-    is down, and what waits out a backoff when its wait ends. Beat's sweeps find nothing more to do
+class SweepOnConnecting(bootsteps.StartStopStep):
+    """A worker asks for one sweep each time it connects to the broker: when it comes up, and when
+    it is back after losing the broker. What a dead worker left (its doorbell unacknowledged, given
+    back by the broker only after its visibility timeout) is carried on now, even while beat is
+    down, and what waits out a backoff is rung when its wait ends. A worker that loses the broker
+    drops the retries it holds (Celery counts on the broker giving them back), and a broker back
+    without its data (a flushed or restarted Redis, a RabbitMQ that lost its queue) gives back
+    nothing: with a sweep only at start (Celery's ``worker_ready``), a retry held then was never
+    run while beat was down, and the customer never answered. Beat's sweeps find nothing more to do
     for it; a sweep that cannot be sent waits for beat. It rings every ticket with work, marked as
-    rung or not: a worker comes up after the broker lost its queue (restarted, flushed), which the
-    marks' count may not show (``doorbells.unmarked``). Queued behind what the broker still holds,
-    it finds those tickets answered: a ticket is rung twice at most, once per worker start."""
-    try:
-        sweep.delay(at_start=True)
-        ring_when_waits_end.delay()
-    except Exception:  # noqa: BLE001 - kombu's and the transport's errors alike; beat sweeps anyway
-        logger.exception("the sweep asked for at worker start could not be sent to the broker")
+    rung or not: the broker may have lost its queue, which the marks' count may not show
+    (``doorbells.unmarked``). Queued behind what the broker still holds, it finds those tickets
+    answered: a ticket is rung twice at most, once per connection."""
+
+    # A consumer's step: started again (after the steps it requires) each time the consumer
+    # reconnects to the broker, unlike a worker's steps and its signals, sent once per process.
+    requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def start(self, c: Consumer) -> None:
+        try:
+            sweep.delay(at_start=True)
+            ring_when_waits_end.delay()
+        except Exception:  # noqa: BLE001 - kombu's and the transport's errors alike; beat sweeps anyway
+            logger.exception("the sweep asked for on connecting to the broker could not be sent")
+
+
+app.steps["consumer"].add(SweepOnConnecting)
 
 
 @shared_task(name="agents.reconcile_refunds", base=NoResultRound)

@@ -235,13 +235,15 @@ class TcpProxy:
     """A TCP forwarder on loopback that a test can cut and restore, as a database that goes away.
 
     ``down()`` closes the listening socket and every forwarded connection; ``up()`` listens
-    again on the same port.
+    again on the same port. A connection whose server says nothing for ``idle_timeout`` seconds
+    is closed (None: never, as a broker's consumer waits on a quiet queue).
     """
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, *, idle_timeout: float | None = 5) -> None:
         import threading
 
         self.target = (target_host, target_port)
+        self.idle_timeout = idle_timeout
         self.port = free_port()
         self._threading = threading
         self._conns: list[socket.socket] = []
@@ -287,6 +289,7 @@ class TcpProxy:
                     upstream.connect(f"{host}/.s.PGSQL.{port}")
                 else:
                     upstream = socket.create_connection(self.target, timeout=5)
+                    upstream.settimeout(self.idle_timeout)
             except OSError:
                 client.close()
                 continue
