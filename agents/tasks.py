@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from celery import Task, bootsteps, shared_task
 from celery.backends.base import DisabledBackend
 from celery.signals import after_task_publish, task_received
-from django.db import transaction
+from celery.worker.request import Request
+from django.db import DatabaseError, close_old_connections, transaction
 from django.dispatch import receiver
 
 from agents import doorbells
@@ -23,7 +26,6 @@ from tickets.signals import ticket_given_back, ticket_needs_agent
 
 if TYPE_CHECKING:
     from celery.worker.consumer import Consumer
-    from celery.worker.request import Request
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,40 @@ class NoResultRound(BeatRound, NoResultTask):
     """One of beat's rounds (``support.celery.BeatRound``) whose result nobody reads."""
 
 
-@shared_task(name="agents.advance_ticket", base=NoResultTask)
+class RetryRequest(Request):
+    """A message of ``advance_ticket`` as a worker receives it. A retry (a message due later, from a
+    countdown) is held for what is left of its ticket's wait on the database's clock, not until the
+    time written in it: that time is on the clock of the host that sent it, and the worker held it
+    until its own clock reached it. A worker whose clock ran 90 s behind the sender's held a retry
+    due in 8 s for 98 s, and while beat was down nothing else rang the ticket. A worker whose clock
+    runs ahead holds it to the wait's end too (``_retry_if_early`` stays for a wait made longer after
+    the message came). The time written in it stands when the database cannot be asked."""
+
+    @cached_property
+    def eta(self) -> datetime | None:
+        written = super().eta
+        if written is None or not self.args:
+            return written
+        return _wait_ends_on_this_clock(int(self.args[0]), written=written)
+
+
+def _wait_ends_on_this_clock(ticket_id: int, *, written: datetime) -> datetime:
+    """When the ticket's wait ends on this host's clock: now, and the seconds left of it on the
+    database's clock (none left: now). Read by the worker's consumer as the message comes in, on the
+    connection it keeps (``close_old_connections``: one broken since, by a restart, is replaced)."""
+    try:
+        close_old_connections()
+        waits = backoffs_ending(ticket_id=ticket_id, limit=1)
+    except DatabaseError:
+        logger.warning(
+            "ticket %s: its wait could not be read; its retry is held to the time its sender wrote", ticket_id
+        )
+        return written
+    left = waits[0][1] if waits else 0.0
+    return datetime.now(tz=UTC) + timedelta(seconds=left)
+
+
+@shared_task(name="agents.advance_ticket", base=NoResultTask, Request=RetryRequest)
 def advance_ticket(ticket_id: int) -> str:
     """The one agent task. Idempotent: duplicates and concurrent deliveries are harmless."""
     outcome = advance(int(ticket_id))
