@@ -166,7 +166,9 @@ def _read_files(path: Path) -> dict[str, bytes]:
         with tarfile.open(path, mode="r:") as tar:
             files = {}
             for member in tar.getmembers():
-                if not member.isfile():
+                # A sparse file stores its holes as a list of lengths: a few bytes in the archive read as
+                # gigabytes of zeros, held in memory here. Export writes plain files only.
+                if not member.isfile() or member.issparse():
                     raise BundleError([f"{path}: {member.name} is not a plain file"])
                 if member.name in files:  # which copy counts would be the reader's choice
                     copies = sum(1 for other in tar.getmembers() if other.name == member.name)
