@@ -256,6 +256,7 @@ def ledger_checks(rows: dict[str, list[Row]], settings_in_force: dict[str, Any] 
         _one_row_per_key(rows),
         _one_refund_per_key(rows),
         _approved_before_paid(rows),
+        _one_unreviewed_refund_per_order(rows),
         _asked_by_its_rules_before_it_runs(rows),
         _approvals_given_by_staff(rows),
         _confirmations_given_by_customers(rows),
@@ -544,6 +545,35 @@ def _approved_before_paid(rows: dict[str, list[Row]]) -> Check:
         elif all(a["arguments_digest"] != arguments_digest(call.get("arguments") or {}) for a in approved):
             check.violations.append(f"refund {refund['idempotency_key']}: the approval was for other arguments")
     check.detail = f"{len(paid)} refund(s) that reached the provider"
+    return check
+
+
+def _one_unreviewed_refund_per_order(rows: dict[str, list[Row]]) -> Check:
+    """No order was refunded twice without a staff approval. A second refund on one order always asks one
+    (``agents.refunds``: whichever refund's intent came second found the other counted, paid, pending or
+    still to happen), whatever its amount and its call's flag: of an order's refunds that moved money, one
+    at most was paid unreviewed. A refund that failed counts for neither (the second may have been asked
+    after it failed, and rightly unreviewed)."""
+    check = Check("no order refunded twice without a staff approval")
+    calls = {c["id"]: c for c in rows["agents.ToolCall"]}
+    approved_digests: dict[Any, set[str]] = defaultdict(set)
+    for approval in rows["approvals.ApprovalRequest"]:
+        if approval["status"] == "approved":
+            approved_digests[approval["tool_call_id"]].add(approval["arguments_digest"])
+    numbers = {o["id"]: o.get("number") for o in rows["tickets.Order"]}
+    unreviewed: dict[Any, list[str]] = defaultdict(list)
+    for refund in rows["agents.Refund"]:
+        if refund["status"] not in MONEY_MOVED_STATUSES:
+            continue
+        call = calls.get(refund["tool_call_id"], {})
+        if arguments_digest(call.get("arguments") or {}) not in approved_digests[refund["tool_call_id"]]:
+            unreviewed[refund["order_id"]].append(refund["idempotency_key"])
+    for order_id, keys in sorted(unreviewed.items(), key=lambda item: str(item[0])):
+        if len(keys) > 1:
+            check.violations.append(
+                f"order {numbers.get(order_id, order_id)} has {len(keys)} refunds paid with no staff approval "
+                f"({', '.join(sorted(keys))}): a second refund on one order needs one"
+            )
     return check
 
 
