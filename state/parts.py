@@ -219,7 +219,18 @@ PARTS: list[Part] = [
         "agents.ToolCall",
         _of_tickets("agents.ToolCall"),
         ticket_column="ticket_id",
-        frozen=("ticket_id", "run_id", "step_id", "index", "model_call_id", "name", "arguments", "idempotency_key"),
+        # Its replay policy is recorded with its intent and read by recovery from the row: never changed.
+        frozen=(
+            "ticket_id",
+            "run_id",
+            "step_id",
+            "index",
+            "model_call_id",
+            "name",
+            "arguments",
+            "idempotency_key",
+            "replay_policy",
+        ),
     ),
     Part(
         "agents.Refund",

@@ -1,12 +1,12 @@
 """``verify_state --database`` fails a database whose ledger was altered since the bundle, not only one that
 lost rows.
 
-A customer's message, a tool call's name, arguments and idempotency key, a refund's key, amount and order
-are written once and never changed by the product. Altered in the database since the bundle (by hand, or
-by a restore gone wrong), they were reported as "changed since the bundle (the work moved on)" and the
-check passed: a message rewritten read as the customer's, and a refund call under another key would be
-paid again by the provider, which deduplicates by the key. The columns the work does move on (a
-message's handling by the agent, a call's status and result, a refund's status) stay notes.
+A customer's message, a tool call's name, arguments, idempotency key and replay policy, a refund's key,
+amount and order are written once and never changed by the product. Altered in the database since the bundle
+(by hand, or by a restore gone wrong), they were reported as "changed since the bundle (the work moved on)"
+and the check passed: a message rewritten read as the customer's, and a refund call under another key would
+be paid again by the provider, which deduplicates by the key. The columns the work does move on (a message's
+handling by the agent, a call's status and result, a refund's status) stay notes.
 """
 
 from __future__ import annotations
@@ -30,6 +30,12 @@ ALTERATIONS = {
     ),
     "a refund call's arguments": (
         lambda t: ToolCall.objects.filter(ticket=t, name="issue_refund").update(arguments={"order_number": "X"}),
+        "agents.ToolCall",
+    ),
+    # Recovery reads a call's replay policy from its row: an email (never repeated) that reads "safe" is sent
+    # again by the worker that finds it interrupted.
+    "a tool call's replay policy": (
+        lambda t: ToolCall.objects.filter(ticket=t, name="issue_refund").update(replay_policy="safe"),
         "agents.ToolCall",
     ),
     "a refund's idempotency key": (
