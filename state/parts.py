@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from django.apps import apps
 from django.conf import settings
@@ -96,6 +97,10 @@ class Part:
     # once and never changed (what the customer wrote, a call's key and arguments, a refund's amount): a
     # database that differs from the bundle in one of them has been altered.
     frozen: tuple[str, ...] = ()
+    # Columns that move one way only, away from the value a row is written with (column, that value): a
+    # call that needs a staff approval never goes back to needing none. A database holding the first value
+    # where the bundle holds another has been altered.
+    settled: tuple[tuple[str, Any], ...] = ()
     # A row as this release reads it, for comparing: a value an older release left out, filled in as it is
     # read here (a profile version's policy naming no currency is read in this deployment's).
     as_read: Callable[[dict], dict] | None = None
@@ -103,7 +108,10 @@ class Part:
     def altered(self, here: dict, bundled: dict) -> list[str]:
         """The columns in which a row here differs from the bundled one that are never changed once written."""
         differing = self.differing(here, bundled)
-        return differing if self.immutable else [k for k in differing if k in self.frozen]
+        if self.immutable:
+            return differing
+        first = dict(self.settled)
+        return [k for k in differing if k in self.frozen or (k in first and bundled.get(k) != first[k])]
 
     def differing(self, here: dict, bundled: dict) -> list[str]:
         """The columns in which two rows under one key differ, but for those the deployment may change
@@ -231,6 +239,7 @@ PARTS: list[Part] = [
             "idempotency_key",
             "replay_policy",
         ),
+        settled=(("approval_required", False),),
     ),
     Part(
         "agents.Refund",

@@ -38,6 +38,12 @@ ALTERATIONS = {
         lambda t: ToolCall.objects.filter(ticket=t, name="issue_refund").update(replay_policy="safe"),
         "agents.ToolCall",
     ),
+    # A call reads as needing a staff approval from its intent on (or from a later pause), never the other way:
+    # one turned back, still to run, is carried out with no approval (agents.approval.may_execute).
+    "a refund call's approval flag turned off": (
+        lambda t: ToolCall.objects.filter(ticket=t, name="issue_refund").update(approval_required=False),
+        "agents.ToolCall",
+    ),
     "a refund's idempotency key": (
         lambda t: Refund.objects.filter(ticket=t).update(idempotency_key="another-key"),
         "agents.Refund",
