@@ -157,22 +157,36 @@ def _write_at(path: Path, files: dict[str, bytes]) -> None:
         raise
 
 
+def _not_a_bundle(path: Path) -> BundleError:
+    return BundleError([f"{path} has no {MANIFEST} and {MANIFEST_DIGEST}: not a state bundle"])
+
+
 def _read_files(path: Path) -> dict[str, bytes]:
+    """Every file of the bundle at ``path``, by name. What is not a bundle (no manifest) is refused before
+    any file is read: a directory or an archive given by mistake may hold gigabytes."""
     if path.is_dir():
+        if not all((path / name).is_file() for name in (MANIFEST, MANIFEST_DIGEST)):
+            raise _not_a_bundle(path)
         return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
     if not path.is_file():
         raise BundleError([f"no bundle at {path}"])
     try:
         with tarfile.open(path, mode="r:") as tar:
-            files = {}
-            for member in tar.getmembers():
+            members = tar.getmembers()
+            names: set[str] = set()
+            for member in members:
                 # A sparse file stores its holes as a list of lengths: a few bytes in the archive read as
                 # gigabytes of zeros, held in memory here. Export writes plain files only.
                 if not member.isfile() or member.issparse():
                     raise BundleError([f"{path}: {member.name} is not a plain file"])
-                if member.name in files:  # which copy counts would be the reader's choice
-                    copies = sum(1 for other in tar.getmembers() if other.name == member.name)
+                if member.name in names:  # which copy counts would be the reader's choice
+                    copies = sum(1 for other in members if other.name == member.name)
                     raise BundleError([f"{path}: {member.name} is in the archive {copies} times"])
+                names.add(member.name)
+            if not {MANIFEST, MANIFEST_DIGEST} <= names:
+                raise _not_a_bundle(path)
+            files = {}
+            for member in members:
                 extracted = tar.extractfile(member)
                 files[member.name] = extracted.read() if extracted else b""
             return files
@@ -256,7 +270,7 @@ def read(path: Path, *, allow_unsigned: bool = False) -> Bundle:
     problems: list[str] = []
     body, recorded = files.get(MANIFEST), files.get(MANIFEST_DIGEST)
     if body is None or recorded is None:
-        raise BundleError([f"{path} has no {MANIFEST} and {MANIFEST_DIGEST}: not a state bundle"])
+        raise _not_a_bundle(path)
     if recorded != manifest_digest_bytes(body):
         # Nothing it says can be trusted, not even the shape of what it lists: refused here.
         raise BundleError([f"{MANIFEST} does not match its SHA-256 in {MANIFEST_DIGEST}: the manifest was changed"])
