@@ -162,8 +162,17 @@ def _not_a_bundle(path: Path) -> BundleError:
 
 
 def _read_files(path: Path) -> dict[str, bytes]:
-    """Every file of the bundle at ``path``, by name. What is not a bundle (no manifest) is refused before
-    any file is read: a directory or an archive given by mistake may hold gigabytes."""
+    """Every file of the bundle at ``path``, by name; a path that cannot be read (not allowed to this user,
+    a name too long) is refused with the system's reason."""
+    try:
+        return _files_at(path)
+    except OSError as exc:
+        raise BundleError([f"cannot read {path}: {exc.strerror or exc}"]) from None
+
+
+def _files_at(path: Path) -> dict[str, bytes]:
+    """What is not a bundle (no manifest) is refused before any file is read: a directory or an archive
+    given by mistake may hold gigabytes."""
     if path.is_dir():
         if not all((path / name).is_file() for name in (MANIFEST, MANIFEST_DIGEST)):
             raise _not_a_bundle(path)
