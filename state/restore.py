@@ -26,10 +26,10 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
-from django.core.management.color import no_style
 from django.db import DataError, IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
+from django.db.models import Model
 
 from agents.models import AgentProfile
 from agents.profiles import CONTENT_FIELDS, policy_with_currency, profile_activate
@@ -500,6 +500,26 @@ def state_restore(
     return report
 
 
+# The sequence of a table, moved to its highest id or left where it is, whichever is further: never back
+# (a sequence never used, of an empty table, still starts at 1).
+_MOVE_PAST_SQL = """
+SELECT setval(seq, GREATEST(COALESCE(top, 1), COALESCE(last, 1)), top IS NOT NULL OR last IS NOT NULL)
+FROM (SELECT seq, (SELECT max({pk}) FROM {table}) AS top, pg_sequence_last_value(seq) AS last
+      FROM (SELECT pg_get_serial_sequence(%s, %s)::regclass AS seq) AS named) AS found
+"""
+
+
+def _move_keys_past_restored_rows(models: list[type[Model]]) -> None:
+    """Each table's sequence past its restored ids, never back: on a live deployment another process may
+    hold a key it took and has not committed yet (a customer's message being written), which the highest
+    id read here does not show; moved back below it, the next row written was given that key again."""
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        for model in models:
+            table, pk = model._meta.db_table, model._meta.pk.column
+            cursor.execute(_MOVE_PAST_SQL.format(pk=quote(pk), table=quote(table)), [table, pk])
+
+
 def _write(
     rows: dict[str, Any],
     users: list[Row],
@@ -525,9 +545,7 @@ def _write(
             report.inserted[part.label] = len(objects)
         # Past the restored ids before anything else is created here: a row made by the restore
         # itself (the active profile version) would otherwise take a restored row's id.
-        with connection.cursor() as cursor:
-            for sql in connection.ops.sequence_reset_sql(no_style(), [p.model for p in PARTS]):
-                cursor.execute(sql)
+        _move_keys_past_restored_rows([p.model for p in PARTS])
         if active is not None:
             _keep_the_active_version(active, report, values)
         made_active = None if had_an_active_version else AgentProfile.objects.filter(is_active=True).first()
