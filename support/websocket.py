@@ -24,6 +24,10 @@ from django.utils.crypto import constant_time_compare
 # Close codes the browser sees.
 CLOSE_FORBIDDEN_ORIGIN = 4403
 CLOSE_NOT_FOUND = 4404
+# Live updates can be had again (Redis answers this web server again): every page reconnects on it,
+# its new socket catching up from the ledger and joining its groups (as 1012 "service restart", which
+# a server may not send through daphne).
+CLOSE_LIVE_UPDATES_BACK = 4012
 # A frame from a browser is a few hundred bytes; anything far bigger is not ours.
 MAX_FRAME_CHARS = 16_000
 MAX_JSON_DEPTH = 20
@@ -41,6 +45,8 @@ QUIET_CHECK_SECONDS = 10.0
 # updates: a Redis cut off from this web server silently would otherwise hold it for the kernel's
 # connect timeout (minutes).
 LAYER_WAIT_SECONDS = 5.0
+# How often a socket opened without live updates asks whether Redis answers again.
+LAYER_RETRY_SECONDS = 10.0
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +54,8 @@ logger = logging.getLogger(__name__)
 class NoLiveUpdates:
     """The Channels layer of a socket opened while Redis could not be reached from this web server:
     it joins no group and hears nothing; what it shows comes from the ledger, read after each quiet
-    spell (``check_when_quiet``), until the page opens a new socket."""
+    spell (``check_when_quiet``), until Redis answers again (``until_live_updates_answer``) and the
+    socket closes for the page to open a new one."""
 
     async def new_channel(self, prefix: str = "") -> str:
         return ""
@@ -79,6 +86,21 @@ async def check_when_quiet(last_heard: Callable[[], float], check: Callable[[], 
             await check()
         except Exception:  # noqa: BLE001 - a look the next quiet spell makes again; the socket stays
             logger.warning("a socket's look at the ledger after a quiet spell failed", exc_info=True)
+
+
+async def until_live_updates_answer(alias: str) -> None:
+    """Return once the Channels layer ``alias`` answers again: asked every ``LAYER_RETRY_SECONDS``
+    with a PUBLISH to a channel nobody reads, which leaves nothing behind whether it fails or not."""
+    while True:
+        await asyncio.sleep(LAYER_RETRY_SECONDS)
+        try:
+            layer = get_channel_layer(alias)
+            await asyncio.wait_for(
+                layer.send(f"{getattr(layer, 'prefix', '')}live-updates-back", {"type": "noop"}), LAYER_WAIT_SECONDS
+            )
+        except Exception:  # noqa: BLE001 - redis-py's errors and the wait's timeout alike: still away
+            continue
+        return
 
 
 def _origin(value: str, *, as_sent: bool = False) -> tuple[str, str, int] | None:
@@ -175,19 +197,32 @@ class SafeJsonConsumer(AsyncJsonWebsocketConsumer):
         """As Channels' own, except when the Channels layer cannot be reached (Redis away, or cut off
         from this web server while PostgreSQL is not): the socket opens without live updates
         (``NoLiveUpdates``) and reads the ledger when quiet, instead of closing before it opened, again
-        on every reconnect, with the customer's answers stored and never shown."""
+        on every reconnect, with the customer's answers stored and never shown. Once the layer answers
+        again, such a socket closes (``CLOSE_LIVE_UPDATES_BACK``): the page's new socket has them."""
         self.scope, self.base_send = scope, send
         self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        live_again: asyncio.Task[None] | None = None
         try:
             self.channel_name = await asyncio.wait_for(self.channel_layer.new_channel(), LAYER_WAIT_SECONDS)
         except Exception:  # noqa: BLE001 - redis-py's errors and the wait's timeout alike
             logger.warning("the Channels layer cannot be reached: a socket opens without live updates", exc_info=True)
             self.channel_layer = NoLiveUpdates()
             self.channel_name = await self.channel_layer.new_channel()
+            live_again = asyncio.create_task(self._close_when_live_updates_answer())
         try:
             await await_many_dispatch([receive, lambda: self.channel_layer.receive(self.channel_name)], self.dispatch)
         except StopConsumer:
             pass
+        finally:
+            if live_again is not None:
+                live_again.cancel()
+
+    async def _close_when_live_updates_answer(self) -> None:
+        """A socket without live updates stays so only while Redis is away: then it closes, and the
+        page reconnects from the last event it has (what was posted meanwhile comes with the catch-up)."""
+        await until_live_updates_answer(self.channel_layer_alias)
+        logger.info("the Channels layer answers again: a socket without live updates closes for its page to reconnect")
+        await self.close(code=CLOSE_LIVE_UPDATES_BACK)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         if text_data is None:
