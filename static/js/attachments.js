@@ -23,6 +23,10 @@
  *                               one, but for the one the refusal is about (its place among those
  *                               sent, the server's ``file_index``; none when it is about no file)
  *   namesOf(id)                 its files' names, as a message of files alone reads
+ *   unreadable(id)              a promise of that message's files the browser can no longer read
+ *                               (moved, changed or deleted on the computer since they were chosen)
+ *   drop(id, files, el)         send that message without those files (its bubble says so)
+ *   note(text)                  say something about the files beside the Attach button
  *
  * The server decides what is accepted, from the bytes; the checks here (size, count) only say
  * so sooner. Names are set with textContent, never as HTML.
@@ -115,6 +119,25 @@
     errorEl.hidden = !text;
   }
 
+  // A file the browser can no longer read (the customer moved, changed or deleted it after choosing
+  // it) makes every upload of its message fail as a network failure would: one byte read tells.
+  function readable(file) {
+    return new Promise(function (resolve) {
+      var reader = new FileReader();
+      reader.onload = function () {
+        resolve(true);
+      };
+      reader.onerror = reader.onabort = function () {
+        resolve(false);
+      };
+      try {
+        reader.readAsArrayBuffer(file.slice(0, 1));
+      } catch (e) {
+        resolve(false);
+      }
+    });
+  }
+
   function renderChosen() {
     chosenList.textContent = "";
     chosen.forEach(function (file, index) {
@@ -202,6 +225,7 @@
         progress.className = "upload-state"; // hidden by the stylesheet once the message failed
         progress.textContent = "(uploading…)";
         li.appendChild(progress);
+        li.chatFile = file; // drop() finds it by the file, never by its name (phones repeat names)
         list.appendChild(li);
       });
     },
@@ -283,6 +307,39 @@
           .slice(0, room)
       );
       renderChosen();
+    },
+    unreadable: function (clientMsgId) {
+      return Promise.all(
+        (kept[clientMsgId] || []).map(function (file) {
+          return readable(file).then(function (ok) {
+            return ok ? null : file;
+          });
+        })
+      ).then(function (files) {
+        return files.filter(Boolean);
+      });
+    },
+    drop: function (clientMsgId, files, el) {
+      var left = (kept[clientMsgId] || []).filter(function (file) {
+        return files.indexOf(file) < 0;
+      });
+      if (el) {
+        Array.prototype.forEach.call(el.querySelectorAll("li.attachment.uploading"), function (li) {
+          if (files.indexOf(li.chatFile) < 0) return;
+          li.classList.remove("uploading");
+          li.querySelector(".upload-state").textContent = "(could not be read: not sent)";
+        });
+      }
+      if (left.length) {
+        kept[clientMsgId] = left;
+        window.chatAttachments.keepAcrossReload(clientMsgId); // a reload sends the others, not these
+      } else {
+        window.chatAttachments.forget(clientMsgId);
+        delete kept[clientMsgId];
+      }
+    },
+    note: function (text) {
+      say(text);
     },
     namesOf: function (clientMsgId) {
       return (kept[clientMsgId] || [])

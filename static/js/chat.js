@@ -887,6 +887,45 @@
 
   // Settles once the message is sent or shown as not sent.
   function post(clientMsgId, text, el, attempt) {
+    return withoutUnreadableFiles(clientMsgId, text, el).then(function (sendable) {
+      if (sendable !== null) return postNow(clientMsgId, sendable, el, attempt);
+    });
+  }
+
+  // A file chosen for the message and then moved, changed or deleted on the computer cannot be read
+  // by the browser any more: its upload fails at every try, as the network's would, and the words
+  // never went. The message goes without it, and the page says which file stayed behind; a message
+  // of such files alone is not sent, and says why. A promise of the text to send (a message of files
+  // alone names those it still has), or null.
+  function withoutUnreadableFiles(clientMsgId, text, el) {
+    if (!(attach() && attach().has(clientMsgId))) return Promise.resolve(text);
+    return attach()
+      .unreadable(clientMsgId)
+      .then(function (lost) {
+        if (!lost.length) return text;
+        var filesAlone = attach().namesOf(clientMsgId) === text;
+        var names = lost.map(function (file) { return file.name; }).join(", ");
+        var why = names + " could not be read (moved, changed or deleted after it was chosen)";
+        attach().drop(clientMsgId, lost, el);
+        var left = attach().has(clientMsgId) ? attach().namesOf(clientMsgId) : "";
+        if (filesAlone && !left) {
+          delete state.unsent[clientMsgId];
+          keepUnsent();
+          markFailed(el, clientMsgId, why + ". Choose it again to send it.", false);
+          return null;
+        }
+        if (filesAlone) {
+          text = codePoints(left).slice(0, config.maxChars).join("");
+          state.unsent[clientMsgId] = text;
+          keepUnsent();
+          el.querySelector(".bubble").textContent = text;
+        }
+        attach().note(why + ", so your message is sent without it. Choose it again to send it.");
+        return text;
+      });
+  }
+
+  function postNow(clientMsgId, text, el, attempt) {
     var giveUp = new AbortController();
     var timer = setTimeout(function () {
       giveUp.abort();
