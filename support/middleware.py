@@ -1,7 +1,8 @@
 """Input the database cannot store is refused at the door with a clear 400, before any view
 writes half of it: NUL characters, lone surrogates, JSON nested beyond reason or naming a key
 twice, a form or a query whose bytes are not UTF-8; and a body past
-DATA_UPLOAD_MAX_MEMORY_SIZE with a 413 that says so."""
+DATA_UPLOAD_MAX_MEMORY_SIZE with a 413 that says so. And pages of a browser holding a session are
+not kept in its cache (``SignedInPagesNotStored``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
+from django.utils.cache import add_never_cache_headers
 
 from support.multipart import FormNotUtf8, StrictUtf8Form
 from support.storable import KeyTwice, each_key_once, unstorable
@@ -31,6 +33,26 @@ def _utf8(encoded: str | bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+class SignedInPagesNotStored:
+    """What is answered to a browser holding a session (a signed-in person's, as far as can be told
+    without the database) says ``Cache-Control: no-store``, unless its view said otherwise: on a
+    shared computer, Back after signing out fetches the page again (the sign-in page) instead of
+    showing the chat from the browser's cache. Decided from the session's key the cookie brought,
+    never from ``request.user``: that reads the session and the user from the database on the way
+    out of every response, the 503 of a web server that cannot reach it included."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        session = getattr(request, "session", None)
+        # The key is the cookie's (or the one a sign-in just gave); reading it loads nothing.
+        if "Cache-Control" not in response and session is not None and session.session_key:
+            add_never_cache_headers(response)
+        return response
 
 
 class RejectUnstorableInput:

@@ -212,6 +212,8 @@ MIDDLEWARE = [
     # Serves the admin's and the pages' static files from the ASGI process.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # Pages of a browser holding a session are not stored (Back after signing out shows no chat).
+    "support.middleware.SignedInPagesNotStored",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

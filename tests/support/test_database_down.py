@@ -60,6 +60,8 @@ def test_the_web_answers_503_while_the_database_is_down_and_recovers(cluster, co
         assert status == 503, (body[:300], web.log()[-3000:])
         assert "back in a moment" in body and "Nothing you sent has been lost" in body
         assert headers.get("Retry-After") == "5"
+        # Not stored by the browser (it came with a session), decided without asking the database.
+        assert "no-store" in headers.get("Cache-Control", ""), headers
         assert get(f"{base}/healthz")[0] == 503
 
         proxy.up()
