@@ -27,6 +27,8 @@
  *                               (moved, changed or deleted on the computer since they were chosen)
  *   drop(id, files, el)         send that message without those files (its bubble says so)
  *   note(text)                  say something about the files beside the Attach button
+ *   lostOverReload(id)          after a reload: the names of that message's files whose copy was
+ *                               not found (IndexedDB cleared or off, or past its hour); "" if none
  *
  * The server decides what is accepted, from the bytes; the checks here (size, count) only say
  * so sooner. Names are set with textContent, never as HTML.
@@ -50,6 +52,25 @@
   var STASH_KEY = "ticket-" + config.ticketId;
   var STASH_MS = 60 * 60 * 1000;
   var keeping = {}; // client_msg_id -> the write of its copy kept across a reload, while under way
+  // The names of the files of each message kept across a reload, in this tab's sessionStorage beside
+  // its text: a copy of the files not found after the reload (IndexedDB cleared, off in a private
+  // window, its hour over) is then said, never sent as if the message had had none.
+  var NAMES_KEY = "chat-files-names-" + config.ticketId;
+  var lostAtReload = {}; // client_msg_id -> the names of its files not found after the reload
+
+  function keptNames(clientMsgId, files) {
+    try {
+      var all = JSON.parse(window.sessionStorage.getItem(NAMES_KEY) || "{}") || {};
+      if (files === undefined) return all[clientMsgId] || [];
+      if (files) all[clientMsgId] = files.map(function (file) { return file.name; });
+      else delete all[clientMsgId];
+      if (Object.keys(all).length) window.sessionStorage.setItem(NAMES_KEY, JSON.stringify(all));
+      else window.sessionStorage.removeItem(NAMES_KEY);
+    } catch (e) {
+      /* storage full or off: the files' copy, if written, still goes */
+    }
+    return [];
+  }
 
   function stashStore(mode, work, key) {
     key = key || STASH_KEY;
@@ -265,6 +286,7 @@
     keepAcrossReload: function (clientMsgId) {
       var files = kept[clientMsgId];
       if (!files) return Promise.resolve(false);
+      keptNames(clientMsgId, files);
       keeping[clientMsgId] = stashStore("readwrite", function (store) {
         store.put({ at: Date.now(), files: files }, "message-" + clientMsgId);
       }, "message-" + clientMsgId).then(
@@ -277,12 +299,18 @@
       return stashStore("readonly", function () {}, "message-" + clientMsgId).then(
         function (found) {
           if (found.length) kept[clientMsgId] = found;
+          else lostAtReload[clientMsgId] = keptNames(clientMsgId).join(", ");
           return found;
         },
-        function () { return []; }
+        function () {
+          lostAtReload[clientMsgId] = keptNames(clientMsgId).join(", ");
+          return [];
+        }
       );
     },
     forget: function (clientMsgId) {
+      keptNames(clientMsgId, null);
+      delete lostAtReload[clientMsgId];
       if (!kept[clientMsgId]) return;
       // After the copy kept for a reload is written, never before: a fast answer must not leave it.
       var written = keeping[clientMsgId] || Promise.resolve();
@@ -337,6 +365,9 @@
         window.chatAttachments.forget(clientMsgId);
         delete kept[clientMsgId];
       }
+    },
+    lostOverReload: function (clientMsgId) {
+      return lostAtReload[clientMsgId] || "";
     },
     note: function (text) {
       say(text);

@@ -764,10 +764,28 @@
       // order written, as when they were first sent.
       var ready = (attach() ? attach().takeBack(clientMsgId) : Promise.resolve([])).then(function (files) {
         if (files.length) attach().pending(el, files);
+        else if (attach()) withoutFilesLostOverReload(clientMsgId, text, el);
       });
       sendInOrder(clientMsgId, text, el, ready);
     });
     if (storedAlready) keepUnsent();
+  }
+
+  // The browser's copy of a message's files was not found after the reload (IndexedDB cleared, off in a
+  // private window, past its hour): it went as if it had had none, a photo alone as a text of its name.
+  // Words go without them, and the page says so; a message of those files alone is not sent, and says why.
+  function withoutFilesLostOverReload(clientMsgId, text, el) {
+    var lost = attach().lostOverReload(clientMsgId);
+    if (!lost) return;
+    attach().forget(clientMsgId);
+    var why = lost + " could not be kept over the reload";
+    if (text === codePoints(lost).slice(0, config.maxChars).join("")) {
+      delete state.unsent[clientMsgId];
+      keepUnsent();
+      markFailed(el, clientMsgId, why + ". Choose it again to send it.", false);
+      return;
+    }
+    attach().note(why + ", so your message is sent without it. Choose it again to send it.");
   }
 
   function signInLink() {
@@ -887,6 +905,8 @@
 
   // Settles once the message is sent or shown as not sent.
   function post(clientMsgId, text, el, attempt) {
+    // No longer waiting to be sent (given up before its turn came: its files were lost): not posted.
+    if (state.unsent[clientMsgId] === undefined) return Promise.resolve();
     return withoutUnreadableFiles(clientMsgId, text, el).then(function (sendable) {
       if (sendable !== null) return postNow(clientMsgId, sendable, el, attempt);
     });

@@ -76,3 +76,52 @@ def test_a_photo_alone_deleted_before_send_is_not_sent_and_the_page_says_why(liv
     page.wait_for_timeout(1000)
     assert Message.objects.filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER).count() == 1
     page.context.close()
+
+
+# The browser's copy of the files of unsent messages is gone (IndexedDB cleared, off in a private
+# window, or its hour over) when the page is reloaded.
+FORGET_THE_KEPT_FILES = """() => new Promise(done => {
+  const deleting = indexedDB.deleteDatabase("chat-files");
+  deleting.onsuccess = deleting.onerror = deleting.onblocked = () => done();
+})"""
+
+
+@pytest.mark.parametrize("words", ["", "Here is the crack."])
+def test_a_message_whose_files_were_not_kept_over_a_reload_says_so_instead_of_going_without_them(
+    live,  # noqa: ANN001
+    browser,  # noqa: ANN001
+    tmp_path,  # noqa: ANN001
+    words,  # noqa: ANN001
+):
+    """It was sent after the reload as if it had never had files: a photo alone went as a text
+    reading "crack.png", and words went without their photo, without a word either way."""
+    photo = tmp_path / "crack.png"
+    photo.write_bytes(png_bytes(64, 48))
+    page, ticket = _chat_with_files_chosen_from_disk(live, browser, photo)
+    page.route("**/messages", lambda route: route.abort("connectionreset"))
+    if words:
+        page.fill("#chat-input", words)
+    page.press("#chat-input", "Enter")
+    page.locator("#chat-log li.msg.from-customer.failed .msg-error").wait_for(timeout=20_000)
+    page.unroute("**/messages")
+    page.evaluate(FORGET_THE_KEPT_FILES)
+
+    page.reload()
+    page.wait_for_selector("#chat-log li.msg.from-agent[data-seq]")
+    if words:
+        page.locator("#chat-log li.msg.from-customer[data-seq]", has_text=words).wait_for(timeout=20_000)
+        note = page.inner_text("#chat-files-error")
+        assert "crack.png could not be kept" in note and "sent without it" in note, note
+        assert list(
+            Message.objects.filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER).values_list("body", flat=True)
+        ) == ["My kettle arrived cracked.", words]
+    else:
+        refused = page.locator("#chat-log li.msg.failed .msg-error")
+        refused.wait_for(timeout=20_000)
+        assert "crack.png could not be kept" in refused.inner_text(), refused.inner_text()
+        page.wait_for_timeout(1000)
+        assert list(
+            Message.objects.filter(ticket=ticket, author_kind=AuthorKind.CUSTOMER).values_list("body", flat=True)
+        ) == ["My kettle arrived cracked."], "a photo alone went as a message of its name"
+    assert not Attachment.objects.filter(message__ticket=ticket).exists()
+    page.context.close()
