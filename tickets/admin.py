@@ -45,7 +45,7 @@ from tickets.models import (
     TicketStatus,
 )
 from tickets.money import format_money
-from tickets.selectors import assignable_staff, customers_of_person
+from tickets.selectors import assignable_staff, customers_of_person, customers_untied_by_email
 
 # Ticket ids are bigints; a longer number is not an id (and would overflow the query).
 _MAX_TICKET_ID = 2**63 - 1
@@ -874,6 +874,24 @@ class StaffUserChangeForm(GivesWhatTheGiverHas, PageReadManyForm, UserChangeForm
 
     class Meta(UserChangeForm.Meta):
         pass
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        giver = self.giver
+        if giver is None or giver.pk != self.instance.pk or "email" not in self.changed_on_the_page():
+            return cleaned
+        # Their own address ties their second customer profile to them (``customers_of_person``): changed
+        # by themselves, that profile's refunds would be theirs to approve. A colleague changes it.
+        person = get_user_model()._default_manager.get(pk=self.instance.pk)
+        untied = customers_untied_by_email(user=person, email=str(cleaned.get("email") or ""))
+        if untied.exists():
+            names = ", ".join(str(customer) for customer in untied.order_by("pk"))
+            self.add_error(
+                "email",
+                f"Your email address ties the customer profile {names} to you, so that a colleague reviews its "
+                "refunds: a colleague changes it. Nothing was saved.",
+            )
+        return cleaned
 
 
 class StaffUserAdmin(GiverOnTheForm, WritesWhatThePageChanged, UserAdmin):

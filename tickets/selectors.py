@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -130,6 +131,14 @@ def customers_of_person(*, user: AbstractBaseUser) -> QuerySet[Customer]:
     if email:
         mine |= Q(email__iexact=email)
     return Customer.objects.filter(mine)
+
+
+def customers_untied_by_email(*, user: AbstractBaseUser, email: str) -> QuerySet[Customer]:
+    """The customer profiles that are this person's now (``customers_of_person``) and would no longer
+    be if their email address were ``email``: a change that would let them decide their own refunds."""
+    after = copy.copy(user)
+    after.email = email
+    return customers_of_person(user=user).exclude(pk__in=customers_of_person(user=after).values("pk"))
 
 
 def tickets_for_customer(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Ticket]:
