@@ -474,14 +474,16 @@ class TicketAdminForm(PageReadForm):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         # The row as it is now (held since ``PageReadForm.clean`` when the admin saves in a transaction):
-        # a ticket closed since the page was read is given to nobody (``services.ticket_assign_to``).
-        if self.instance.pk and "assignee" in self.changed_on_the_page():
+        # a ticket closed since the page was read is final (``services.ticket_edit``): given to nobody,
+        # its subject and priority as they were.
+        changed = self.changed_on_the_page() if self.instance.pk else []
+        if changed:
             status = Ticket.objects.filter(pk=self.instance.pk).values_list("status", flat=True).first()
             if status == TicketStatus.CLOSED:
                 self.add_error(
                     None,
-                    f"Ticket #{self.instance.pk} is closed; nothing more can happen on it, so nobody is assigned "
-                    "to it. Nothing was saved.",
+                    f"Ticket #{self.instance.pk} is closed; nothing more can happen on it, so its subject, "
+                    "priority and assignee are not changed. Nothing was saved.",
                 )
         return cleaned
 
@@ -609,12 +611,12 @@ class TicketAdmin(IdsChecked):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Ticket | None = None) -> list[str]:
         fields = list(super().get_readonly_fields(request, obj))
-        # A closed ticket is given to nobody (``services.ticket_assign_to``): its page shows no assignee
-        # to choose. A page read before it was closed sent one: the form takes it, and refuses it (``clean``),
+        # A closed ticket is final (``services.ticket_edit``): its page offers nothing to edit. A page read
+        # before it was closed sent its fields: the form takes them, and refuses a change (``clean``),
         # rather than drop it without a word.
-        sent_by_the_page = request.method == "POST" and "assignee" in request.POST
-        if obj is not None and obj.status == TicketStatus.CLOSED and not sent_by_the_page:
-            fields.append("assignee")
+        if obj is not None and obj.status == TicketStatus.CLOSED:
+            sent_by_the_page = request.POST if request.method == "POST" else {}
+            fields += [name for name in TicketAdminForm.editable if name not in sent_by_the_page]
         return fields
 
     @admin.display(description="status", ordering="status")

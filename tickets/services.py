@@ -1059,7 +1059,7 @@ def ticket_edit(*, ticket: Ticket | int, user: AbstractBaseUser, changes: dict[s
     """A member of staff edits the ticket's subject, priority or assignee. Only the fields given are
     written, on the row as it is now (a take-over, a status change or an event that landed since
     the page was read is never written back over); a change of assignee is an ``assigned`` event,
-    the others one ``edited`` event naming what changed."""
+    the others one ``edited`` event naming what changed. A closed ticket is final: any change is refused."""
     unknown = sorted(set(changes) - set(TICKET_EDITABLE_FIELDS))
     if unknown:
         raise ValidationError(f"These fields of a ticket cannot be edited: {', '.join(unknown)}.", code="not_editable")
@@ -1071,8 +1071,9 @@ def ticket_edit(*, ticket: Ticket | int, user: AbstractBaseUser, changes: dict[s
         )
     with transaction.atomic():
         locked = _locked(ticket)
+        if changes:
+            _not_closed(locked)  # as ``ticket_assign_to`` and the buttons: nothing more happens on it
         if "assignee" in changes:
-            _not_closed(locked)  # as ``ticket_assign_to``: a closed ticket is given to nobody
             _set_assignee(locked, changes["assignee"], user)
         edited: dict[str, dict[str, str]] = {}
         for name in ("subject", "priority"):
