@@ -24,12 +24,18 @@ def _question(event: object, payload: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def answer_words(decision: object) -> str:
+    """What the question's card says of the customer's answer: one wording, whether the page learns
+    it from the answer to the click, the socket's event or a reload."""
+    return "You confirmed." if decision == "confirmed" else "You cancelled; nothing was done."
+
+
 def _answer(event: object, payload: dict[str, Any]) -> dict[str, Any]:
     confirmed = payload.get("decision") == "confirmed"
     return {
         "kind": "notice",
         "tone": "ok" if confirmed else "info",
-        "text": "You confirmed." if confirmed else "You cancelled; nothing was done.",
+        "text": answer_words(payload.get("decision")),
         "answers": payload.get("call_id"),
     }
 

@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest, JsonResponse
 from django.views.decorators.http import require_POST
 
 from agents.confirmation import ConfirmationClosed, confirmation_decide
+from agents.timeline_kinds import answer_words
 from support import fields
 from tickets.pages import login_url_back_to
 from tickets.selectors import ticket_get_for_customer
@@ -19,9 +20,9 @@ FIELDS = ("answer", "digest")
 
 @require_POST
 def confirmation_answer(request: HttpRequest, ticket_id: int, call_id: int) -> JsonResponse:
-    """POST {"answer": "confirm"|"cancel", "digest": ...}: 200 with the answer that stands (also on a
-    repeat of the same answer), 400 bad input (any other field too), 404 not the customer's ticket,
-    409 already answered otherwise, expired, or changed."""
+    """POST {"answer": "confirm"|"cancel", "digest": ...}: 200 with the answer that stands and the card's
+    words for it ({"decision", "text"}; also on a repeat of the same answer), 400 bad input (any other
+    field too), 404 not the customer's ticket, 409 already answered otherwise, expired, or changed."""
     if not request.user.is_authenticated:
         # The session ended while the question was on screen: say so (the page offers to sign in).
         return JsonResponse(
@@ -73,4 +74,4 @@ def confirmation_answer(request: HttpRequest, ticket_id: int, call_id: int) -> J
     except ConfirmationClosed as exc:
         status = 404 if exc.code == "not_found" else 409
         return JsonResponse({"error": exc.messages[0], "code": exc.code}, status=status)
-    return JsonResponse({"decision": decision})
+    return JsonResponse({"decision": decision, "text": answer_words(decision)})

@@ -433,7 +433,8 @@
         // Answered meanwhile over the socket (this answer came late, or not at all): it stands.
         if (!res.ok && card.classList.contains("answered")) return;
         if (res.ok) liveAgain();
-        if (res.ok) answered(card, res.body.decision === "confirmed" ? "Confirmed." : "Cancelled.");
+        // The server's words for the answer: those the socket's event and a reload show.
+        if (res.ok) answered(card, res.body.text);
         else if (res.status === 401 || (res.status === 404 && res.body && res.body.code === "not_this_account")) {
           // Signed out, or another customer signed in on this browser: nothing was done; the buttons stay
           // for when the question's customer is back.

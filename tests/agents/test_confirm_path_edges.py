@@ -101,7 +101,7 @@ def test_a_confirm_pressed_again_after_a_person_took_over_is_refused_not_reporte
 
     Promised (README, "A person's decision ends the agent's part"): "a Confirm or an Approve pressed
     afterwards is refused as a conflict (HTTP 409, nothing changed) with a sentence saying a person
-    has the conversation": not 200 {"decision": "confirmed"}, which the chat would show as "Confirmed."
+    has the conversation": not 200 {"decision": "confirmed"}, which the chat would show as "You confirmed."
     although the question was withdrawn and nothing will ever be paid."""
     customer = make_customer()
     order = order_for(customer, "CQ-201", 4999, sandbox)
@@ -125,6 +125,6 @@ def test_a_confirm_pressed_again_after_a_person_took_over_is_refused_not_reporte
     assert paid(sandbox, order) == []
     assert again.status_code == 409, (
         f"a Confirm pressed after a person took the ticket over was answered {again.status_code} "
-        f"{again.json()} (the chat shows 'Confirmed.'), though the question was withdrawn and nothing is paid"
+        f"{again.json()} (the chat shows 'You confirmed.'), though the question was withdrawn and nothing is paid"
     )
     assert "taken this conversation over" in again.json()["error"]

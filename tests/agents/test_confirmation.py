@@ -85,7 +85,7 @@ def test_a_refund_waits_for_the_customer_and_is_paid_once_after_confirm(sandbox)
     assert asked[0]["call_id"] == call.pk
 
     response = answer(signed_in(alice), ticket, call, "confirm")
-    assert response.status_code == 200 and response.json() == {"decision": "confirmed"}
+    assert response.status_code == 200 and response.json() == {"decision": "confirmed", "text": "You confirmed."}
     advance(ticket.pk)
 
     assert [r["amount"] for r in paid(sandbox, order)] == [4999]
@@ -105,7 +105,10 @@ def test_cancel_pays_nothing_and_the_agent_says_so(sandbox):  # noqa: ANN001
     alice, order, ticket = ask_for_refund(sandbox)
     call = question(ticket)
 
-    assert answer(signed_in(alice), ticket, call, "cancel").json() == {"decision": "cancelled"}
+    assert answer(signed_in(alice), ticket, call, "cancel").json() == {
+        "decision": "cancelled",
+        "text": "You cancelled; nothing was done.",
+    }
     advance(ticket.pk)
 
     assert paid(sandbox, order) == [] and not Refund.objects.exists()
