@@ -151,6 +151,10 @@ def ring_agent(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Que
     messages.success(request, f"Rang the agent for {queryset.count()} ticket(s).")
 
 
+# How many tickets left as they were a bulk action names, one sentence each; the others are counted.
+_UNCHANGED_SHOWN = 10
+
+
 def _ticket_action(
     name: str,
     service: Callable[..., Ticket],
@@ -183,8 +187,12 @@ def _ticket_action(
             done[status] = done.get(status, 0) + 1
         for status, count in sorted(done.items()):
             messages.success(request, f"{count} ticket(s) now {status}.")
-        for words in unchanged:
-            messages.info(request, words)
+        if unchanged:
+            # One message for them all: a bulk action over many tickets listed one line per ticket.
+            shown = " ".join(unchanged[:_UNCHANGED_SHOWN])
+            more = len(unchanged) - _UNCHANGED_SHOWN
+            tail = f" And {more} more ticket(s) already as asked." if more > 0 else ""
+            messages.info(request, f"Nothing was changed on {len(unchanged)} ticket(s): {shown}{tail}")
         for reason in refused:
             messages.error(request, reason)
 

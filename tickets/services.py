@@ -933,6 +933,21 @@ def _already_handed_back(ticket: Ticket, user: AbstractBaseUser) -> str:
     return f"Ticket #{ticket.pk} was already handed back to the agent by {by}; nothing was changed."
 
 
+def _already_finished(ticket: Ticket, user: AbstractBaseUser) -> str:
+    """What a resolve or close of a ticket already resolved or closed says: who did it, if a person did."""
+    last = (
+        TicketEvent.objects.filter(ticket=ticket, kind="status_changed", payload__to=ticket.status)
+        .select_related("actor_user")
+        .order_by("-seq")
+        .first()
+    )
+    status = ticket.get_status_display().lower()
+    if last is None or last.actor_user is None:
+        return f"Ticket #{ticket.pk} was already {status}; nothing was changed."
+    by = "you" if last.actor_user_id == user.pk else last.actor_user.get_username()
+    return f"Ticket #{ticket.pk} was already {status} by {by}; nothing was changed."
+
+
 def nothing_changed(ticket: Ticket) -> str:
     """What a service that changed nothing on ``ticket`` (as it returned it) says about it; empty when it did."""
     return getattr(ticket, "nothing_changed", "")
@@ -988,6 +1003,11 @@ def _finish(
     ``spare_colleagues``: as for ``ticket_hand_back``."""
     with transaction.atomic():
         locked = _locked(ticket)
+        if locked.status == to_status:
+            # Finished already (by a colleague, or this same click sent twice): nothing changes, and the
+            # person is told so, not "closed" as if they had just done it.
+            locked.nothing_changed = _already_finished(locked, user)
+            return locked
         if spare_colleagues:
             _not_a_colleagues(locked, user)
         if holder_seen is not ...:
