@@ -44,6 +44,8 @@ from tickets.money import format_money
 
 @admin.display(description="amount", ordering="amount_cents")
 def refund_amount(refund: Refund) -> str:
+    if refund.amount_cents is None:
+        return ""  # an empty row (a page shown again after a hand-made form count): no amount to show
     return format_money(refund.amount_cents, refund.currency)
 
 
