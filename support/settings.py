@@ -672,7 +672,11 @@ AGENT_MAX_CONSECUTIVE_FAILURES = env_int(
 # from the first failure of the outage, without counting against AGENT_MAX_CONSECUTIVE_FAILURES;
 # past it the ticket is parked with a person. 0: an outage counts as any failure.
 AGENT_OUTAGE_PATIENCE_SECONDS = env_int("AGENT_OUTAGE_PATIENCE_SECONDS", 900)
-AGENT_OUTAGE_RETRY_MAX_SECONDS = env_int("AGENT_OUTAGE_RETRY_MAX_SECONDS", 30, minimum=1)
+# At most a day: the wait is a Celery countdown, and far past a day one cannot be held (an overflow, or a
+# ticket put off for years at the first outage instead of tried again within the patience above).
+AGENT_OUTAGE_RETRY_MAX_SECONDS = env_int(
+    "AGENT_OUTAGE_RETRY_MAX_SECONDS", 30, minimum=1, maximum=int(MAX_TIMEOUT_SECONDS)
+)
 # The longest one tool call may run (its handler, or a reconcile hook asking what happened under its
 # key): past it the call is given up by its replay policy (agents.tool_thread) and the pass's failure
 # counted, instead of holding the worker and the ticket until Celery's soft time limit.

@@ -11,7 +11,9 @@ Each was read as any whole number, and the process started; then:
 - AGENT_MODEL_STEP_SECONDS=99999999999: every step of a model that does not bound its own calls
   (AGENT_MODEL naming a class of the deployment's own) failed on "OverflowError: timestamp out of
   range for platform time_t" waiting for it, and the tickets were parked;
-- OFFLINE_MODEL_TOKEN_DELAY_MS=99999999999999999999: the offline model failed every answer the same way.
+- OFFLINE_MODEL_TOKEN_DELAY_MS=99999999999999999999: the offline model failed every answer the same way;
+- AGENT_OUTAGE_RETRY_MAX_SECONDS=99999999999999999999: the first outage of the model put off the ticket's
+  next try by up to that long (a countdown a broker cannot hold, or years), not by the backoff it meant.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def manage_check(**env: str) -> subprocess.CompletedProcess[str]:
         ("REFUND_PROVIDER_ATTEMPTS", "2147483648"),
         ("AGENT_MODEL_STEP_SECONDS", "99999999999"),
         ("OFFLINE_MODEL_TOKEN_DELAY_MS", "99999999999999999999"),
+        ("AGENT_OUTAGE_RETRY_MAX_SECONDS", "99999999999999999999"),
     ],
 )
 def test_a_duration_past_what_its_use_holds_stops_the_process_at_start_naming_it(name: str, value: str) -> None:
