@@ -49,6 +49,8 @@ from agents.llm import (
     Usage,
     estimate_tokens,
     plausible_tokens,
+    reply_chars,
+    wasted_tokens,
 )
 
 # The SDK refuses to build a client without credentials. Local endpoints
@@ -278,11 +280,14 @@ class OpenAIChatModel:
                 retryable=status_code is None or _is_retryable_status(status_code),
                 status_code=status_code,
                 unreachable=isinstance(exc, openai.APIConnectionError),  # the connection dropped or timed out
+                usage=_generated(meter),
             ) from exc
         except Exception as exc:
             # A chunk that could not be read (not JSON: a proxy cut a line; a shape the SDK or
             # this adapter does not expect): like a cut stream, a new generation may succeed.
-            raise ModelError(f"{self.name}: unreadable stream: {exc!r}", retryable=True) from exc
+            raise ModelError(
+                f"{self.name}: unreadable stream: {exc!r}", retryable=True, usage=_generated(meter)
+            ) from exc
 
     def _assemble(
         self,
@@ -301,7 +306,7 @@ class OpenAIChatModel:
         finish_reason: str | None = None
 
         reported = False
-        thinking = _Thinking()
+        thinking = _Thinking(meter)
         written = _CallsWritten()
         ended: list[str] = []  # the answer's finish_reason, once it has one
         for chunk in _until_cut_after_the_finish(stream, ended):
@@ -371,7 +376,7 @@ class OpenAIChatModel:
         rest = written.text(thinking.end()) + written.end()
         meter.generated += thinking.taken() + written.taken()
         if rest:
-            # Text that only began like the opening of the model's reasoning: the answer's after all.
+            # Text held back while it might have been the model's reasoning: the answer's after all.
             meter.add_text(rest)
             text_parts.append(rest)
             if on_token is not None:
@@ -384,7 +389,7 @@ class OpenAIChatModel:
             # was done: the answer is truncated, not short.
             raise ModelError(f"{self.name}: stream ended before a finish_reason", retryable=True)
 
-        text = thinking.without_reasoning_before("".join(text_parts))
+        text = "".join(text_parts)
         # By index, stable: in the order begun among calls of one index, and wholly so for a server that
         # sends no index at all (Google's OpenAI-compatible endpoint: each call whole in one delta).
         in_order = sorted(calls, key=lambda call: -1 if call[0] is None else call[0])
@@ -401,6 +406,12 @@ class OpenAIChatModel:
                 estimated=True,
             )
         return ModelResponse(text=text, tool_calls=tool_calls, usage=usage, model=model, finish_reason=finish_reason)
+
+
+def _generated(meter: StreamMeter) -> Usage | None:
+    """The tokens a generation cut off had generated, shown to the customer or not (text held back
+    until it is known not to be reasoning is wasted too), or None if it had generated nothing."""
+    return Usage(0, wasted_tokens(meter.generated), estimated=True) if meter.generated else None
 
 
 def _until_cut_after_the_finish(
@@ -517,19 +528,27 @@ class _Thinking:
     Reasoning models served without a reasoning parser (DeepSeek-R1 and Qwen3 behind vLLM, SGLang,
     llama.cpp's server or Ollama's older versions) write their thinking into ``content`` itself, as
     ``<think>...</think>`` before the answer: streamed and posted as it came, the customer read the
-    model's private deliberation about them. Text is held back only while it may still be the opening
-    tag; what follows the closing tag (less its leading blank) is the answer.
+    model's private deliberation about them. The chat template of some (DeepSeek-R1's distilled models)
+    opens ``<think>`` in the prompt, and some servers strip the opening tag: the text then begins with
+    the reasoning itself, told apart only by the closing tag at its end. So text that does not open
+    with the tag is held back until it is known not to be reasoning: the answer ends without a closing
+    tag. What follows the closing tag (less its leading blank) is the answer. Held text is bounded by
+    the longest reply (AGENT_MAX_REPLY_CHARS): past it with no closing tag, the answer is refused as
+    one shown as it streams would be.
     """
 
     _OPEN = ("<think>", "<thinking>", "<reasoning>")
+    _CLOSE_UNOPENED = ("</think>", "</thinking>")
 
-    def __init__(self) -> None:
-        # start: nothing decided yet; inside: in the reasoning; after: past it, before the answer's first
-        # word; answer: the rest, passed on as it comes.
+    def __init__(self, meter: StreamMeter) -> None:
+        # start: nothing decided yet; unopened: no opening tag, may be reasoning until a closing tag or the
+        # end; inside: in the reasoning; after: past it, before the answer's first word; answer: the rest,
+        # passed on as it comes.
         self._state = "start"
-        self._held = ""  # text held back: a possible opening tag, or the reasoning read so far
+        self._held = ""  # text held back: a possible opening tag, the reasoning read so far, or text unsure
         self._close = ""
-        self._opened = False
+        self._meter = meter
+        self._scanned = 0  # of the text held unsure, how much is known to hold no closing tag
         self._taken = 0
 
     def taken(self) -> int:
@@ -553,12 +572,15 @@ class _Thinking:
             if opened is None:
                 if not head or any(tag.startswith(head.lower()) for tag in self._OPEN):
                     return ""  # may still be the opening tag: wait for more
-                self._state, text, self._held = "answer", self._held, ""
-                return text
-            self._state, self._opened = "inside", True
-            self._close = "</" + opened[1:]
-            self._taken += len(self._held) - len(head) + len(opened)
-            self._held = head[len(opened) :]
+                self._state = "unopened"
+            else:
+                self._state = "inside"
+                self._close = "</" + opened[1:]
+                self._taken += len(self._held) - len(head) + len(opened)
+                self._held = head[len(opened) :]
+        if self._state == "unopened":
+            self._taken += len(piece)  # generated, shown to no one yet (given back if it is the answer)
+            return self._unopened()
         # Inside the reasoning: it ends at the closing tag; the rest of the text is the answer.
         end = self._held.lower().find(self._close)
         if end < 0:
@@ -566,28 +588,40 @@ class _Thinking:
             self._taken += max(0, len(self._held) - keep)
             self._held = self._held[-keep:] if len(self._held) > keep else self._held
             return ""
-        self._taken += end + len(self._close)
-        text = self._held[end + len(self._close) :].lstrip()
+        return self._after_reasoning(end + len(self._close))
+
+    def _unopened(self) -> str:
+        """Text with no opening tag, held back: reasoning up to a closing tag, if one comes."""
+        unseen = self._held[self._scanned :].lower()
+        found = [(at, tag) for tag in self._CLOSE_UNOPENED if (at := unseen.find(tag)) >= 0]
+        if found:
+            at, tag = min(found)
+            self._taken -= len(self._held)  # counted as it came
+            return self._after_reasoning(self._scanned + at + len(tag))
+        if reply_chars(self._held) > self._meter.max_reply:
+            # Longer than any reply may be, and no end of reasoning in it: an answer that would be refused
+            # (a model repeating itself), stopped here as the meter stops a reply shown as it streams.
+            raise ModelOutputInvalid(
+                f"the reply passed {self._meter.max_reply} characters while streaming; stopped there",
+                usage=Usage(self._meter.prompt_tokens(), wasted_tokens(self._meter.generated + self.taken())),
+            )
+        self._scanned = max(0, len(self._held) - max(map(len, self._CLOSE_UNOPENED)) + 1)  # a tag split in two
+        return ""
+
+    def _after_reasoning(self, end: int) -> str:
+        """The answer's text after reasoning that ends at ``end`` of the held text."""
+        self._taken += end
+        text = self._held[end:].lstrip()
         self._state, self._held = ("answer" if text else "after"), ""
         return text
 
-    def without_reasoning_before(self, text: str) -> str:
-        """The answer without the reasoning before a closing tag whose opening was not in it: the chat
-        template of DeepSeek-R1's distilled models opens ``<think>`` in the prompt, so the model's text
-        begins with the reasoning itself. It was streamed before the tag could tell it apart (the page
-        replaces it with the reply); the reply posted and stored is the answer after it."""
-        if self._opened:
-            return text
-        close = next((tag for tag in ("</think>", "</thinking>") if tag in text.lower()), None)
-        if close is None:
-            return text
-        return text[text.lower().rindex(close) + len(close) :].lstrip()
-
     def end(self) -> str:
-        """At the end of the answer: text held back that never became an opening tag is the answer's;
+        """At the end of the answer: text held back that never became reasoning is the answer's;
         reasoning never closed is left out with the rest of it."""
         held, self._held = self._held, ""
-        if self._state == "start":
+        if self._state == "unopened":
+            self._taken -= len(held)  # counted as it came; the answer's after all
+        if self._state in ("start", "unopened"):
             self._state = "answer"
             return held
         if self._state == "inside":

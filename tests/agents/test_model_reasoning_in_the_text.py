@@ -88,3 +88,44 @@ def test_reasoning_whose_opening_tag_was_in_the_prompt_is_not_posted():
 
     (reply,) = Message.objects.filter(ticket=ticket, author_kind=AuthorKind.AGENT).values_list("body", flat=True)
     assert reply.strip() == ANSWER, reply
+
+
+def test_reasoning_whose_opening_tag_was_in_the_prompt_is_not_streamed_to_the_customer():
+    streamed: list[str] = []
+
+    with serving(_ThinksAloudWithoutOpening) as url:
+        model = OpenAIChatModel(model="r1", api_key="k", base_url=url, max_retries=0, timeout=5)
+        response = model.complete(
+            messages=[{"role": "user", "content": "Where is A-1001?"}], tools=[], on_token=streamed.append
+        )
+
+    assert response.text.strip() == ANSWER
+    assert "think" not in "".join(streamed) and "angry" not in "".join(streamed), streamed
+    assert "".join(streamed).strip() == ANSWER
+
+
+class _AnswersPlainly(_Handler):
+    """A model that does not reason in its text: its answer, word by word, with nothing held back for long."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self._start_stream()
+        chunks = _Chunks(body, include_usage=True)
+        for piece in [w + " " for w in ANSWER.split(" ")]:
+            self._send_event(json.dumps(chunks.chunk({"content": piece})))
+        self._send_event(json.dumps(chunks.chunk({}, finish_reason="stop")))
+        self._send_event("[DONE]")
+        self._end_stream()
+
+
+def test_an_answer_without_reasoning_reaches_the_customer_whole():
+    streamed: list[str] = []
+
+    with serving(_AnswersPlainly) as url:
+        model = OpenAIChatModel(model="plain", api_key="k", base_url=url, max_retries=0, timeout=5)
+        response = model.complete(
+            messages=[{"role": "user", "content": "Where is A-1001?"}], tools=[], on_token=streamed.append
+        )
+
+    assert response.text.strip() == ANSWER
+    assert "".join(streamed).strip() == ANSWER
