@@ -261,7 +261,7 @@ class OpenAIChatModel:
                     )
                 whole = _answered_whole(stream.response)
                 chunks = _whole_answer(self.name, stream.response, meter) if whole else stream
-                return self._assemble(chunks, on_token, request["messages"], meter)
+                return self._assemble(chunks, on_token, request["messages"], meter, tools_offered="tools" in request)
         except _CallerRaised as raised:
             raise raised.original from None  # the caller's own, unchanged
         except ModelError:
@@ -295,6 +295,8 @@ class OpenAIChatModel:
         on_token: TokenCallback | None,
         messages: list[Message],
         meter: StreamMeter,
+        *,
+        tools_offered: bool,
     ) -> ModelResponse:
         text_parts: list[str] = []
         # Each call with the stream index it came under, in the order the calls began; ``open_at`` holds the
@@ -307,7 +309,7 @@ class OpenAIChatModel:
 
         reported = False
         thinking = _Thinking(meter)
-        written = _CallsWritten()
+        written = _CallsWritten(tools_offered=tools_offered)
         ended: list[str] = []  # the answer's finish_reason, once it has one
         for chunk in _until_cut_after_the_finish(stream, ended):
             meter.check_time()
@@ -632,19 +634,28 @@ class _Thinking:
 class _CallsWritten:
     """Tool calls the model wrote into its text, taken out of the answer as it streams.
 
-    A model served without the server's tool parser (Qwen or Hermes behind vLLM without
-    ``--enable-auto-tool-choice``, a bare llama.cpp or TGI) writes a call as its chat template does:
-    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` in ``content``. Streamed and posted as
-    it came, the customer read the raw call, and nothing was run. Text is held back only while it may
-    be the opening tag; from the tag on, the rest of the answer is the calls, read at its end.
+    A model served without the server's tool parser (vLLM without ``--enable-auto-tool-choice``, a bare
+    llama.cpp or TGI) writes a call as its chat template does, in ``content``: Qwen's and Hermes'
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, Mistral's ``[TOOL_CALLS][{"name": ...,
+    "arguments": {...}}]`` (or ``[TOOL_CALLS]name[ARGS]{...}``), Llama 3.x's ``<|python_tag|>{"name": ...,
+    "parameters": {...}}`` or that JSON object as the whole message. Streamed and posted as it came, the
+    customer read the raw call, and nothing was run. Text is held back only while it may be an opening
+    tag (or, when tools were offered, while the message is a JSON object from its first character); from
+    the tag on, the rest of the answer is the calls, read at its end. A whole message of JSON that is not
+    a call is the answer after all.
     """
 
-    _TAG = "<tool_call>"
+    _TAGS = ("<tool_call>", "[TOOL_CALLS]", "<|python_tag|>")
     _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.S)
+    # Llama's end-of-message tokens, written after its call by servers that do not strip them.
+    _LLAMA_ENDS = re.compile(r"<\|(?:eom_id|eot_id|eom|end_of_text)\|>")
+    _MISTRAL_ARGS = re.compile(r"\s*([^\s\[\]{}]+)(?:\[CALL_ID\]\S*?)?\[ARGS\](.*)", re.S)
 
-    def __init__(self) -> None:
-        self._pending = ""  # text that may be the start of the tag
+    def __init__(self, *, tools_offered: bool) -> None:
+        self._pending = ""  # text that may be the start of a tag (or blanks before a message's first character)
         self._held: str | None = None  # from the tag on
+        self._whole_json = tools_offered  # a message that is a JSON object may be a call (Llama's)
+        self._first = True  # nothing but blanks read yet
         self._taken = 0
 
     def taken(self) -> int:
@@ -661,18 +672,36 @@ class _CallsWritten:
             self._taken += len(piece)
             return ""
         pending = self._pending + piece
-        at = pending.find(self._TAG)
-        if at >= 0:
+        if self._first:
+            head = pending.lstrip()
+            if not head:
+                self._pending = pending
+                return ""
+            self._first = False
+            if self._whole_json and head.startswith("{"):
+                self._held, self._pending = pending, ""
+                self._taken += len(pending)
+                return ""
+        found = [(at, tag) for tag in self._TAGS if (at := pending.find(tag)) >= 0]
+        if found:
+            at = min(found)[0]
             self._held, self._pending = pending[at:], ""
             self._taken += len(self._held)
             return pending[:at]
-        keep = next((k for k in range(len(self._TAG) - 1, 0, -1) if pending.endswith(self._TAG[:k])), 0)
+        keep = max(
+            (k for tag in self._TAGS for k in range(len(tag) - 1, 0, -1) if pending.endswith(tag[:k])), default=0
+        )
         self._pending = pending[len(pending) - keep :]
         return pending[: len(pending) - keep]
 
     def end(self) -> str:
-        """Text held back that never became the tag: the answer's."""
+        """Text held back that never became a call: the answer's."""
         pending, self._pending = self._pending, ""
+        held = self._held
+        if held is not None and not held.startswith(self._TAGS) and self._written_calls(held) is None:
+            self._held = None  # a message of JSON, but no call: the answer's text
+            self._taken -= len(held)
+            return pending + held
         return pending
 
     def check(self, meter: StreamMeter) -> None:
@@ -690,27 +719,81 @@ class _CallsWritten:
         text is a call, not an answer for the customer; another generation may write it well)."""
         if self._held is None:
             return []
+        written = self._written_calls(self._held)
+        if written is None:
+            raise ModelOutputInvalid(
+                f"a tool call written into the text could not be read: {self._held.strip()[:200]!r}",
+                usage=meter.usage(),
+            )
+        if not written:
+            raise ModelOutputInvalid("the answer holds a tool call tag with no call in it", usage=meter.usage())
         found: list[_ToolCallParts] = []
-        for body in self._CALL.findall(self._held):
-            if not body.strip():
-                continue
-            try:
-                call = json.loads(body)
-            except (ValueError, RecursionError):
-                call = None
-            if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-                raise ModelOutputInvalid(
-                    f"a tool call written into the text could not be read: {body.strip()[:200]!r}", usage=meter.usage()
-                )
-            arguments = call.get("arguments", call.get("parameters", {}))
+        for name, arguments in written:
             text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-            parts = _ToolCallParts(name=call["name"], arguments=[text], length=len(text), number=first + len(found))
+            parts = _ToolCallParts(name=name, arguments=[text], length=len(text), number=first + len(found))
             meter.add_call(parts.number)
             meter.add_arguments(parts.number, text, parts.length)
             found.append(parts)
-        if not found:
-            raise ModelOutputInvalid("the answer holds a <tool_call> tag with no call in it", usage=meter.usage())
         return found
+
+    def _written_calls(self, held: str) -> list[tuple[str, Any]] | None:
+        """Each call in ``held`` as (name, arguments), or None if any part of it cannot be read as calls."""
+        if held.startswith("<tool_call>"):
+            bodies = [body for body in self._CALL.findall(held) if body.strip()]
+        elif held.startswith("[TOOL_CALLS]"):
+            bodies = [body for body in held.split("[TOOL_CALLS]") if body.strip()]
+        elif held.startswith("<|python_tag|>"):
+            bodies = [self._LLAMA_ENDS.sub("", held[len("<|python_tag|>") :])]
+        else:  # a whole message of JSON: a call only if it says so in full (not a reply about a "name")
+            values = _json_values(held)
+            if not values or not all(isinstance(v, dict) and ("parameters" in v or "arguments" in v) for v in values):
+                return None
+            bodies = [held]
+        calls: list[tuple[str, Any]] = []
+        for body in bodies:
+            values = _json_values(body)
+            if values is None and (named := self._MISTRAL_ARGS.fullmatch(body)):
+                values = _json_values(named.group(2))
+                values = [{"name": named.group(1), "arguments": values[0]}] if values and len(values) == 1 else None
+            if values is None:
+                return None
+            for value in values:
+                for call in value if isinstance(value, list) else [value]:
+                    read = _written_call(call)
+                    if read is None:
+                        return None
+                    calls.append(read)
+        return calls
+
+
+def _json_values(text: str) -> list[Any] | None:
+    """The JSON values ``text`` holds one after another (apart by blanks, commas or semicolons, as models
+    write several calls), or None if it holds anything else."""
+    decoder = json.JSONDecoder()
+    values, at = [], 0
+    while True:
+        while at < len(text) and (text[at].isspace() or text[at] in ",;"):
+            at += 1
+        if at == len(text):
+            return values or None
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except (ValueError, RecursionError):
+            return None
+        values.append(value)
+
+
+def _written_call(call: object) -> tuple[str, Any] | None:
+    """A call as the model wrote it: ``{"name": ..., "arguments": {...}}`` (``parameters`` in Llama's
+    words, the arguments as JSON text in some), or None if it is not one."""
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
+        return None
+    if set(call) - {"name", "arguments", "parameters", "type", "id"}:
+        return None  # more than a call: an answer that happens to be JSON
+    arguments = call.get("arguments", call.get("parameters", {}))
+    if not isinstance(arguments, dict | str):
+        return None
+    return call["name"], arguments
 
 
 # The parts of a content list that are the answer's text (not the model's reasoning, nor anything else).
