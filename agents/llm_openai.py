@@ -338,6 +338,8 @@ class OpenAIChatModel:
                 # A refusal is what the model says instead of an answer; the
                 # customer should see it like any other text. The model's reasoning written into the
                 # text (``<think>...</think>``) is not: it is counted as generated, and left out.
+                if _reasoning_apart(delta):
+                    thinking.reasoning_apart()
                 content = written.text(thinking.answer(_answer_text(delta.content)))
                 meter.generated += thinking.taken() + written.taken()
                 written.check(meter)
@@ -551,7 +553,13 @@ class _Thinking:
         self._close = ""
         self._meter = meter
         self._scanned = 0  # of the text held unsure, how much is known to hold no closing tag
+        self._apart = False  # the server sends the reasoning apart from the text
         self._taken = 0
+
+    def reasoning_apart(self) -> None:
+        """The server sent reasoning in a field of its own (a server with a reasoning parser): text that
+        does not open with a tag is the answer, streamed as it comes."""
+        self._apart = True
 
     def taken(self) -> int:
         """Characters of reasoning left out since the last call."""
@@ -574,6 +582,9 @@ class _Thinking:
             if opened is None:
                 if not head or any(tag.startswith(head.lower()) for tag in self._OPEN):
                     return ""  # may still be the opening tag: wait for more
+                if self._apart:  # the reasoning came on its own: this is the answer
+                    self._state, text, self._held = "answer", self._held, ""
+                    return text
                 self._state = "unopened"
             else:
                 self._state = "inside"
@@ -794,6 +805,15 @@ def _written_call(call: object) -> tuple[str, Any] | None:
     if not isinstance(arguments, dict | str):
         return None
     return call["name"], arguments
+
+
+# Where servers with a reasoning parser send the model's reasoning, apart from ``content`` (vLLM's and
+# SGLang's ``reasoning_content``, now ``reasoning``, as DeepSeek's API, OpenRouter and Ollama do).
+_REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+def _reasoning_apart(delta: Any) -> bool:
+    return any(getattr(delta, name, None) for name in _REASONING_FIELDS)
 
 
 # The parts of a content list that are the answer's text (not the model's reasoning, nor anything else).

@@ -129,3 +129,34 @@ def test_an_answer_without_reasoning_reaches_the_customer_whole():
 
     assert response.text.strip() == ANSWER
     assert "".join(streamed).strip() == ANSWER
+
+
+class _ReasonsApart(_Handler):
+    """A server with a reasoning parser (vLLM's, SGLang's, DeepSeek's API): the reasoning comes in
+    ``reasoning_content``, the answer alone in ``content``."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self._start_stream()
+        chunks = _Chunks(body, include_usage=True)
+        for word in THOUGHT.split(" "):
+            self._send_event(json.dumps(chunks.chunk({"reasoning_content": word + " "})))
+        for piece in [w + " " for w in ANSWER.split(" ")]:
+            self._send_event(json.dumps(chunks.chunk({"content": piece})))
+        self._send_event(json.dumps(chunks.chunk({}, finish_reason="stop")))
+        self._send_event("[DONE]")
+        self._end_stream()
+
+
+def test_an_answer_apart_from_the_reasoning_streams_as_it_is_written_without_the_reasoning():
+    streamed: list[str] = []
+
+    with serving(_ReasonsApart) as url:
+        model = OpenAIChatModel(model="r1", api_key="k", base_url=url, max_retries=0, timeout=5)
+        response = model.complete(
+            messages=[{"role": "user", "content": "Where is A-1001?"}], tools=[], on_token=streamed.append
+        )
+
+    assert response.text.strip() == ANSWER
+    assert "angry" not in "".join(streamed)
+    assert streamed == [w + " " for w in ANSWER.split(" ")], "the answer was held back though it was known"
