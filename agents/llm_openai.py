@@ -35,6 +35,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from openai.resources.chat.completions import Completions
 from openai.types.chat import ChatCompletionChunk
+from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 
 from agents.llm import (
     OWN_REQUEST_KEYS,
@@ -352,7 +353,7 @@ class OpenAIChatModel:
                                 on_token(piece)
                             except BaseException as exc:
                                 raise _CallerRaised(exc) from exc
-                for call in delta.tool_calls or ():
+                for call in _tool_call_deltas(delta):
                     parts = open_at.get(call.index)
                     begins = bool(call.function and call.function.name)  # a call's first delta names it
                     if parts is None or (begins and _another_call(parts, call.id, call.function)):
@@ -410,6 +411,22 @@ class OpenAIChatModel:
                 estimated=True,
             )
         return ModelResponse(text=text, tool_calls=tool_calls, usage=usage, model=model, finish_reason=finish_reason)
+
+
+# The stream index given to a call in the older functions API's shape (``delta.function_call``): apart
+# from every index a server gives its tool calls, and before them.
+_FUNCTION_CALL_INDEX = -1
+
+
+def _tool_call_deltas(delta: Any) -> list[Any]:
+    """The tool-call deltas of ``delta``, with a ``function_call`` in the older functions API's shape (as
+    OpenAI's API answered before tools, and some compatible servers still do) as one of them: read as
+    nothing, the answer had neither text nor call and failed every time."""
+    deltas = list(delta.tool_calls or ())
+    function = getattr(delta, "function_call", None)
+    if function is not None:
+        deltas.append(ChoiceDeltaToolCall.construct(index=_FUNCTION_CALL_INDEX, id=None, function=function))
+    return deltas
 
 
 def _generated(meter: StreamMeter) -> Usage | None:
