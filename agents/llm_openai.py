@@ -627,7 +627,12 @@ class _Thinking:
         if found:
             at, tag = min(found)
             self._taken -= len(self._held)  # counted as it came
-            return self._after_reasoning(self._scanned + at + len(tag))
+            end = self._scanned + at
+            opened = self._held.lower().rfind(tag.replace("/", ""), 0, end)
+            # Reasoning opened after words of the answer: the words before it are the answer's.
+            before = self._held[:opened] if opened > 0 else ""
+            self._held = self._held[len(before) :]
+            return before + self._after_reasoning(end - len(before) + len(tag))
         if reply_chars(self._held) > self._meter.max_reply:
             # Longer than any reply may be, and no end of reasoning in it: an answer that would be refused
             # (a model repeating itself), stopped here as the meter stops a reply shown as it streams.

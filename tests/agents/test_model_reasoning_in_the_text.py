@@ -160,3 +160,30 @@ def test_an_answer_apart_from_the_reasoning_streams_as_it_is_written_without_the
     assert response.text.strip() == ANSWER
     assert "angry" not in "".join(streamed)
     assert streamed == [w + " " for w in ANSWER.split(" ")], "the answer was held back though it was known"
+
+
+class _ThinksAfterAWord(_Handler):
+    """A model that opens its reasoning after a first word of its answer."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self._start_stream()
+        chunks = _Chunks(body, include_usage=True)
+        for piece in ["Sure. ", "<think>", THOUGHT, "</think>", "\n\n", ANSWER]:
+            self._send_event(json.dumps(chunks.chunk({"content": piece})))
+        self._send_event(json.dumps(chunks.chunk({}, finish_reason="stop")))
+        self._send_event("[DONE]")
+        self._end_stream()
+
+
+def test_the_words_before_reasoning_opened_mid_answer_are_kept_and_the_reasoning_left_out():
+    streamed: list[str] = []
+
+    with serving(_ThinksAfterAWord) as url:
+        model = OpenAIChatModel(model="r1", api_key="k", base_url=url, max_retries=0, timeout=5)
+        response = model.complete(
+            messages=[{"role": "user", "content": "Where is A-1001?"}], tools=[], on_token=streamed.append
+        )
+
+    assert response.text == "Sure. " + ANSWER
+    assert "".join(streamed) == "Sure. " + ANSWER
