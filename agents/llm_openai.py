@@ -309,6 +309,7 @@ class OpenAIChatModel:
         finish_reason: str | None = None
 
         reported = False
+        turn = _TurnEnd()
         thinking = _Thinking(meter)
         written = _CallsWritten(tools_offered=tools_offered)
         ended: list[str] = []  # the answer's finish_reason, once it has one
@@ -341,8 +342,8 @@ class OpenAIChatModel:
                 # text (``<think>...</think>``) is not: it is counted as generated, and left out.
                 if _reasoning_apart(delta):
                     thinking.reasoning_apart()
-                content = written.text(thinking.answer(_answer_text(delta.content)))
-                meter.generated += thinking.taken() + written.taken()
+                content = written.text(thinking.answer(turn.text(_answer_text(delta.content))))
+                meter.generated += turn.taken() + thinking.taken() + written.taken()
                 written.check(meter)
                 for piece in (content, _answer_text(delta.refusal)):
                     if piece:
@@ -378,8 +379,8 @@ class OpenAIChatModel:
                             parts.length += len(arguments)
                             meter.add_arguments(parts.number, arguments, parts.length)
 
-        rest = written.text(thinking.end()) + written.end()
-        meter.generated += thinking.taken() + written.taken()
+        rest = written.text(thinking.answer(turn.end()) + thinking.end()) + written.end()
+        meter.generated += turn.taken() + thinking.taken() + written.taken()
         if rest:
             # Text held back while it might have been the model's reasoning: the answer's after all.
             meter.add_text(rest)
@@ -541,6 +542,52 @@ class _CallerRaised(Exception):
     def __init__(self, original: BaseException) -> None:
         super().__init__(repr(original))
         self.original = original
+
+
+class _TurnEnd:
+    """The answer's text up to the model's end-of-turn token, if the server sends one.
+
+    A server whose stop list lacks the chat template's end-of-turn token, or that does not strip it
+    (``skip_special_tokens`` off), sends it in ``content``: ``<|im_end|>`` (ChatML: Qwen, Hermes),
+    ``<|eot_id|>`` (Llama 3), ``</s>`` (Mistral), often with a turn the model goes on to write as the
+    customer after it. Text is held back only while it may be the start of such a token; from the
+    token on, nothing is the answer.
+    """
+
+    _TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>")
+
+    def __init__(self) -> None:
+        self._pending = ""  # text that may be the start of a token
+        self._ended = False
+        self._taken = 0
+
+    def taken(self) -> int:
+        """Characters past the end of the turn left out since the last call."""
+        taken, self._taken = self._taken, 0
+        return taken
+
+    def text(self, piece: str) -> str:
+        """The part of ``piece`` (with text held back before it) before the end of the turn."""
+        if self._ended:
+            self._taken += len(piece)
+            return ""
+        pending = self._pending + piece
+        found = [at for token in self._TOKENS if (at := pending.find(token)) >= 0]
+        if found:
+            self._ended, self._pending = True, ""
+            self._taken += len(pending) - min(found)
+            return pending[: min(found)]
+        keep = max(
+            (k for token in self._TOKENS for k in range(len(token) - 1, 0, -1) if pending.endswith(token[:k])),
+            default=0,
+        )
+        self._pending = pending[len(pending) - keep :]
+        return pending[: len(pending) - keep]
+
+    def end(self) -> str:
+        """Text held back that never became a token: the answer's."""
+        pending, self._pending = self._pending, ""
+        return pending
 
 
 class _Thinking:
