@@ -310,7 +310,7 @@ class OpenAIChatModel:
 
         reported = False
         turn = _TurnEnd()
-        thinking = _Thinking(meter)
+        thinking = _Thinking(meter, hold_unopened=settings.AGENT_MODEL_REASONING_UNOPENED)
         written = _CallsWritten(tools_offered=tools_offered)
         ended: list[str] = []  # the answer's finish_reason, once it has one
         for chunk in _until_cut_after_the_finish(stream, ended):
@@ -395,7 +395,7 @@ class OpenAIChatModel:
             # was done: the answer is truncated, not short.
             raise ModelError(f"{self.name}: stream ended before a finish_reason", retryable=True)
 
-        text = "".join(text_parts)
+        text = thinking.without_reasoning_before("".join(text_parts))
         # By index, stable: in the order begun among calls of one index, and wholly so for a server that
         # sends no index at all (Google's OpenAI-compatible endpoint: each call whole in one delta).
         in_order = sorted(calls, key=lambda call: -1 if call[0] is None else call[0])
@@ -598,17 +598,21 @@ class _Thinking:
     ``<think>...</think>`` before the answer: streamed and posted as it came, the customer read the
     model's private deliberation about them. The chat template of some (DeepSeek-R1's distilled models)
     opens ``<think>`` in the prompt, and some servers strip the opening tag: the text then begins with
-    the reasoning itself, told apart only by the closing tag at its end. So text that does not open
-    with the tag is held back until it is known not to be reasoning: the answer ends without a closing
-    tag. What follows the closing tag (less its leading blank) is the answer. Held text is bounded by
-    the longest reply (AGENT_MAX_REPLY_CHARS): past it with no closing tag, the answer is refused as
-    one shown as it streams would be.
+    the reasoning itself, told apart only by the closing tag at its end. For such a model
+    (``AGENT_MODEL_REASONING_UNOPENED``) text that does not open with the tag is held back until it is
+    known not to be reasoning: the answer ends without a closing tag. Held text is bounded by the longest
+    reply (AGENT_MAX_REPLY_CHARS): past it with no closing tag, the answer is refused as one shown as it
+    streams would be. For any other model the answer streams as it is written, word by word (holding it
+    back whole until its end would cost every answer its streaming); reasoning before a closing tag
+    with no opening one then reaches the page before the tag tells it apart, and the reply posted and
+    stored is the answer after it (``without_reasoning_before``). What follows the closing tag (less its
+    leading blank) is the answer.
     """
 
     _OPEN = ("<think>", "<thinking>", "<reasoning>")
     _CLOSE_UNOPENED = ("</think>", "</thinking>")
 
-    def __init__(self, meter: StreamMeter) -> None:
+    def __init__(self, meter: StreamMeter, *, hold_unopened: bool = False) -> None:
         # start: nothing decided yet; unopened: no opening tag, may be reasoning until a closing tag or the
         # end; inside: in the reasoning; after: past it, before the answer's first word; answer: the rest,
         # passed on as it comes.
@@ -618,6 +622,8 @@ class _Thinking:
         self._meter = meter
         self._scanned = 0  # of the text held unsure, how much is known to hold no closing tag
         self._apart = False  # the server sends the reasoning apart from the text
+        self._hold_unopened = hold_unopened  # text with no opening tag may be reasoning: hold it back
+        self._opened = False  # reasoning opened with its tag (taken out as it streamed)
         self._taken = 0
 
     def reasoning_apart(self) -> None:
@@ -632,13 +638,15 @@ class _Thinking:
 
     def answer(self, piece: str) -> str:
         """The part of ``piece`` that is the answer's text (held back text included once decided)."""
-        if not piece or self._state == "answer":
+        if not piece:
             return piece
         if self._state == "after":  # the blank between the reasoning and the answer is neither's
             piece = piece.lstrip()
-            if piece:
-                self._state = "answer"
-            return piece
+            if not piece:
+                return ""
+            self._state = "answer"
+        if self._state == "answer":
+            return self._answering(piece)
         self._held += piece
         if self._state == "start":
             head = self._held.lstrip()
@@ -646,19 +654,44 @@ class _Thinking:
             if opened is None:
                 if not head or any(tag.startswith(head.lower()) for tag in self._OPEN):
                     return ""  # may still be the opening tag: wait for more
-                if self._apart:  # the reasoning came on its own: this is the answer
-                    self._state, text, self._held = "answer", self._held, ""
-                    return text
+                if self._apart or not self._hold_unopened:  # the answer, streamed as it comes
+                    self._state, held, self._held = "answer", self._held, ""
+                    return self._answering(held)
                 self._state = "unopened"
             else:
-                self._state = "inside"
+                self._state, self._opened = "inside", True
                 self._close = "</" + opened[1:]
                 self._taken += len(self._held) - len(head) + len(opened)
                 self._held = head[len(opened) :]
         if self._state == "unopened":
             self._taken += len(piece)  # generated, shown to no one yet (given back if it is the answer)
             return self._unopened()
-        # Inside the reasoning: it ends at the closing tag; the rest of the text is the answer.
+        return self._inside()
+
+    def _answering(self, piece: str) -> str:
+        """The answer's text, passed on as it comes, but for reasoning opened mid-answer ("Sure.
+        <think>...</think> Your order..."), taken out from its tag, and a tail that may be the start of
+        such a tag, held until the next piece tells."""
+        held = self._held + piece
+        lowered = held.lower()
+        found = [(at, tag) for tag in self._OPEN if (at := lowered.find(tag)) >= 0]
+        if found:
+            at, tag = min(found)
+            self._state, self._opened = "inside", True
+            self._close = "</" + tag[1:]
+            self._taken += len(tag)
+            self._held = held[at + len(tag) :]
+            return held[:at] + self._inside()
+        longest = max(map(len, self._OPEN)) - 1
+        keep = next(
+            (k for k in range(min(len(held), longest), 0, -1) if any(t.startswith(lowered[-k:]) for t in self._OPEN)),
+            0,
+        )
+        self._held = held[len(held) - keep :]
+        return held[: len(held) - keep]
+
+    def _inside(self) -> str:
+        """Inside the reasoning: it ends at the closing tag; the rest of the text is the answer."""
         end = self._held.lower().find(self._close)
         if end < 0:
             keep = len(self._close) - 1  # the closing tag may be split over two pieces
@@ -694,8 +727,29 @@ class _Thinking:
         """The answer's text after reasoning that ends at ``end`` of the held text."""
         self._taken += end
         text = self._held[end:].lstrip()
-        self._state, self._held = ("answer" if text else "after"), ""
-        return text
+        self._held = ""
+        if not text:
+            self._state = "after"
+            return ""
+        self._state = "answer"
+        return self._answering(text)
+
+    def without_reasoning_before(self, text: str) -> str:
+        """The answer without reasoning before a closing tag whose opening was never seen, when it was
+        not held back (``hold_unopened`` off, or the server sent reasoning apart and wrote more into the
+        text): it streamed before the tag could tell it apart (the page replaces it with the reply); the
+        reply posted and stored is the answer after the last closing tag."""
+        if self._opened or (self._hold_unopened and not self._apart):
+            return text
+        lowered = text.lower()
+        close = next((tag for tag in self._CLOSE_UNOPENED if tag in lowered), None)
+        if close is None:
+            return text
+        end = lowered.rindex(close)
+        opened = lowered.rfind(close.replace("/", ""), 0, end)
+        # Reasoning opened after words of the answer: the words before it are the answer's.
+        before = text[:opened] if opened > 0 else ""
+        return before + text[end + len(close) :].lstrip()
 
     def end(self) -> str:
         """At the end of the answer: text held back that never became reasoning is the answer's;
@@ -703,7 +757,7 @@ class _Thinking:
         held, self._held = self._held, ""
         if self._state == "unopened":
             self._taken -= len(held)  # counted as it came; the answer's after all
-        if self._state in ("start", "unopened"):
+        if self._state in ("start", "unopened", "answer"):  # (answer: a tail that never became a tag)
             self._state = "answer"
             return held
         if self._state == "inside":

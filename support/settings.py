@@ -703,6 +703,12 @@ if AGENT_TOOL_TIMEOUT_SECONDS <= refund_tries_seconds():
     )
 # What the agent accepts from a model in one step (agents.llm.validate_response).
 AGENT_MAX_REPLY_CHARS = env_int("AGENT_MAX_REPLY_CHARS", 16000, minimum=1)
+# The model writes its reasoning into the text with no opening tag, only "</think>" at its end (a chat
+# template that opens <think> in the prompt, as DeepSeek-R1's distilled models', or a server that strips
+# it): its text is held back until it is known not to be reasoning, and its answers reach the page whole
+# rather than word by word. Off, every answer streams as it is written, and such reasoning shows on the
+# page until its closing tag (the reply posted and stored leaves it out).
+AGENT_MODEL_REASONING_UNOPENED = env_bool("AGENT_MODEL_REASONING_UNOPENED", False)
 AGENT_MAX_TOOL_CALLS_PER_STEP = env_int("AGENT_MAX_TOOL_CALLS_PER_STEP", 16, minimum=1)
 AGENT_MAX_TOOL_ARGUMENT_CHARS = env_int("AGENT_MAX_TOOL_ARGUMENT_CHARS", 16000, minimum=1)
 # Counted as the answer streams (agents.llm.StreamMeter): a stream past a limit is stopped there,

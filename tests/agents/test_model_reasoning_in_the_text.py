@@ -90,7 +90,9 @@ def test_reasoning_whose_opening_tag_was_in_the_prompt_is_not_posted():
     assert reply.strip() == ANSWER, reply
 
 
-def test_reasoning_whose_opening_tag_was_in_the_prompt_is_not_streamed_to_the_customer():
+def test_reasoning_whose_opening_tag_was_in_the_prompt_is_not_streamed_to_the_customer(settings):  # noqa: ANN001
+    # The operator says the model writes reasoning with no opening tag (AGENT_MODEL_REASONING_UNOPENED).
+    settings.AGENT_MODEL_REASONING_UNOPENED = True
     streamed: list[str] = []
 
     with serving(_ThinksAloudWithoutOpening) as url:
@@ -118,7 +120,9 @@ class _AnswersPlainly(_Handler):
         self._end_stream()
 
 
-def test_an_answer_without_reasoning_reaches_the_customer_whole():
+@pytest.mark.parametrize("unopened", [False, True], ids=["streamed", "held-for-unopened-reasoning"])
+def test_an_answer_without_reasoning_reaches_the_customer_whole(settings, unopened):  # noqa: ANN001
+    settings.AGENT_MODEL_REASONING_UNOPENED = unopened
     streamed: list[str] = []
 
     with serving(_AnswersPlainly) as url:
@@ -129,6 +133,23 @@ def test_an_answer_without_reasoning_reaches_the_customer_whole():
 
     assert response.text.strip() == ANSWER
     assert "".join(streamed).strip() == ANSWER
+    if not unopened:  # a model that writes no untagged reasoning: its answer streams word by word
+        assert streamed == [w + " " for w in ANSWER.split(" ")], "the answer was held back"
+
+
+def test_reasoning_with_no_opening_tag_streams_until_its_tag_but_is_not_posted_by_default():
+    """What ``AGENT_MODEL_REASONING_UNOPENED`` is for: off (every answer streamed word by word), such
+    reasoning shows on the page until its closing tag; the reply stored and posted is the answer alone."""
+    streamed: list[str] = []
+
+    with serving(_ThinksAloudWithoutOpening) as url:
+        model = OpenAIChatModel(model="r1", api_key="k", base_url=url, max_retries=0, timeout=5)
+        response = model.complete(
+            messages=[{"role": "user", "content": "Where is A-1001?"}], tools=[], on_token=streamed.append
+        )
+
+    assert response.text.strip() == ANSWER
+    assert "angry" in "".join(streamed)
 
 
 class _ReasonsApart(_Handler):
