@@ -4,9 +4,11 @@ Every public message on the ticket and every tool call with its result, in the
 order the ticket's timeline recorded them, whichever turn they belong to. The
 agent's own reply to an earlier message is there even when it was stored after
 a later customer message. Customer messages not yet taken into a turn are left
-for the turn that answers them. A step's tool calls and their results stay
-together, as the chat-completions format requires, at the point where the step
-completed.
+for the turn that answers them, and read where it took them in: one written
+while a run was under way comes after what that run did and answered without it
+(with the note that told the customer it waits). A step's tool calls and their
+results stay together, as the chat-completions format requires, at the point
+where the step completed.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def build_conversation(
     messages, files = _conversation_messages(ticket.pk, message_rows)
     # "We got your message, it waits for the decision" (waiting:<message>) comes in with its message:
     # a customer message no turn has taken in yet is not read, and nor is the note that answers it.
-    taken_in = {f"waiting:{m.pk}" for m, _ in messages if m.author_kind == AuthorKind.CUSTOMER}
+    taken_in = {f"waiting:{m.pk}": seq for m, seq in messages if m.author_kind == AuthorKind.CUSTOMER}
     for message, seq in messages:
         if message.author_kind == AuthorKind.AGENT and message.client_msg_id in posted_by_tools:
             continue  # posted by a tool call: the call and its result already say so (never a person's)
@@ -110,6 +112,8 @@ def build_conversation(
             and message.client_msg_id not in taken_in
         ):
             continue
+        if message.author_kind == AuthorKind.SYSTEM and message.client_msg_id in taken_in:
+            seq = max(seq or 0, taken_in[message.client_msg_id] or 0)  # read right after its message
         if message.author_kind == AuthorKind.CUSTOMER:
             entry = {"role": "user", "content": customer_text(message, files.get(message.pk, []))}
         else:
@@ -144,16 +148,25 @@ def customer_text(message: Message, attachments: list[Attachment] | None = None)
 
 def conversation_messages_query(ticket_id: int) -> tuple[str, list[Any]]:
     """The ticket's public messages the model reads (not customer messages no turn has taken in
-    yet), each with its timeline position (its "message" event) and whether it has files."""
+    yet), each with its position and whether it has files.
+
+    A message's position is its "message" event on the timeline; a customer's, where a turn first
+    took it in (its run's start), if later: one written while a run was under way is read by the next
+    turn, after what the run did and answered without it. Placed where it was written, the next turn
+    read the earlier run's calls and answer as done for it, and said that answer again (the crash
+    drill's "repeats the reply before it")."""
     return (
         f"SELECT {reads.columns_of(Message)}, "
-        "(SELECT e.seq FROM tickets_ticketevent e WHERE e.ticket_id = tickets_message.ticket_id "
+        "GREATEST((SELECT e.seq FROM tickets_ticketevent e WHERE e.ticket_id = tickets_message.ticket_id "
         "AND e.kind = 'message' AND (e.payload ->> 'message_id')::bigint = tickets_message.id "
         "ORDER BY e.seq LIMIT 1), "
+        "(SELECT min(r.seq) FROM tickets_ticketevent r WHERE tickets_message.author_kind = %s "
+        "AND r.ticket_id = tickets_message.ticket_id AND r.kind = 'agent_run_started' "
+        "AND r.payload -> 'messages' @> to_jsonb(tickets_message.id))), "
         "EXISTS (SELECT 1 FROM tickets_attachment a WHERE a.message_id = tickets_message.id) "
         "FROM tickets_message WHERE tickets_message.ticket_id = %s AND tickets_message.is_public "
         "AND NOT (tickets_message.author_kind = %s AND tickets_message.agent_handled_at IS NULL)",
-        [ticket_id, AuthorKind.CUSTOMER],
+        [AuthorKind.CUSTOMER, ticket_id, AuthorKind.CUSTOMER],
     )
 
 

@@ -280,7 +280,8 @@ def test_the_next_turn_sees_the_agents_reply_stored_after_the_customers_follow_u
     second_turn = model.requests[-1]
     contents = [m.get("content") for m in second_turn]
     assert replies[0][0] in contents and "Thank you" in contents
-    assert contents.index("Thank you") < contents.index(replies[0][0])  # ledger order
+    # Read where the second turn took it in: after the reply the first turn wrote without reading it.
+    assert contents.index(replies[0][0]) < contents.index("Thank you")
     assert any(m.get("tool_calls") and m["tool_calls"][0]["function"]["name"] == "issue_refund" for m in second_turn)
     # The stored request of the second turn is the same conversation, rebuilt from the ledger.
     run2 = AgentRun.objects.filter(ticket=ticket).order_by("id").last()
