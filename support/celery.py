@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 import redis
-from celery import Celery, Task
+from celery import Celery, Task, bootsteps
 from celery.fixups.django import DjangoFixup, DjangoWorkerFixup
+from celery.schedules import schedule as celery_schedule
 from celery.signals import after_task_publish, before_task_publish, worker_init
 from psycopg.pq import TransactionStatus
 
 from support.pauses import Pause
+
+if TYPE_CHECKING:
+    from celery.worker.consumer import Consumer
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "support.settings")
 
@@ -133,17 +139,24 @@ end
 return n
 """
 # A round the broker took: the last sent is the highest number taken (two senders may finish out of
-# order). KEYS: the last round sent; ARGV: this round's number.
+# order), and a round of its kind was sent lately (``RoundsWhileBeatIsDown``). KEYS: the last round
+# sent, sent lately; ARGV: this round's number, the seconds a round sent counts as lately.
 _SENT = """
 if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then
   redis.call('SET', KEYS[1], ARGV[1])
 end
+redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])
 """
 
 
 def _round_keys(prefix: str, task_name: str) -> tuple[str, str]:
     """(the numbers given to rounds of ``task_name``, the number of the last one the broker took)."""
     return f"{prefix}:rounds-numbered:{task_name}", f"{prefix}:rounds-sent:{task_name}"
+
+
+def _sent_lately_key(prefix: str, task_name: str) -> str:
+    """Set while a round of ``task_name`` was sent within the last few of its intervals."""
+    return f"{prefix}:rounds-sent-lately:{task_name}"
 
 
 @before_task_publish.connect
@@ -167,7 +180,8 @@ def _round_sent(sender: str | None = None, headers: dict[str, Any] | None = None
         return
     try:
         client, prefix = _rounds_client()
-        client.eval(_SENT, 1, _round_keys(prefix, sender)[1], number)
+        lately = _sent_lately_seconds(sender)
+        client.eval(_SENT, 2, _round_keys(prefix, sender)[1], _sent_lately_key(prefix, sender), number, lately)
     except redis.RedisError:
         rounds_pause.failed()
         logger.warning("round %s of %s was sent but not counted: the rounds before it are done", number, sender)
@@ -198,6 +212,97 @@ class BeatRound(Task):
             return None
         return super().__call__(*args, **kwargs)
 
+
+# --- Beat's rounds sent by the workers while beat is down --------------------------------------------
+# Beat is one process. A worker sweeps when it connects to the broker, and otherwise left the rounds to
+# beat: with beat down, a doorbell or a retry held by a worker killed while another kept running came
+# back only after the broker's visibility timeout (an hour on Redis), and meanwhile the ticket waited.
+# Now each worker looks, every interval of each round, whether a round of its kind was sent within the
+# last few intervals (by beat, or a worker), and sends one when none was. One worker of many sends it:
+# the look is a SET NX with expiry in Redis, the one cheap call per interval and worker, and the round
+# sent sets the same key. Best effort: with Redis out of reach, beat's rounds go on alone.
+
+ROUND_INTERVALS_MISSED = 3  # beat's rounds missing this many intervals in a row: a worker sends one
+QUIET_TOLD_EVERY_SECONDS = 600.0
+_quiet_told_at: dict[str, float] = {}  # when this worker last told it sent a round of the kind
+
+
+def _round_seconds(schedule: object) -> float | None:
+    """The interval of a round beat sends every so many seconds (None: on a calendar, a crontab)."""
+    if isinstance(schedule, int | float):
+        return float(schedule)
+    if isinstance(schedule, celery_schedule):
+        schedule = schedule.run_every
+    return schedule.total_seconds() if isinstance(schedule, timedelta) else None
+
+
+def _rounds_every() -> dict[str, float]:
+    """Beat's rounds sent every so many seconds: task name -> its interval."""
+    rounds = {}
+    for entry in (app.conf.beat_schedule or {}).values():
+        seconds = _round_seconds(entry.get("schedule"))
+        if seconds:
+            rounds[entry["task"]] = max(seconds, 1.0)
+    return rounds
+
+
+def _sent_lately_seconds(task_name: str) -> int:
+    """How long a round sent counts as lately: a few of its intervals."""
+    return max(1, round(ROUND_INTERVALS_MISSED * _rounds_every().get(task_name, 1.0)))
+
+
+def send_round_if_beat_is_quiet(task_name: str) -> bool:
+    """Send a round of ``task_name`` when none was sent lately; whether it was sent. Of many workers
+    looking at once, the one that sets the key sends it, and no other does for as long."""
+    if rounds_pause.paused():
+        return False
+    try:
+        client, prefix = _rounds_client()
+        if not client.set(_sent_lately_key(prefix, task_name), "worker", nx=True, ex=_sent_lately_seconds(task_name)):
+            return False
+    except redis.RedisError:
+        rounds_pause.failed()
+        logger.warning("whether beat sent %s lately could not be read: left to beat", task_name)
+        return False
+    level = logging.INFO  # a warning every few minutes, not every round
+    if time.monotonic() - _quiet_told_at.get(task_name, -QUIET_TOLD_EVERY_SECONDS) >= QUIET_TOLD_EVERY_SECONDS:
+        _quiet_told_at[task_name], level = time.monotonic(), logging.WARNING
+    logger.log(level, "%s: no round of it was sent lately (is beat down?); this worker sends one", task_name)
+    app.send_task(task_name, retry=False)
+    return True
+
+
+class RoundsWhileBeatIsDown(bootsteps.StartStopStep):
+    """A worker sends beat's rounds itself when beat sent none lately (``send_round_if_beat_is_quiet``),
+    each looked at every interval of its own on the consumer's timer. A consumer's step: its timers
+    stop while the worker has lost the broker, and start again when it is back."""
+
+    requires = {"celery.worker.consumer.tasks:Tasks"}
+
+    def __init__(self, c: Consumer, **kwargs: Any) -> None:
+        self.timers: list[Any] = []
+        super().__init__(c, **kwargs)
+
+    def start(self, c: Consumer) -> None:
+        for task_name, seconds in _rounds_every().items():
+            self.timers.append(c.timer.call_repeatedly(seconds, self._look, args=(task_name,)))
+
+    def stop(self, c: Consumer) -> None:
+        for timer in self.timers:
+            c.timer.cancel(timer)
+        self.timers = []
+
+    shutdown = stop
+
+    @staticmethod
+    def _look(task_name: str) -> None:
+        try:
+            send_round_if_beat_is_quiet(task_name)
+        except Exception:  # noqa: BLE001 - kombu's and the transport's errors alike; the next look tries again
+            logger.exception("a round of %s could not be sent while beat is quiet", task_name)
+
+
+app.steps["consumer"].add(RoundsWhileBeatIsDown)
 
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

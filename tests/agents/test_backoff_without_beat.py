@@ -27,6 +27,9 @@ from tests.workers import wait_until
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.workers, pytest.mark.timeout(180)]
 
 WAIT = 8  # the server's Retry-After, seconds: longer than a fresh worker takes to come up
+# A worker sends beat's rounds itself once beat sent none for a few intervals (support.celery's
+# RoundsWhileBeatIsDown): at 60 s, not before this test is over, so that it shows the retry alone.
+NO_WORKERS_SWEEP_MEANWHILE = {"AGENT_SWEEP_SECONDS": "60"}
 
 
 class SlowDownOnce:
@@ -62,7 +65,7 @@ def test_a_run_whose_worker_died_before_scheduling_its_retry_is_carried_on_by_a_
     # A 429 is the endpoint's outage, counted on it rather than among the failures about the ticket.
     assert run.status == RunStatus.RUNNING and run.outage_failures == 1 and run.retry_not_before is not None
 
-    cluster.worker(SLOW_DOWN_ONCE_MARKER=marker)  # no beat
+    cluster.worker(SLOW_DOWN_ONCE_MARKER=marker, **NO_WORKERS_SWEEP_MEANWHILE)  # no beat
 
     wait_until(lambda: at_rest(ticket), timeout=WAIT + 40, what="the ticket to come to rest", cluster=cluster)
     assert len(replies(ticket)) == 1 and "A-8301" in replies(ticket)[0]

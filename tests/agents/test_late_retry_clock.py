@@ -20,7 +20,7 @@ from agents.models import AgentProfile, AgentRun, RunStatus
 from agents.profiles import active_profile
 from agents.runner import advance
 from agents.tasks import advance_ticket
-from tests.agents.test_backoff_without_beat import WAIT
+from tests.agents.test_backoff_without_beat import NO_WORKERS_SWEEP_MEANWHILE, WAIT
 from tests.agents.test_crash_recovery import at_rest, open_ticket, replies
 from tests.workers import wait_until
 
@@ -37,7 +37,7 @@ def test_a_retry_received_by_a_worker_whose_clock_runs_behind_is_carried_on_when
     AgentProfile.objects.filter(pk=active_profile().pk).update(
         model="tests.agents.test_backoff_without_beat.SlowDownOnce"
     )
-    worker = cluster.worker(SLOW_DOWN_ONCE_MARKER=marker)  # no beat
+    worker = cluster.worker(SLOW_DOWN_ONCE_MARKER=marker, **NO_WORKERS_SWEEP_MEANWHILE)  # no beat
     start_sweep = re.compile(r"agents\.ring_when_waits_end\[[^]]+\] succeeded")
     wait_until(lambda: start_sweep.search(worker.log()), timeout=60, what="the worker's start sweep", cluster=cluster)
 

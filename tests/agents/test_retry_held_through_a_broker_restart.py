@@ -19,7 +19,7 @@ from django.conf import settings
 
 from agents.models import AgentProfile, AgentRun, RunStatus
 from agents.profiles import active_profile
-from tests.agents.test_backoff_without_beat import WAIT
+from tests.agents.test_backoff_without_beat import NO_WORKERS_SWEEP_MEANWHILE, WAIT
 from tests.agents.test_crash_recovery import at_rest, open_ticket, replies
 from tests.workers import TcpProxy, purge_broker, wait_until
 
@@ -51,7 +51,9 @@ def test_a_retry_held_by_a_worker_is_carried_on_after_the_broker_restarts_withou
     ticket = open_ticket("Where is my order A-8411?", "A-8411")
     database = settings.REDIS_URL.rsplit("/", 1)[-1]
     broker = f"redis://127.0.0.1:{broker_proxy.port}/{database}"
-    worker = cluster.worker(CELERY_BROKER_URL=broker, SLOW_DOWN_ONCE_MARKER=str(tmp_path / "slowed-down"))  # no beat
+    worker = cluster.worker(
+        CELERY_BROKER_URL=broker, SLOW_DOWN_ONCE_MARKER=str(tmp_path / "slowed-down"), **NO_WORKERS_SWEEP_MEANWHILE
+    )  # no beat
 
     wait_until(
         lambda: (
