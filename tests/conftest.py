@@ -254,15 +254,17 @@ def sandbox(payment_sandbox, settings):  # noqa: ANN001
 @pytest.fixture
 def cluster(tmp_path):  # noqa: ANN001
     """Real worker and beat processes on the test database, started by the test; all stopped after it."""
-    from tests.workers import Cluster, purge_broker, purge_stream_buffers
+    from tests.workers import Cluster, purge_broker, purge_rounds_sent_lately, purge_stream_buffers
 
     purge_broker()
     purge_stream_buffers()  # ticket ids restart with each test database; old buffers would look live
+    purge_rounds_sent_lately()
     started = Cluster(tmp_path)
     yield started
     started.stop_all()
     purge_broker()
     purge_stream_buffers()
+    purge_rounds_sent_lately()
 
 
 @contextlib.contextmanager

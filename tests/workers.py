@@ -55,6 +55,17 @@ def purge_stream_buffers() -> None:
         client.delete(key)
 
 
+def purge_rounds_sent_lately() -> None:
+    """Forget which of beat's rounds were sent lately (``support.celery.RoundsWhileBeatIsDown``): a round an
+    earlier test's beat or workers sent keeps its key for three of that test's intervals, and a worker of
+    this test would take it for beat's and send none of its kind meanwhile."""
+    from support.celery import _rounds_client
+
+    client, prefix = _rounds_client()
+    for key in client.scan_iter(f"{prefix}:rounds-sent-lately:*"):
+        client.delete(key)
+
+
 class Proc:
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path) -> None:
         self.name = name
