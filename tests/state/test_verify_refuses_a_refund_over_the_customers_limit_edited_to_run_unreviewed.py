@@ -18,7 +18,7 @@ from agents.runner import advance
 from tests.agents.test_money_gates import Refunds
 from tests.conftest import make_order
 from tests.state.conftest import export, verify
-from tests.state.test_bundle import customer_with_paid_order, empty_the_ledger, restore
+from tests.state.test_bundle import customer_with_paid_order, edited_bundle_pays_nothing
 from tests.state.test_verify_refuses_a_second_refund_edited_to_run_unreviewed import SAYS, _edited
 from tickets import services as ticket_services
 
@@ -39,17 +39,10 @@ def test_a_refund_over_the_customers_limit_edited_to_run_unreviewed_is_refused(t
     assert verify(path)[0] == 0
     _edited(path)
 
-    status, out = verify(path)
-    empty_the_ledger()
-    try:
-        restore(path)
-    except Exception as refused:  # noqa: BLE001 - CommandError: what it says is checked
-        assert "approval" in str(refused)
-        assert status == 1 and SAYS in out and "above the limit of $200.00" in out, out
-        return
-    advance(second.pk)
-    paid = list(Refund.objects.filter(ticket=second).values_list("amount_cents", "status"))
-    assert not paid, (
-        f"a $100.00 refund over the customer's limit edited to run unreviewed passed verify (exit {status}) and "
-        f"restore, and the agent paid it: {paid}"
+    edited_bundle_pays_nothing(
+        path,
+        second,
+        refused_for="approval",
+        verify_says=(SAYS, "above the limit of $200.00"),
+        edited="$100.00 refund over the customer's limit was edited to run unreviewed",
     )
